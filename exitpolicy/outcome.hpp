@@ -1,0 +1,63 @@
+// outcome.hpp - how one task ended.
+//
+// The one place that decodes a raw wait status (as slurmstepd hands it to
+// slurm_spank_task_exit in S_TASK_EXIT_STATUS), and the task outcome every
+// other part of exitpolicy reasons about. Pure: no I/O, never throws.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace exitpolicy {
+
+// A raw wait status, decoded.
+struct WaitStatus {
+    enum class Kind : std::uint8_t { exited, signaled, other };
+    Kind kind = Kind::exited;
+    int exit_code = 0;       // valid when kind == exited
+    int signal = 0;          // valid when kind == signaled
+    bool core_dumped = false;
+
+    static WaitStatus decode(int raw) noexcept;
+    static WaitStatus exited(int code) noexcept;
+    static WaitStatus signaled(int signal, bool core_dumped = false) noexcept;
+    // Back to the raw form (the inverse of decode for exited/signaled).
+    int raw() const noexcept;
+};
+
+// One task's end, as reported by its node (or not at all: lost).
+struct TaskOutcome {
+    std::uint32_t rank = 0;
+    std::uint32_t epoch = 0;           // incarnation, 0 for a first run
+    std::uint32_t node = 0;            // index into StepOutcomes::nodes
+    std::int64_t pid = -1;
+    bool lost = false;                 // no report by the deadline
+    int wait_status = 0;               // raw; meaningless when lost
+    std::optional<int> abort_status;   // set when the task called PMIx_Abort
+    std::optional<bool> finalized;     // set for PMIx clients only
+    std::int64_t end_time_us = 0;      // node wall clock, microseconds since 1970
+
+    WaitStatus status() const noexcept { return WaitStatus::decode(wait_status); }
+};
+
+// A task's code: its abort status if it aborted (the abort wins over the
+// SIGKILL that follows); lost_code if lost; its exit code; 128 + signal.
+int task_code(const TaskOutcome& task, int lost_code) noexcept;
+
+// Succeeded: exited with 0 and did not abort (a lost task did not succeed).
+bool succeeded(const TaskOutcome& task) noexcept;
+
+// Killed by SIGTERM or SIGKILL without aborting: what a launcher's tear-down
+// (srun -K, an abort, scancel) does to the survivors of a failure.
+bool killed_by_teardown(const TaskOutcome& task) noexcept;
+
+// "SIGSEGV", or "signal 40" for a number without a name.
+std::string signal_name(int signal);
+
+// "exited with code 3", "killed by SIGSEGV (core dumped)", "aborted with
+// status 7", "lost (no outcome reported; counted as code 1)", with
+// " without finalizing PMIx" for a PMIx client that exited unfinalized.
+std::string describe(const TaskOutcome& task, int lost_code);
+
+}  // namespace exitpolicy

@@ -1,0 +1,294 @@
+// policy.cpp - the exit policies and the abort verdict. See policy.hpp.
+#include "policy.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+
+namespace exitpolicy {
+namespace {
+
+struct PolicyName {
+    Policy policy;
+    std::string_view name;
+    std::string_view alias;
+};
+
+constexpr std::array<PolicyName, 6> policy_names{{
+    {Policy::max, "max", "native"},
+    {Policy::main_rank, "main-rank", "rank0"},
+    {Policy::all_success, "all-success", "require-all-success"},
+    {Policy::main_rank_check, "main-rank-check", "check-all-nodes"},
+    {Policy::first_failure, "first-failure", ""},
+    {Policy::lowest_rank, "lowest-rank", ""},
+}};
+
+bool iequals(std::string_view a, std::string_view b) noexcept
+{
+    return a.size() == b.size() &&
+           std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return std::tolower(static_cast<unsigned char>(x)) ==
+                      std::tolower(static_cast<unsigned char>(y));
+           });
+}
+
+// Earlier end first; equal ends: lower rank first.
+bool ends_before(const TaskOutcome& a, const TaskOutcome& b) noexcept
+{
+    if (a.end_time_us != b.end_time_us)
+        return a.end_time_us < b.end_time_us;
+    return a.rank < b.rank;
+}
+
+}  // namespace
+
+std::string_view policy_name(Policy policy) noexcept
+{
+    for (const auto& p : policy_names)
+        if (p.policy == policy)
+            return p.name;
+    return "unknown";
+}
+
+std::string valid_policies()
+{
+    std::string list;
+    for (const auto& p : policy_names) {
+        if (!list.empty())
+            list += ", ";
+        list += p.name;
+        if (!p.alias.empty()) {
+            list += " (";
+            list += p.alias;
+            list += ")";
+        }
+    }
+    return list;
+}
+
+Result<Policy> parse_policy(std::string_view text)
+{
+    for (const auto& p : policy_names)
+        if (iequals(text, p.name) || (!p.alias.empty() && iequals(text, p.alias)))
+            return Result<Policy>::ok(p.policy);
+    return Result<Policy>::fail("invalid exit policy '" + std::string(text) +
+                                "': valid policies are " + valid_policies());
+}
+
+Result<std::uint32_t> parse_rank(std::string_view text)
+{
+    std::uint32_t rank = 0;
+    const char* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, rank);
+    if (text.empty() || ec != std::errc() || ptr != end)
+        return Result<std::uint32_t>::fail("invalid main rank '" + std::string(text) +
+                                           "': expected a task rank, a whole number from 0");
+    return Result<std::uint32_t>::ok(rank);
+}
+
+int native_code(const std::vector<TaskOutcome>& tasks) noexcept
+{
+    int highest_signal = 0;
+    int highest_code = 0;
+    for (const auto& t : tasks) {
+        if (t.lost)
+            continue;
+        const WaitStatus s = t.status();
+        if (s.kind == WaitStatus::Kind::signaled)
+            highest_signal = std::max(highest_signal, s.signal);
+        else if (s.kind == WaitStatus::Kind::exited)
+            highest_code = std::max(highest_code, s.exit_code);
+    }
+    return highest_signal ? 128 + highest_signal : highest_code;
+}
+
+Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noexcept
+{
+    const auto& tasks = step.tasks;
+    if (tasks.empty())
+        return Result<Decision>::fail("no task outcomes to decide on");
+
+    Decision d;
+    d.native_code = native_code(tasks);
+
+    // One pass: counts, main rank, first failure, first abort, lowest
+    // failing rank, and max's highest signal and highest code (lost tasks
+    // count as lost_code there).
+    std::optional<std::size_t> first_lost;   // lowest lost rank
+    std::optional<std::size_t> lowest_failing;
+    std::optional<std::size_t> highest_signal;
+    std::optional<std::size_t> highest_code;
+    for (std::size_t i = 0; i < tasks.size(); ++i) {
+        const TaskOutcome& t = tasks[i];
+        if (t.rank == settings.main_rank)
+            d.main = i;
+        if (succeeded(t)) {
+            ++d.succeeded;
+            continue;
+        }
+        if (!lowest_failing || t.rank < tasks[*lowest_failing].rank)
+            lowest_failing = i;
+        const WaitStatus s = t.status();
+        if (!t.lost && s.kind == WaitStatus::Kind::signaled) {
+            if (!highest_signal || s.signal > tasks[*highest_signal].status().signal)
+                highest_signal = i;
+        } else if (!highest_code || task_code(t, settings.lost_code) >
+                                        task_code(tasks[*highest_code], settings.lost_code)) {
+            highest_code = i;
+        }
+        if (t.lost) {
+            ++d.lost;
+            if (!first_lost || t.rank < tasks[*first_lost].rank)
+                first_lost = i;
+            continue;
+        }
+        ++d.failed;
+        if (!d.first_failure || ends_before(t, tasks[*d.first_failure]))
+            d.first_failure = i;
+        if (t.abort_status && (!d.first_abort || ends_before(t, tasks[*d.first_abort])))
+            d.first_abort = i;
+    }
+    if (!d.main)
+        return Result<Decision>::fail("main rank " + std::to_string(settings.main_rank) +
+                                      " is not a task of this step (ranks 0-" +
+                                      std::to_string(tasks.size() - 1) + ")");
+    // Lost tasks have no end time: they are the first failure only when
+    // nothing else failed.
+    if (!d.first_failure)
+        d.first_failure = first_lost;
+
+    auto take = [&](Reason reason, std::size_t index) {
+        d.reason = reason;
+        d.deciding = index;
+        d.code = task_code(tasks[index], settings.lost_code);
+    };
+    const bool all_ok = d.succeeded == tasks.size();
+
+    if (settings.policy == Policy::all_success) {
+        d.reason = all_ok ? Reason::all_succeeded : Reason::some_failed;
+        d.code = all_ok ? 0 : 1;
+        return Result<Decision>::ok(d);
+    }
+    if (d.first_abort) {
+        take(Reason::aborted, *d.first_abort);
+        return Result<Decision>::ok(d);
+    }
+    if (all_ok) {
+        d.reason = Reason::all_succeeded;
+        d.code = 0;
+        return Result<Decision>::ok(d);
+    }
+    const TaskOutcome& main = tasks[*d.main];
+    switch (settings.policy) {
+    case Policy::max:
+        // Slurm's rule, with lost tasks counted as lost_code.
+        if (highest_signal)
+            take(Reason::highest_signal, *highest_signal);
+        else
+            take(Reason::highest_code, *highest_code);
+        break;
+    case Policy::main_rank:
+        take(Reason::main_rank, *d.main);
+        break;
+    case Policy::main_rank_check:
+        if (!succeeded(main)) {
+            take(Reason::main_rank_failed, *d.main);
+        } else {
+            d.reason = Reason::other_failed;
+            d.code = 1;
+        }
+        break;
+    case Policy::first_failure:
+        take(Reason::first_failure, *d.first_failure);
+        break;
+    case Policy::lowest_rank:
+        take(Reason::lowest_rank, *lowest_failing);
+        break;
+    case Policy::all_success:
+        break;  // decided above
+    }
+    return Result<Decision>::ok(d);
+}
+
+bool is_collateral(const StepOutcomes& step, const Decision& decision, std::size_t index) noexcept
+{
+    if (!decision.first_failure || index == *decision.first_failure || index >= step.tasks.size())
+        return false;
+    const TaskOutcome& first = step.tasks[*decision.first_failure];
+    const TaskOutcome& task = step.tasks[index];
+    if (first.lost || killed_by_teardown(first))
+        return false;
+    return killed_by_teardown(task) && task.end_time_us >= first.end_time_us;
+}
+
+std::string_view report_mode_name(ReportMode mode) noexcept
+{
+    switch (mode) {
+    case ReportMode::automatic: return "auto";
+    case ReportMode::always: return "always";
+    case ReportMode::never: return "never";
+    }
+    return "unknown";
+}
+
+Result<ReportMode> parse_report_mode(std::string_view text)
+{
+    for (ReportMode m : {ReportMode::automatic, ReportMode::always, ReportMode::never})
+        if (iequals(text, report_mode_name(m)))
+            return Result<ReportMode>::ok(m);
+    return Result<ReportMode>::fail("invalid exit report mode '" + std::string(text) +
+                                    "': valid modes are auto, always, never");
+}
+
+bool should_report(ReportMode mode, bool policy_active, const Decision& decision) noexcept
+{
+    switch (mode) {
+    case ReportMode::always: return true;
+    case ReportMode::never: return false;
+    case ReportMode::automatic: break;
+    }
+    return policy_active && (decision.reason != Reason::all_succeeded ||
+                             decision.code != decision.native_code);
+}
+
+OutcomeSet::OutcomeSet(std::uint32_t ntasks) : slots_(ntasks), missing_(ntasks) {}
+
+OutcomeSet::Recorded OutcomeSet::record(const TaskOutcome& outcome) noexcept
+{
+    if (outcome.rank >= slots_.size())
+        return Recorded::out_of_range;
+    auto& slot = slots_[outcome.rank];
+    if (!slot) {
+        slot = outcome;
+        --missing_;
+        return Recorded::added;
+    }
+    if (outcome.epoch == slot->epoch)
+        return Recorded::duplicate;
+    if (outcome.epoch < slot->epoch)
+        return Recorded::stale;
+    slot = outcome;
+    return Recorded::replaced;
+}
+
+std::vector<TaskOutcome> OutcomeSet::finish(const std::vector<std::uint32_t>& node_of_rank) const
+{
+    std::vector<TaskOutcome> tasks;
+    tasks.reserve(slots_.size());
+    for (std::uint32_t rank = 0; rank < slots_.size(); ++rank) {
+        if (slots_[rank]) {
+            tasks.push_back(*slots_[rank]);
+            continue;
+        }
+        TaskOutcome lost;
+        lost.rank = rank;
+        lost.lost = true;
+        if (rank < node_of_rank.size())
+            lost.node = node_of_rank[rank];
+        tasks.push_back(lost);
+    }
+    return tasks;
+}
+
+}  // namespace exitpolicy

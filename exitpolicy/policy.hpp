@@ -1,0 +1,124 @@
+// policy.hpp - the exit policies: which code srun ends with.
+//
+// decide() applies one policy to every task's outcome, exactly as the table
+// in DESIGN.md says, including the abort verdict, and finds the first
+// failure (the root cause the report leads with). Pure: no I/O, never throws.
+#pragma once
+
+#include "outcome.hpp"
+#include "result.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace exitpolicy {
+
+enum class Policy : std::uint8_t {
+    max,              // alias native
+    main_rank,        // alias rank0
+    all_success,      // alias require-all-success
+    main_rank_check,  // alias check-all-nodes
+    first_failure,
+    lowest_rank,
+};
+
+// Canonical name: "main-rank".
+std::string_view policy_name(Policy policy) noexcept;
+// Canonical names and aliases, case-insensitive. The error lists them all.
+Result<Policy> parse_policy(std::string_view text);
+// "max (native), main-rank (rank0), ..." for help texts and errors.
+std::string valid_policies();
+
+// A main rank: a non-negative integer (range checked against the task count
+// by whoever knows it; decide() checks it too).
+Result<std::uint32_t> parse_rank(std::string_view text);
+
+struct Settings {
+    Policy policy = Policy::max;
+    std::uint32_t main_rank = 0;
+    int lost_code = 1;
+};
+
+// Every task of a step. nodes holds the node names the tasks index.
+// Precondition: at most one outcome per rank (OutcomeSet guarantees it).
+struct StepOutcomes {
+    std::vector<std::string> nodes;
+    std::vector<TaskOutcome> tasks;
+};
+
+enum class Reason : std::uint8_t {
+    all_succeeded,     // nothing failed: 0
+    aborted,           // the earliest abort's status (every policy but all-success)
+    highest_signal,    // max: a task was signalled; 128 + the highest signal
+    highest_code,      // max: no signal; the highest exit code
+    main_rank,         // main-rank: the main rank's code
+    some_failed,       // all-success: 1
+    main_rank_failed,  // main-rank-check: the main rank's non-zero code
+    other_failed,      // main-rank-check: the main rank succeeded, another did not: 1
+    first_failure,     // first-failure: the earliest failure's code
+    lowest_rank,       // lowest-rank: the lowest failing rank's code
+};
+
+struct Decision {
+    int code = 0;                  // srun's exit code under the policy
+    int native_code = 0;           // what Slurm itself would return
+    Reason reason = Reason::all_succeeded;
+    // Indices into StepOutcomes::tasks.
+    std::optional<std::size_t> deciding;       // the task whose code was taken
+    std::optional<std::size_t> main;           // the main rank
+    std::optional<std::size_t> first_failure;  // earliest end (ties: lowest rank)
+    std::optional<std::size_t> first_abort;    // earliest abort (ties: lowest rank)
+    std::size_t succeeded = 0;
+    std::size_t failed = 0;  // reported and did not succeed
+    std::size_t lost = 0;
+};
+
+// Slurm's own rule over the reported wait statuses: any signal beats any
+// code, highest signal, else highest code. Lost tasks have no status.
+int native_code(const std::vector<TaskOutcome>& tasks) noexcept;
+
+// Fails only on bad input: no tasks, or a main rank that is not among them.
+Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noexcept;
+
+// A task the launcher most likely tore down because of the first failure:
+// killed by SIGTERM or SIGKILL no earlier than a first failure that was not
+// itself such a kill. The report labels these so that a SIGTERM never hides
+// the SIGSEGV that caused it.
+bool is_collateral(const StepOutcomes& step, const Decision& decision, std::size_t index) noexcept;
+
+// The report modes of --exit-report.
+enum class ReportMode : std::uint8_t { automatic, always, never };
+std::string_view report_mode_name(ReportMode mode) noexcept;
+Result<ReportMode> parse_report_mode(std::string_view text);
+// auto: when a policy is active and something failed, or the policy's code
+// differs from Slurm's.
+bool should_report(ReportMode mode, bool policy_active, const Decision& decision) noexcept;
+
+// Collects the outcomes of a step as they arrive (at least once, any order)
+// and keeps exactly one per rank: a repeat of a rank + epoch is a duplicate,
+// a higher epoch (a restarted task) replaces a lower one.
+class OutcomeSet {
+public:
+    explicit OutcomeSet(std::uint32_t ntasks);
+
+    enum class Recorded : std::uint8_t { added, replaced, duplicate, stale, out_of_range };
+    Recorded record(const TaskOutcome& outcome) noexcept;
+
+    std::uint32_t ntasks() const noexcept { return static_cast<std::uint32_t>(slots_.size()); }
+    std::uint32_t missing() const noexcept { return missing_; }
+    bool complete() const noexcept { return missing_ == 0; }
+
+    // One outcome per rank in rank order; ranks never reported are lost,
+    // placed on node_of_rank[rank] when given.
+    std::vector<TaskOutcome> finish(const std::vector<std::uint32_t>& node_of_rank = {}) const;
+
+private:
+    std::vector<std::optional<TaskOutcome>> slots_;
+    std::uint32_t missing_;
+};
+
+}  // namespace exitpolicy

@@ -1,0 +1,358 @@
+// report.cpp - the human summary and the JSON document. See report.hpp.
+#include "report.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace exitpolicy {
+namespace {
+
+std::string_view node_of(const StepOutcomes& step, const TaskOutcome& task) noexcept
+{
+    return task.node < step.nodes.size() ? std::string_view(step.nodes[task.node])
+                                         : std::string_view("?");
+}
+
+std::string_view reason_name(Reason reason) noexcept
+{
+    switch (reason) {
+    case Reason::all_succeeded: return "all_succeeded";
+    case Reason::aborted: return "aborted";
+    case Reason::highest_signal: return "highest_signal";
+    case Reason::highest_code: return "highest_code";
+    case Reason::main_rank: return "main_rank";
+    case Reason::some_failed: return "some_failed";
+    case Reason::main_rank_failed: return "main_rank_failed";
+    case Reason::other_failed: return "other_failed";
+    case Reason::first_failure: return "first_failure";
+    case Reason::lowest_rank: return "lowest_rank";
+    }
+    return "unknown";
+}
+
+std::string_view state_name(const TaskOutcome& task) noexcept
+{
+    if (task.lost)
+        return "lost";
+    switch (task.status().kind) {
+    case WaitStatus::Kind::exited: return "exited";
+    case WaitStatus::Kind::signaled: return "signaled";
+    case WaitStatus::Kind::other: break;
+    }
+    return "other";
+}
+
+std::string ranks_word(std::size_t count)
+{
+    return count == 1 ? "rank " : "ranks ";
+}
+
+std::string plural(std::size_t count, std::string_view one, std::string_view many)
+{
+    return std::to_string(count) + " " + std::string(count == 1 ? one : many);
+}
+
+std::string pad(unsigned long value, std::size_t width)
+{
+    std::string digits = std::to_string(value);
+    if (digits.size() < width)
+        digits.insert(0, width - digits.size(), '0');
+    return digits;
+}
+
+// The text a task is grouped under in the summary.
+std::string group_text(const StepOutcomes& step, const Settings& settings,
+                       const Decision& decision, std::size_t index)
+{
+    const TaskOutcome& task = step.tasks[index];
+    const bool unfinalized = task.finalized.has_value() && !*task.finalized;
+    if (succeeded(task) && !unfinalized)
+        return "succeeded";
+    std::string text = describe(task, settings.lost_code);
+    if (is_collateral(step, decision, index))
+        text += " (collateral: torn down after rank " +
+                std::to_string(step.tasks[*decision.first_failure].rank) + " failed)";
+    return text;
+}
+
+std::size_t node_count(const StepOutcomes& step)
+{
+    std::vector<bool> used(step.nodes.size());
+    std::size_t count = 0;
+    for (const auto& t : step.tasks)
+        if (t.node < used.size() && !used[t.node]) {
+            used[t.node] = true;
+            ++count;
+        }
+    return count;
+}
+
+std::size_t collateral_count(const StepOutcomes& step, const Decision& decision)
+{
+    std::size_t count = 0;
+    for (std::size_t i = 0; i < step.tasks.size(); ++i)
+        count += is_collateral(step, decision, i) ? 1 : 0;
+    return count;
+}
+
+}  // namespace
+
+std::string compress_ranks(std::vector<std::uint32_t> ranks)
+{
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    std::string out;
+    for (std::size_t i = 0; i < ranks.size();) {
+        std::size_t j = i;
+        while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1)
+            ++j;
+        if (!out.empty())
+            out += ',';
+        out += std::to_string(ranks[i]);
+        if (j > i)
+            out += '-' + std::to_string(ranks[j]);
+        i = j + 1;
+    }
+    return out;
+}
+
+std::string hostlist(std::vector<std::string> hosts)
+{
+    struct Host {
+        std::string prefix;
+        std::string digits;  // trailing number as written, may be empty
+        unsigned long value = 0;
+    };
+    std::sort(hosts.begin(), hosts.end());
+    hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
+    std::vector<Host> parsed;
+    for (const auto& h : hosts) {
+        std::size_t cut = h.size();
+        while (cut > 0 && h[cut - 1] >= '0' && h[cut - 1] <= '9')
+            --cut;
+        Host host{h.substr(0, cut), h.substr(cut), 0};
+        // Names with more digits than a long holds stay as they are.
+        if (host.digits.size() > 18) {
+            host.prefix = h;
+            host.digits.clear();
+        }
+        if (!host.digits.empty())
+            host.value = std::stoul(host.digits);
+        parsed.push_back(std::move(host));
+    }
+    std::sort(parsed.begin(), parsed.end(), [](const Host& a, const Host& b) {
+        return std::tie(a.prefix, a.value, a.digits) < std::tie(b.prefix, b.value, b.digits);
+    });
+
+    std::string out;
+    for (std::size_t i = 0; i < parsed.size();) {
+        if (!out.empty())
+            out += ',';
+        const std::string& prefix = parsed[i].prefix;
+        if (parsed[i].digits.empty()) {
+            out += prefix;
+            ++i;
+            continue;
+        }
+        // All numbered hosts with this prefix, as ranges that keep padding.
+        std::string ranges;
+        std::size_t count = 0;
+        std::size_t j = i;
+        while (j < parsed.size() && parsed[j].prefix == prefix && !parsed[j].digits.empty()) {
+            const Host& lo = parsed[j];
+            const std::size_t width = lo.digits.size() > 1 && lo.digits[0] == '0' ? lo.digits.size() : 0;
+            std::size_t k = j;
+            while (k + 1 < parsed.size() && parsed[k + 1].prefix == prefix &&
+                   parsed[k + 1].value == parsed[k].value + 1 &&
+                   pad(parsed[k + 1].value, width) == parsed[k + 1].digits)
+                ++k;
+            if (!ranges.empty())
+                ranges += ',';
+            ranges += lo.digits;
+            if (k > j)
+                ranges += '-' + parsed[k].digits;
+            count += k - j + 1;
+            j = k + 1;
+        }
+        out += count == 1 ? prefix + ranges : prefix + '[' + ranges + ']';
+        i = j;
+    }
+    return out;
+}
+
+std::string explain(const StepOutcomes& step, const Settings& settings, const Decision& decision)
+{
+    auto task_text = [&](std::size_t index) {
+        const TaskOutcome& t = step.tasks[index];
+        return "rank " + std::to_string(t.rank) + " on " + std::string(node_of(step, t)) + " " +
+               describe(t, settings.lost_code);
+    };
+    const std::size_t total = step.tasks.size();
+    const std::size_t unsuccessful = decision.failed + decision.lost;
+    switch (decision.reason) {
+    case Reason::all_succeeded:
+        return total == 1 ? "the task succeeded" : "all " + std::to_string(total) + " tasks succeeded";
+    case Reason::aborted:
+        return task_text(*decision.deciding) + "; an abort decides the step's code";
+    case Reason::highest_signal:
+        return task_text(*decision.deciding) +
+               ", the highest signal (any signal beats any exit code)";
+    case Reason::highest_code:
+        return task_text(*decision.deciding) + ", the highest exit code";
+    case Reason::main_rank:
+        return "main " + task_text(*decision.deciding);
+    case Reason::some_failed:
+        return std::to_string(unsuccessful) + " of " + plural(total, "task", "tasks") +
+               " did not succeed";
+    case Reason::main_rank_failed:
+        return "main " + task_text(*decision.deciding);
+    case Reason::other_failed:
+        return "main rank " + std::to_string(settings.main_rank) + " succeeded but " +
+               plural(unsuccessful, "other task", "other tasks") + " did not";
+    case Reason::first_failure:
+        return task_text(*decision.deciding) + ", the first failure";
+    case Reason::lowest_rank:
+        return task_text(*decision.deciding) + ", the lowest failing rank";
+    }
+    return "unknown reason";
+}
+
+std::string render_summary(const StepOutcomes& step, const Settings& settings,
+                           const Decision& decision, std::string_view prefix)
+{
+    try {
+        const std::string pre(prefix);
+        std::string out = pre + "exit code " + std::to_string(decision.code) + " under policy " +
+                          std::string(policy_name(settings.policy)) + ": " +
+                          explain(step, settings, decision) + "\n";
+        if (decision.native_code != decision.code)
+            out += pre + "Slurm's native exit code would be " + std::to_string(decision.native_code) +
+                   "\n";
+        out += pre + plural(step.tasks.size(), "task", "tasks") + " on " +
+               plural(node_count(step), "node", "nodes") + ": " + std::to_string(decision.succeeded) +
+               " succeeded, " + std::to_string(decision.failed) + " failed";
+        if (decision.lost)
+            out += ", " + std::to_string(decision.lost) + " lost";
+        out += "\n";
+        if (decision.first_failure && step.tasks.size() > 1) {
+            const TaskOutcome& first = step.tasks[*decision.first_failure];
+            out += pre + "first failure: rank " + std::to_string(first.rank) + " on " +
+                   std::string(node_of(step, first)) + ", " + describe(first, settings.lost_code) +
+                   "\n";
+        }
+
+        struct Group {
+            std::uint32_t lowest_rank = UINT32_MAX;
+            bool success = false;
+            std::vector<std::uint32_t> ranks;
+            std::vector<std::string> hosts;
+        };
+        std::map<std::string, Group> groups;
+        std::vector<bool> host_seen;
+        for (std::size_t i = 0; i < step.tasks.size(); ++i) {
+            const TaskOutcome& t = step.tasks[i];
+            const std::string text = group_text(step, settings, decision, i);
+            Group& g = groups[text];
+            g.success = text == "succeeded";
+            g.lowest_rank = std::min(g.lowest_rank, t.rank);
+            g.ranks.push_back(t.rank);
+            g.hosts.emplace_back(node_of(step, t));
+        }
+        std::vector<std::pair<const std::string*, Group*>> order;
+        for (auto& [text, g] : groups)
+            order.emplace_back(&text, &g);
+        std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+            return std::tie(a.second->success, a.second->lowest_rank) <
+                   std::tie(b.second->success, b.second->lowest_rank);
+        });
+        for (const auto& [text, g] : order) {
+            const std::string word = ranks_word(g->ranks.size());
+            out += pre + "  " + word + compress_ranks(std::move(g->ranks)) + " on " +
+                   hostlist(std::move(g->hosts)) + ": " + *text + "\n";
+        }
+        return out;
+    } catch (...) {
+        return std::string(prefix) + "exit code " + std::to_string(decision.code) +
+               " (the report could not be rendered)\n";
+    }
+}
+
+std::string render_json(const StepOutcomes& step, const Settings& settings,
+                        const Decision& decision, const ReportContext& context)
+{
+    using nlohmann::json;
+    try {
+        auto opt_rank = [&](const std::optional<std::size_t>& index) -> json {
+            return index ? json(step.tasks[*index].rank) : json(nullptr);
+        };
+        json doc = {
+            {"version", report_json_version},
+            {"job_id", context.job_id.empty() ? json(nullptr) : json(context.job_id)},
+            {"step_id", context.step_id.empty() ? json(nullptr) : json(context.step_id)},
+            {"policy", policy_name(settings.policy)},
+            {"main_rank", settings.main_rank},
+            {"lost_code", settings.lost_code},
+            {"exit_code", decision.code},
+            {"native_exit_code", decision.native_code},
+            {"reason", reason_name(decision.reason)},
+            {"explanation", explain(step, settings, decision)},
+            {"deciding_rank", opt_rank(decision.deciding)},
+            {"first_failure_rank", opt_rank(decision.first_failure)},
+            {"abort", decision.first_abort
+                          ? json{{"rank", step.tasks[*decision.first_abort].rank},
+                                 {"status", *step.tasks[*decision.first_abort].abort_status}}
+                          : json(nullptr)},
+            {"counts", {{"tasks", step.tasks.size()},
+                        {"nodes", node_count(step)},
+                        {"succeeded", decision.succeeded},
+                        {"failed", decision.failed},
+                        {"lost", decision.lost},
+                        {"collateral", collateral_count(step, decision)}}},
+        };
+
+        std::vector<std::size_t> by_rank(step.tasks.size());
+        for (std::size_t i = 0; i < by_rank.size(); ++i)
+            by_rank[i] = i;
+        std::sort(by_rank.begin(), by_rank.end(), [&](std::size_t a, std::size_t b) {
+            return step.tasks[a].rank < step.tasks[b].rank;
+        });
+        json tasks = json::array();
+        for (std::size_t i : by_rank) {
+            const TaskOutcome& t = step.tasks[i];
+            const WaitStatus s = t.status();
+            const bool exited = !t.lost && s.kind == WaitStatus::Kind::exited;
+            const bool signaled = !t.lost && s.kind == WaitStatus::Kind::signaled;
+            tasks.push_back({
+                {"rank", t.rank},
+                {"epoch", t.epoch},
+                {"node", t.node < step.nodes.size() ? json(step.nodes[t.node]) : json(nullptr)},
+                {"pid", t.lost || t.pid < 0 ? json(nullptr) : json(t.pid)},
+                {"state", state_name(t)},
+                {"wait_status", t.lost ? json(nullptr) : json(t.wait_status)},
+                {"exit_code", exited ? json(s.exit_code) : json(nullptr)},
+                {"signal", signaled ? json(s.signal) : json(nullptr)},
+                {"signal_name", signaled ? json(signal_name(s.signal)) : json(nullptr)},
+                {"core_dumped", signaled && s.core_dumped},
+                {"aborted", t.abort_status.has_value()},
+                {"abort_status", t.abort_status ? json(*t.abort_status) : json(nullptr)},
+                {"finalized", t.finalized ? json(*t.finalized) : json(nullptr)},
+                {"end_time_us", t.lost ? json(nullptr) : json(t.end_time_us)},
+                {"code", task_code(t, settings.lost_code)},
+                {"succeeded", succeeded(t)},
+                {"collateral", is_collateral(step, decision, i)},
+                {"description", describe(t, settings.lost_code)},
+            });
+        }
+        doc["tasks"] = std::move(tasks);
+        return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+    } catch (...) {
+        return "{\"version\": " + std::to_string(report_json_version) +
+               ", \"exit_code\": " + std::to_string(decision.code) +
+               ", \"error\": \"the report could not be rendered\"}\n";
+    }
+}
+
+}  // namespace exitpolicy

@@ -1,0 +1,373 @@
+// policy_test.cpp - the exit policies, table first.
+#include "builders.hpp"
+#include "exitpolicy/policy.hpp"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <string>
+#include <vector>
+
+namespace exitpolicy {
+namespace {
+
+using namespace test;
+
+constexpr std::array<Policy, 6> all_policies{Policy::max,           Policy::main_rank,
+                                             Policy::all_success,   Policy::main_rank_check,
+                                             Policy::first_failure, Policy::lowest_rank};
+
+int code_under(const StepOutcomes& s, Policy policy, std::uint32_t main_rank = 0, int lost_code = 1)
+{
+    const auto d = decide(s, Settings{policy, main_rank, lost_code});
+    EXPECT_TRUE(d) << d.error();
+    return d ? d->code : -1;
+}
+
+// DESIGN.md's reference table, verbatim (main = rank 0).
+struct ReferenceRow {
+    const char* name;
+    std::vector<TaskOutcome> tasks;  // main first, then the others
+    int max, main_rank, all_success, main_rank_check;
+};
+
+TEST(ReferenceTableTest, EveryRowUnderEveryPolicyOfTheTable)
+{
+    const ReferenceRow rows[] = {
+        {"all succeed", {ok(0), ok(1), ok(2), ok(3)}, 0, 0, 0, 0},
+        {"main segfaults", {segv(0), ok(1), ok(2), ok(3)}, 139, 139, 1, 139},
+        {"another fails", {ok(0), exits(1, 1), ok(2), ok(3)}, 1, 0, 1, 1},
+        {"all fail", {exits(0, 1), exits(1, 1), exits(2, 1), exits(3, 1)}, 1, 1, 1, 1},
+        {"main times out", {exits(0, 124), ok(1), ok(2), ok(3)}, 124, 124, 1, 124},
+        {"main OOM-killed", {killed(0, SIGKILL), ok(1), ok(2), ok(3)}, 137, 137, 1, 137},
+        {"main ok, other segfaults", {ok(0), segv(1), ok(2), ok(3)}, 139, 0, 1, 1},
+    };
+    for (const auto& row : rows) {
+        SCOPED_TRACE(row.name);
+        const StepOutcomes s = step(row.tasks, 4);
+        EXPECT_EQ(code_under(s, Policy::max), row.max);
+        EXPECT_EQ(code_under(s, Policy::main_rank), row.main_rank);
+        EXPECT_EQ(code_under(s, Policy::all_success), row.all_success);
+        EXPECT_EQ(code_under(s, Policy::main_rank_check), row.main_rank_check);
+        // max is Slurm's own rule: it always equals the native code here.
+        EXPECT_EQ(decide(s, {})->native_code, row.max);
+    }
+}
+
+// first-failure and lowest-rank on the reference cases. End times follow
+// rank order in these rows (builders.hpp), so the first failure is the
+// lowest failing rank: the scenario table below pulls the two apart.
+TEST(ReferenceTableTest, FirstFailureAndLowestRankOnTheReferenceCases)
+{
+    struct Row {
+        const char* name;
+        std::vector<TaskOutcome> tasks;
+        int first_failure, lowest_rank;
+    };
+    const Row rows[] = {
+        {"all succeed", {ok(0), ok(1), ok(2), ok(3)}, 0, 0},
+        {"main segfaults", {segv(0), ok(1), ok(2), ok(3)}, 139, 139},
+        {"another fails", {ok(0), exits(1, 1), ok(2), ok(3)}, 1, 1},
+        {"all fail", {exits(0, 1), exits(1, 1), exits(2, 1), exits(3, 1)}, 1, 1},
+        {"main times out", {exits(0, 124), ok(1), ok(2), ok(3)}, 124, 124},
+        {"main OOM-killed", {killed(0, SIGKILL), ok(1), ok(2), ok(3)}, 137, 137},
+        {"main ok, other segfaults", {ok(0), segv(1), ok(2), ok(3)}, 139, 139},
+        {"other segfaults, main killed after",
+         {killed(0, SIGTERM).at(500), segv(1).at(400), ok(2), ok(3)}, 139, 143},
+    };
+    for (const auto& row : rows) {
+        SCOPED_TRACE(row.name);
+        const StepOutcomes s = step(row.tasks, 4);
+        EXPECT_EQ(code_under(s, Policy::first_failure), row.first_failure);
+        EXPECT_EQ(code_under(s, Policy::lowest_rank), row.lowest_rank);
+    }
+}
+
+// Every scenario under every policy. Columns: max, main-rank, all-success,
+// main-rank-check, first-failure, lowest-rank.
+struct Scenario {
+    const char* name;
+    std::vector<TaskOutcome> tasks;
+    std::uint32_t main_rank;
+    std::array<int, 6> codes;
+};
+
+std::vector<TaskOutcome> many_tasks()
+{
+    std::vector<TaskOutcome> tasks;
+    for (std::uint32_t r = 0; r < 100'000; ++r)
+        tasks.push_back(ok(r));
+    tasks[77'777] = segv(77'777).at(2'000'000);
+    tasks[99'999] = exits(99'999, 3).at(1'500'000);
+    return tasks;
+}
+
+TEST(PolicyTest, EveryScenarioUnderEveryPolicy)
+{
+    const Scenario scenarios[] = {
+        {"all succeed", {ok(0), ok(1), ok(2), ok(3)}, 0, {0, 0, 0, 0, 0, 0}},
+        {"main fails", {exits(0, 2), ok(1), ok(2), ok(3)}, 0, {2, 2, 1, 2, 2, 2}},
+        {"another fails", {ok(0), ok(1), exits(2, 5), ok(3)}, 0, {5, 0, 1, 1, 5, 5}},
+        // Any signal beats any code under max, even a code above 128+signal.
+        {"signals vs codes",
+         {ok(0), exits(1, 200).at(300), killed(2, SIGHUP).at(200), exits(3, 3).at(100)},
+         0,
+         {129, 0, 1, 1, 3, 200}},
+        {"highest signal wins",
+         {killed(0, SIGTERM), segv(1), killed(2, SIGHUP), ok(3)}, 0, {143, 143, 1, 143, 143, 143}},
+        {"abort with a status",
+         {killed(0, SIGTERM).at(200), ok(1).at(50), aborts(2, 7).at(100), killed(3, SIGKILL).at(200)},
+         0,
+         {7, 7, 1, 7, 7, 7}},
+        {"abort with 0",
+         {killed(0, SIGKILL).at(200), aborts(1, 0).at(100), ok(2).at(10), ok(3).at(20)},
+         0,
+         {0, 0, 1, 0, 0, 0}},
+        {"several aborts: the earliest wins",
+         {ok(0), aborts(1, 9).at(200), killed(2, SIGKILL).at(300), aborts(3, 4).at(100)},
+         0,
+         {4, 4, 1, 4, 4, 4}},
+        {"several aborts at the same time: the lowest rank wins",
+         {ok(0), aborts(1, 9).at(100), ok(2), aborts(3, 4).at(100)}, 0, {9, 9, 1, 9, 9, 9}},
+        {"lost main", {lost(0), ok(1), ok(2), ok(3)}, 0, {1, 1, 1, 1, 1, 1}},
+        {"lost other", {ok(0), ok(1), lost(2), ok(3)}, 0, {1, 0, 1, 1, 1, 1}},
+        {"a failure beats a lost task for first-failure",
+         {ok(0), lost(1), exits(2, 6), ok(3)}, 0, {6, 0, 1, 1, 6, 1}},
+        {"collateral SIGTERM after a SIGSEGV",
+         {killed(0, SIGTERM).at(150), killed(1, SIGTERM).at(150), segv(2).at(100),
+          killed(3, SIGKILL).at(160)},
+         0,
+         {143, 143, 1, 143, 139, 143}},
+        {"equal end times: the lowest rank is first",
+         {exits(0, 9).at(200), exits(1, 6).at(100), ok(2), exits(3, 4).at(100)},
+         0,
+         {9, 9, 1, 9, 6, 9}},
+        {"main rank 2 fails, rank 0 segfaults",
+         {segv(0).at(100), ok(1), exits(2, 3).at(200), ok(3)}, 2, {139, 3, 1, 3, 139, 139}},
+        {"main rank 2 succeeds, rank 0 fails",
+         {exits(0, 4), ok(1), ok(2), ok(3)}, 2, {4, 0, 1, 1, 4, 4}},
+        {"main rank 3 segfaults", {ok(0), ok(1), ok(2), segv(3)}, 3, {139, 139, 1, 139, 139, 139}},
+        {"a single task that fails", {exits(0, 42)}, 0, {42, 42, 1, 42, 42, 42}},
+        {"a single task that succeeds", {ok(0)}, 0, {0, 0, 0, 0, 0, 0}},
+        {"a single task killed", {killed(0, SIGKILL)}, 0, {137, 137, 1, 137, 137, 137}},
+        {"100 000 tasks", many_tasks(), 0, {139, 0, 1, 1, 3, 139}},
+    };
+    for (const auto& sc : scenarios) {
+        for (std::size_t p = 0; p < all_policies.size(); ++p) {
+            SCOPED_TRACE(std::string(sc.name) + " / " + std::string(policy_name(all_policies[p])));
+            EXPECT_EQ(code_under(step(sc.tasks, 4), all_policies[p], sc.main_rank), sc.codes[p]);
+        }
+    }
+}
+
+TEST(PolicyTest, TasksInAnyOrder)
+{
+    const StepOutcomes s = step({ok(3), segv(2).at(10), exits(0, 5).at(20), ok(1)}, 2);
+    EXPECT_EQ(code_under(s, Policy::main_rank), 5);
+    EXPECT_EQ(code_under(s, Policy::first_failure), 139);
+    EXPECT_EQ(code_under(s, Policy::lowest_rank), 5);
+    EXPECT_EQ(code_under(s, Policy::main_rank, 2), 139);
+}
+
+TEST(PolicyTest, LostCodeIsTheSitesChoice)
+{
+    const StepOutcomes s = step({lost(0), ok(1)});
+    for (Policy p : all_policies)
+        EXPECT_EQ(code_under(s, p, 0, 75), p == Policy::all_success ? 1 : 75) << policy_name(p);
+    // Under max a lost task counts as lost_code, below a signal, above a lower code.
+    EXPECT_EQ(code_under(step({lost(0), exits(1, 3)}), Policy::max, 0, 75), 75);
+    EXPECT_EQ(code_under(step({lost(0), exits(1, 99)}), Policy::max, 0, 75), 99);
+    EXPECT_EQ(code_under(step({lost(0), killed(1, SIGHUP)}), Policy::max, 0, 200), 129);
+}
+
+TEST(PolicyTest, DecisionNamesTheReasonAndTheDecidingTask)
+{
+    const StepOutcomes s = step({ok(0), exits(1, 3).at(50), segv(2).at(100), lost(3)});
+    struct Row {
+        Policy policy;
+        Reason reason;
+        std::optional<std::uint32_t> deciding_rank;
+    };
+    const Row rows[] = {
+        {Policy::max, Reason::highest_signal, 2},
+        {Policy::main_rank, Reason::main_rank, 0},
+        {Policy::all_success, Reason::some_failed, std::nullopt},
+        {Policy::main_rank_check, Reason::other_failed, std::nullopt},
+        {Policy::first_failure, Reason::first_failure, 1},
+        {Policy::lowest_rank, Reason::lowest_rank, 1},
+    };
+    for (const auto& row : rows) {
+        SCOPED_TRACE(policy_name(row.policy));
+        const auto d = decide(s, {row.policy, 0, 1});
+        ASSERT_TRUE(d);
+        EXPECT_EQ(d->reason, row.reason);
+        ASSERT_EQ(d->deciding.has_value(), row.deciding_rank.has_value());
+        if (row.deciding_rank) {
+            EXPECT_EQ(s.tasks[*d->deciding].rank, *row.deciding_rank);
+        }
+        EXPECT_EQ(d->succeeded, 1u);
+        EXPECT_EQ(d->failed, 2u);
+        EXPECT_EQ(d->lost, 1u);
+        EXPECT_EQ(s.tasks[*d->first_failure].rank, 1u);
+        EXPECT_EQ(d->native_code, 139);
+    }
+}
+
+TEST(PolicyTest, AbortVerdictAppliesToEveryPolicyButAllSuccess)
+{
+    const StepOutcomes s = step({ok(0), aborts(1, 7), killed(2, SIGKILL).at(2'000'000), ok(3)});
+    for (Policy p : all_policies) {
+        SCOPED_TRACE(policy_name(p));
+        const auto d = decide(s, {p, 0, 1});
+        ASSERT_TRUE(d);
+        EXPECT_EQ(d->reason, p == Policy::all_success ? Reason::some_failed : Reason::aborted);
+        EXPECT_EQ(d->code, p == Policy::all_success ? 1 : 7);
+        ASSERT_TRUE(d->first_abort);
+        EXPECT_EQ(s.tasks[*d->first_abort].rank, 1u);
+        // Slurm itself sees only the SIGKILLs.
+        EXPECT_EQ(d->native_code, 137);
+    }
+}
+
+TEST(PolicyTest, CollateralMarking)
+{
+    // rank 2 segfaults first; SIGTERM/SIGKILL at or after it are collateral,
+    // a SIGTERM before it and a different signal after it are not.
+    const StepOutcomes s = step({killed(0, SIGTERM).at(150), killed(1, SIGTERM).at(50), segv(2).at(100),
+                                 killed(3, SIGKILL).at(100), killed(4, SIGBUS).at(300), ok(5).at(400)});
+    const auto d = decide(s, {Policy::main_rank, 0, 1});
+    ASSERT_TRUE(d);
+    ASSERT_EQ(s.tasks[*d->first_failure].rank, 1u);  // the early SIGTERM is first
+    // A first failure that is itself a tear-down kill marks nothing.
+    for (std::size_t i = 0; i < s.tasks.size(); ++i)
+        EXPECT_FALSE(is_collateral(s, *d, i)) << i;
+
+    const StepOutcomes s2 = step({killed(0, SIGTERM).at(150), ok(1).at(50), segv(2).at(100),
+                                  killed(3, SIGKILL).at(100), killed(4, SIGBUS).at(300), ok(5).at(400)});
+    const auto d2 = decide(s2, {Policy::main_rank, 0, 1});
+    ASSERT_TRUE(d2);
+    const bool expected[] = {true, false, false, true, false, false};
+    for (std::size_t i = 0; i < s2.tasks.size(); ++i)
+        EXPECT_EQ(is_collateral(s2, *d2, i), expected[i]) << i;
+}
+
+TEST(PolicyTest, AbortedTaskIsTheFirstFailureAndItsVictimsAreCollateral)
+{
+    const StepOutcomes s = step({killed(0, SIGKILL).at(200), aborts(1, 3).at(100), ok(2).at(50)});
+    const auto d = decide(s, {Policy::main_rank, 0, 1});
+    ASSERT_TRUE(d);
+    EXPECT_EQ(s.tasks[*d->first_failure].rank, 1u);
+    EXPECT_TRUE(is_collateral(s, *d, 0));
+    EXPECT_FALSE(is_collateral(s, *d, 1));
+}
+
+TEST(PolicyTest, BadInputIsAnErrorNotACode)
+{
+    const auto none = decide(StepOutcomes{}, {});
+    ASSERT_FALSE(none);
+    EXPECT_EQ(none.error(), "no task outcomes to decide on");
+
+    const auto missing = decide(step({ok(0), ok(1)}), {Policy::main_rank, 5, 1});
+    ASSERT_FALSE(missing);
+    EXPECT_EQ(missing.error(), "main rank 5 is not a task of this step (ranks 0-1)");
+}
+
+TEST(ParseTest, PolicyNamesAndAliases)
+{
+    const std::pair<const char*, Policy> names[] = {
+        {"max", Policy::max},
+        {"native", Policy::max},
+        {"main-rank", Policy::main_rank},
+        {"rank0", Policy::main_rank},
+        {"all-success", Policy::all_success},
+        {"require-all-success", Policy::all_success},
+        {"main-rank-check", Policy::main_rank_check},
+        {"check-all-nodes", Policy::main_rank_check},
+        {"first-failure", Policy::first_failure},
+        {"lowest-rank", Policy::lowest_rank},
+        {"Main-Rank", Policy::main_rank},
+        {"MAX", Policy::max},
+    };
+    for (const auto& [text, policy] : names) {
+        const auto p = parse_policy(text);
+        ASSERT_TRUE(p) << text;
+        EXPECT_EQ(*p, policy) << text;
+    }
+    for (Policy p : all_policies)
+        EXPECT_EQ(*parse_policy(policy_name(p)), p);
+}
+
+TEST(ParseTest, BadPolicyListsTheValidOnes)
+{
+    for (const char* bad : {"", "mainrank", "main_rank", "rank1", " max", "max "}) {
+        const auto p = parse_policy(bad);
+        ASSERT_FALSE(p) << bad;
+        EXPECT_EQ(p.error(), "invalid exit policy '" + std::string(bad) +
+                                 "': valid policies are max (native), main-rank (rank0), "
+                                 "all-success (require-all-success), main-rank-check "
+                                 "(check-all-nodes), first-failure, lowest-rank");
+    }
+}
+
+TEST(ParseTest, Ranks)
+{
+    EXPECT_EQ(*parse_rank("0"), 0u);
+    EXPECT_EQ(*parse_rank("17"), 17u);
+    EXPECT_EQ(*parse_rank("4294967295"), 4294967295u);
+    for (const char* bad : {"", "-1", "+1", "x", "3x", " 3", "4294967296", "1.5"}) {
+        const auto r = parse_rank(bad);
+        ASSERT_FALSE(r) << bad;
+        EXPECT_EQ(r.error(), "invalid main rank '" + std::string(bad) +
+                                 "': expected a task rank, a whole number from 0");
+    }
+}
+
+TEST(ParseTest, ReportModes)
+{
+    EXPECT_EQ(*parse_report_mode("auto"), ReportMode::automatic);
+    EXPECT_EQ(*parse_report_mode("always"), ReportMode::always);
+    EXPECT_EQ(*parse_report_mode("NEVER"), ReportMode::never);
+    const auto bad = parse_report_mode("sometimes");
+    ASSERT_FALSE(bad);
+    EXPECT_EQ(bad.error(), "invalid exit report mode 'sometimes': valid modes are auto, always, never");
+}
+
+TEST(ReportModeTest, AutoReportsWhenSomethingFailedOrTheCodeDiffers)
+{
+    const auto all_ok = *decide(step({ok(0), ok(1)}), {Policy::main_rank, 0, 1});
+    const auto failed = *decide(step({ok(0), exits(1, 1)}), {Policy::max, 0, 1});
+    EXPECT_FALSE(should_report(ReportMode::automatic, true, all_ok));
+    EXPECT_TRUE(should_report(ReportMode::automatic, true, failed));
+    EXPECT_FALSE(should_report(ReportMode::automatic, false, failed));
+    EXPECT_TRUE(should_report(ReportMode::always, false, all_ok));
+    EXPECT_FALSE(should_report(ReportMode::never, true, failed));
+}
+
+TEST(OutcomeSetTest, KeepsOneOutcomePerRankAndEpoch)
+{
+    OutcomeSet set(3);
+    EXPECT_EQ(set.missing(), 3u);
+    EXPECT_EQ(set.record(exits(1, 4)), OutcomeSet::Recorded::added);
+    EXPECT_EQ(set.record(exits(1, 9)), OutcomeSet::Recorded::duplicate);  // a retry
+    EXPECT_EQ(set.record(exits(3, 0)), OutcomeSet::Recorded::out_of_range);
+    EXPECT_EQ(set.record(ok(1).epoch(1)), OutcomeSet::Recorded::replaced);  // a restart
+    EXPECT_EQ(set.record(exits(1, 9)), OutcomeSet::Recorded::stale);
+    EXPECT_EQ(set.record(ok(0)), OutcomeSet::Recorded::added);
+    EXPECT_EQ(set.missing(), 1u);
+    EXPECT_FALSE(set.complete());
+
+    const auto tasks = set.finish({0, 0, 1});
+    ASSERT_EQ(tasks.size(), 3u);
+    EXPECT_EQ(tasks[1].epoch, 1u);
+    EXPECT_TRUE(succeeded(tasks[1]));
+    EXPECT_TRUE(tasks[2].lost);
+    EXPECT_EQ(tasks[2].rank, 2u);
+    EXPECT_EQ(tasks[2].node, 1u);
+
+    EXPECT_EQ(set.record(segv(2)), OutcomeSet::Recorded::added);
+    EXPECT_TRUE(set.complete());
+    EXPECT_FALSE(set.finish()[2].lost);
+}
+
+}  // namespace
+}  // namespace exitpolicy

@@ -1,0 +1,234 @@
+// report_test.cpp - rank ranges, hostlists, the summary text and the JSON.
+#include "builders.hpp"
+#include "exitpolicy/report.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace exitpolicy {
+namespace {
+
+using namespace test;
+
+TEST(RanksTest, Compress)
+{
+    const std::pair<std::vector<std::uint32_t>, const char*> cases[] = {
+        {{}, ""},
+        {{0}, "0"},
+        {{3, 5, 6, 7}, "3,5-7"},
+        {{7, 5, 3, 6, 5}, "3,5-7"},
+        {{0, 1}, "0-1"},
+        {{0, 2, 4}, "0,2,4"},
+        {{4294967294u, 4294967295u}, "4294967294-4294967295"},
+    };
+    for (const auto& [ranks, text] : cases)
+        EXPECT_EQ(compress_ranks(ranks), text);
+}
+
+TEST(HostlistTest, SlurmNotation)
+{
+    const std::pair<std::vector<std::string>, const char*> cases[] = {
+        {{}, ""},
+        {{"node1"}, "node1"},
+        {{"node2", "node3", "node7"}, "node[2-3,7]"},
+        {{"node3", "node2", "node2"}, "node[2-3]"},
+        {{"node9", "node10", "node11"}, "node[9-11]"},
+        {{"node01", "node02", "node03"}, "node[01-03]"},
+        {{"node09", "node10"}, "node[09-10]"},
+        {{"node1", "node01"}, "node[01,1]"},
+        {{"login", "node1", "node2"}, "login,node[1-2]"},
+        {{"gpu1", "cpu1", "cpu2"}, "cpu[1-2],gpu1"},
+        {{"n1-1", "n1-2", "n1-3"}, "n1-[1-3]"},
+        {{"a", "b"}, "a,b"},
+    };
+    for (const auto& [hosts, text] : cases)
+        EXPECT_EQ(hostlist(hosts), text);
+}
+
+// -N4 -n8 with block placement: ranks 2k, 2k+1 on node k+1.
+StepOutcomes eight_on_four(std::vector<TaskOutcome> tasks)
+{
+    for (auto& t : tasks)
+        t.node = t.rank / 2;
+    return step(std::move(tasks), 4);
+}
+
+TEST(SummaryTest, NonMainFailureUnderMainRank)
+{
+    const StepOutcomes s = eight_on_four({ok(0), ok(1), ok(2), segv(3).at(100),
+                                          killed(4, SIGTERM).at(200), killed(5, SIGTERM).at(200),
+                                          exits(6, 2).at(300), ok(7)});
+    const Settings settings{Policy::main_rank, 0, 1};
+    const auto d = decide(s, settings);
+    ASSERT_TRUE(d);
+    EXPECT_EQ(render_summary(s, settings, *d),
+              "exitpolicy: exit code 0 under policy main-rank: main rank 0 on node1 exited with code 0\n"
+              "exitpolicy: Slurm's native exit code would be 143\n"
+              "exitpolicy: 8 tasks on 4 nodes: 4 succeeded, 4 failed\n"
+              "exitpolicy: first failure: rank 3 on node2, killed by SIGSEGV (core dumped)\n"
+              "exitpolicy:   rank 3 on node2: killed by SIGSEGV (core dumped)\n"
+              "exitpolicy:   ranks 4-5 on node3: killed by SIGTERM (collateral: torn down after rank 3 failed)\n"
+              "exitpolicy:   rank 6 on node4: exited with code 2\n"
+              "exitpolicy:   ranks 0-2,7 on node[1-2,4]: succeeded\n");
+}
+
+TEST(SummaryTest, AbortAndLostUnderMaxWithAnotherMainRank)
+{
+    const StepOutcomes s = eight_on_four({killed(0, SIGKILL).at(300), ok(1), ok(2), ok(3),
+                                          ok(4), aborts(5, 7).at(100), lost(6), lost(7)});
+    const Settings settings{Policy::max, 2, 1};
+    const auto d = decide(s, settings);
+    ASSERT_TRUE(d);
+    EXPECT_EQ(render_summary(s, settings, *d, "> "),
+              "> exit code 7 under policy max: rank 5 on node3 aborted with status 7; an abort decides the step's code\n"
+              "> Slurm's native exit code would be 137\n"
+              "> 8 tasks on 4 nodes: 4 succeeded, 2 failed, 2 lost\n"
+              "> first failure: rank 5 on node3, aborted with status 7\n"
+              ">   rank 0 on node1: killed by SIGKILL (collateral: torn down after rank 5 failed)\n"
+              ">   rank 5 on node3: aborted with status 7\n"
+              ">   ranks 6-7 on node4: lost (no outcome reported; counted as code 1)\n"
+              ">   ranks 1-4 on node[1-3]: succeeded\n");
+}
+
+TEST(SummaryTest, AllSucceeded)
+{
+    const StepOutcomes s = eight_on_four({ok(0), ok(1), ok(2), ok(3), ok(4), ok(5), ok(6), ok(7)});
+    const Settings settings{Policy::all_success, 0, 1};
+    const auto d = decide(s, settings);
+    ASSERT_TRUE(d);
+    EXPECT_EQ(render_summary(s, settings, *d),
+              "exitpolicy: exit code 0 under policy all-success: all 8 tasks succeeded\n"
+              "exitpolicy: 8 tasks on 4 nodes: 8 succeeded, 0 failed\n"
+              "exitpolicy:   ranks 0-7 on node[1-4]: succeeded\n");
+}
+
+TEST(SummaryTest, ExplanationOfEveryReason)
+{
+    const StepOutcomes s = step({ok(0), exits(1, 3).at(50), segv(2).at(100), ok(3)}, 1);
+    const std::pair<Settings, const char*> cases[] = {
+        {{Policy::max, 0, 1}, "rank 2 on node1 killed by SIGSEGV (core dumped), the highest signal (any signal beats any exit code)"},
+        {{Policy::main_rank, 2, 1}, "main rank 2 on node1 killed by SIGSEGV (core dumped)"},
+        {{Policy::all_success, 0, 1}, "2 of 4 tasks did not succeed"},
+        {{Policy::main_rank_check, 0, 1}, "main rank 0 succeeded but 2 other tasks did not"},
+        {{Policy::main_rank_check, 1, 1}, "main rank 1 on node1 exited with code 3"},
+        {{Policy::first_failure, 0, 1}, "rank 1 on node1 exited with code 3, the first failure"},
+        {{Policy::lowest_rank, 0, 1}, "rank 1 on node1 exited with code 3, the lowest failing rank"},
+    };
+    for (const auto& [settings, text] : cases) {
+        const auto d = decide(s, settings);
+        ASSERT_TRUE(d);
+        EXPECT_EQ(explain(s, settings, *d), text);
+    }
+    const StepOutcomes codes = step({exits(0, 4), exits(1, 3)}, 1);
+    EXPECT_EQ(explain(codes, {}, *decide(codes, {})), "rank 0 on node1 exited with code 4, the highest exit code");
+    const StepOutcomes one = step({ok(0)}, 1);
+    EXPECT_EQ(explain(one, {}, *decide(one, {})), "the task succeeded");
+}
+
+TEST(SummaryTest, SingleFailingTaskHasNoFirstFailureLine)
+{
+    const StepOutcomes s = step({exits(0, 42)}, 1);
+    const Settings settings{Policy::main_rank, 0, 1};
+    EXPECT_EQ(render_summary(s, settings, *decide(s, settings)),
+              "exitpolicy: exit code 42 under policy main-rank: main rank 0 on node1 exited with code 42\n"
+              "exitpolicy: 1 task on 1 node: 0 succeeded, 1 failed\n"
+              "exitpolicy:   rank 0 on node1: exited with code 42\n");
+}
+
+TEST(SummaryTest, HundredThousandTasksStayShort)
+{
+    std::vector<TaskOutcome> tasks;
+    for (std::uint32_t r = 0; r < 100'000; ++r)
+        tasks.push_back(ok(r).on(r / 16));
+    tasks[40'000] = segv(40'000).on(2500).at(5);
+    StepOutcomes s;
+    for (int n = 0; n < 6250; ++n)
+        s.nodes.push_back("nid" + std::to_string(100000 + n));
+    s.tasks = std::move(tasks);
+    const Settings settings{Policy::main_rank_check, 0, 1};
+    const std::string text = render_summary(s, settings, *decide(s, settings));
+    EXPECT_EQ(text,
+              "exitpolicy: exit code 1 under policy main-rank-check: main rank 0 succeeded but 1 other task did not\n"
+              "exitpolicy: Slurm's native exit code would be 139\n"
+              "exitpolicy: 100000 tasks on 6250 nodes: 99999 succeeded, 1 failed\n"
+              "exitpolicy: first failure: rank 40000 on nid102500, killed by SIGSEGV (core dumped)\n"
+              "exitpolicy:   rank 40000 on nid102500: killed by SIGSEGV (core dumped)\n"
+              "exitpolicy:   ranks 0-39999,40001-99999 on nid[100000-106249]: succeeded\n");
+}
+
+TEST(JsonTest, DocumentListsEveryTask)
+{
+    const StepOutcomes s = eight_on_four({ok(0), ok(1).unfinalized(), ok(2), segv(3).at(100),
+                                          killed(4, SIGTERM).at(200), aborts(5, 7).at(150),
+                                          lost(6), exits(7, 2).at(300)});
+    const Settings settings{Policy::main_rank, 0, 1};
+    const auto d = decide(s, settings);
+    ASSERT_TRUE(d);
+    const auto doc = nlohmann::json::parse(render_json(s, settings, *d, {"1234", "0"}));
+
+    EXPECT_EQ(doc["version"], 1);
+    EXPECT_EQ(doc["job_id"], "1234");
+    EXPECT_EQ(doc["step_id"], "0");
+    EXPECT_EQ(doc["policy"], "main-rank");
+    EXPECT_EQ(doc["main_rank"], 0);
+    EXPECT_EQ(doc["lost_code"], 1);
+    EXPECT_EQ(doc["exit_code"], 7);
+    EXPECT_EQ(doc["native_exit_code"], 143);
+    EXPECT_EQ(doc["reason"], "aborted");
+    EXPECT_EQ(doc["explanation"], "rank 5 on node3 aborted with status 7; an abort decides the step's code");
+    EXPECT_EQ(doc["deciding_rank"], 5);
+    EXPECT_EQ(doc["first_failure_rank"], 3);
+    EXPECT_EQ(doc["abort"], (nlohmann::json{{"rank", 5}, {"status", 7}}));
+    EXPECT_EQ(doc["counts"], (nlohmann::json{{"tasks", 8}, {"nodes", 4}, {"succeeded", 3},
+                                             {"failed", 4}, {"lost", 1}, {"collateral", 1}}));
+
+    const auto& tasks = doc["tasks"];
+    ASSERT_EQ(tasks.size(), 8u);
+    for (std::size_t i = 0; i < tasks.size(); ++i)
+        EXPECT_EQ(tasks[i]["rank"], i);
+    EXPECT_EQ(tasks[0], nlohmann::json::parse(R"j({
+        "rank": 0, "epoch": 0, "node": "node1", "pid": 1000, "state": "exited",
+        "wait_status": 0, "exit_code": 0, "signal": null, "signal_name": null,
+        "core_dumped": false, "aborted": false, "abort_status": null, "finalized": null,
+        "end_time_us": 1000000, "code": 0, "succeeded": true, "collateral": false,
+        "description": "exited with code 0"})j"));
+    EXPECT_EQ(tasks[1]["finalized"], false);
+    EXPECT_EQ(tasks[1]["succeeded"], true);
+    EXPECT_EQ(tasks[3], nlohmann::json::parse(R"j({
+        "rank": 3, "epoch": 0, "node": "node2", "pid": 1003, "state": "signaled",
+        "wait_status": 139, "exit_code": null, "signal": 11, "signal_name": "SIGSEGV",
+        "core_dumped": true, "aborted": false, "abort_status": null, "finalized": null,
+        "end_time_us": 100, "code": 139, "succeeded": false, "collateral": false,
+        "description": "killed by SIGSEGV (core dumped)"})j"));
+    EXPECT_EQ(tasks[4]["collateral"], true);
+    EXPECT_EQ(tasks[5]["aborted"], true);
+    EXPECT_EQ(tasks[5]["abort_status"], 7);
+    EXPECT_EQ(tasks[5]["code"], 7);
+    EXPECT_EQ(tasks[5]["signal_name"], "SIGKILL");
+    EXPECT_EQ(tasks[6], nlohmann::json::parse(R"j({
+        "rank": 6, "epoch": 0, "node": "node4", "pid": null, "state": "lost",
+        "wait_status": null, "exit_code": null, "signal": null, "signal_name": null,
+        "core_dumped": false, "aborted": false, "abort_status": null, "finalized": null,
+        "end_time_us": null, "code": 1, "succeeded": false, "collateral": false,
+        "description": "lost (no outcome reported; counted as code 1)"})j"));
+    EXPECT_EQ(tasks[7]["exit_code"], 2);
+}
+
+TEST(JsonTest, NullsWithoutContextAndSafeWithOddNodeNames)
+{
+    StepOutcomes s = step({ok(0), exits(1, 1)}, 1);
+    s.nodes[0] = "bad\xff" "name";
+    const Settings settings{Policy::max, 0, 1};
+    const auto doc = nlohmann::json::parse(render_json(s, settings, *decide(s, settings)));
+    EXPECT_TRUE(doc["job_id"].is_null());
+    EXPECT_TRUE(doc["step_id"].is_null());
+    EXPECT_TRUE(doc["abort"].is_null());
+    EXPECT_EQ(doc["tasks"][0]["node"], "bad\xef\xbf\xbdname");  // replaced, not thrown
+    EXPECT_EQ(doc["first_failure_rank"], 1);
+}
+
+}  // namespace
+}  // namespace exitpolicy
