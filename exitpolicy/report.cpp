@@ -100,7 +100,7 @@ std::size_t collateral_count(const StepOutcomes& step, const Decision& decision)
 
 }  // namespace
 
-std::string compress_ranks(std::vector<std::uint32_t> ranks)
+static std::string compress_ranks_impl(std::vector<std::uint32_t> ranks)
 {
     std::sort(ranks.begin(), ranks.end());
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
@@ -119,7 +119,7 @@ std::string compress_ranks(std::vector<std::uint32_t> ranks)
     return out;
 }
 
-std::string hostlist(std::vector<std::string> hosts)
+static std::string hostlist_impl(std::vector<std::string> hosts)
 {
     struct Host {
         std::string prefix;
@@ -183,7 +183,7 @@ std::string hostlist(std::vector<std::string> hosts)
     return out;
 }
 
-std::string explain(const StepOutcomes& step, const Settings& settings, const Decision& decision)
+static std::string explain_impl(const StepOutcomes& step, const Settings& settings, const Decision& decision)
 {
     auto task_text = [&](std::size_t index) {
         const TaskOutcome& t = step.tasks[index];
@@ -220,6 +220,34 @@ std::string explain(const StepOutcomes& step, const Settings& settings, const De
     return "unknown reason";
 }
 
+// The public helpers never throw: out of memory gives an empty text.
+std::string compress_ranks(std::vector<std::uint32_t> ranks)
+{
+    try {
+        return compress_ranks_impl(std::move(ranks));
+    } catch (...) {
+        return {};
+    }
+}
+
+std::string hostlist(std::vector<std::string> hosts)
+{
+    try {
+        return hostlist_impl(std::move(hosts));
+    } catch (...) {
+        return {};
+    }
+}
+
+std::string explain(const StepOutcomes& step, const Settings& settings, const Decision& decision)
+{
+    try {
+        return explain_impl(step, settings, decision);
+    } catch (...) {
+        return {};
+    }
+}
+
 std::string render_summary(const StepOutcomes& step, const Settings& settings,
                            const Decision& decision, std::string_view prefix)
 {
@@ -248,10 +276,9 @@ std::string render_summary(const StepOutcomes& step, const Settings& settings,
             std::uint32_t lowest_rank = UINT32_MAX;
             bool success = false;
             std::vector<std::uint32_t> ranks;
-            std::vector<std::string> hosts;
+            std::vector<std::uint32_t> nodes;
         };
         std::map<std::string, Group> groups;
-        std::vector<bool> host_seen;
         for (std::size_t i = 0; i < step.tasks.size(); ++i) {
             const TaskOutcome& t = step.tasks[i];
             const std::string text = group_text(step, settings, decision, i);
@@ -259,7 +286,7 @@ std::string render_summary(const StepOutcomes& step, const Settings& settings,
             g.success = text == "succeeded";
             g.lowest_rank = std::min(g.lowest_rank, t.rank);
             g.ranks.push_back(t.rank);
-            g.hosts.emplace_back(node_of(step, t));
+            g.nodes.push_back(t.node);
         }
         std::vector<std::pair<const std::string*, Group*>> order;
         for (auto& [text, g] : groups)
@@ -270,8 +297,13 @@ std::string render_summary(const StepOutcomes& step, const Settings& settings,
         });
         for (const auto& [text, g] : order) {
             const std::string word = ranks_word(g->ranks.size());
+            std::sort(g->nodes.begin(), g->nodes.end());
+            g->nodes.erase(std::unique(g->nodes.begin(), g->nodes.end()), g->nodes.end());
+            std::vector<std::string> hosts;
+            for (std::uint32_t node : g->nodes)
+                hosts.emplace_back(node < step.nodes.size() ? step.nodes[node] : "?");
             out += pre + "  " + word + compress_ranks(std::move(g->ranks)) + " on " +
-                   hostlist(std::move(g->hosts)) + ": " + *text + "\n";
+                   hostlist(std::move(hosts)) + ": " + *text + "\n";
         }
         return out;
     } catch (...) {
@@ -319,32 +351,37 @@ std::string render_json(const StepOutcomes& step, const Settings& settings,
         std::sort(by_rank.begin(), by_rank.end(), [&](std::size_t a, std::size_t b) {
             return step.tasks[a].rank < step.tasks[b].rank;
         });
+        // Built field by field: several times faster than initializer lists
+        // for steps of 100 000 tasks and more.
         json tasks = json::array();
+        auto& list = tasks.get_ref<json::array_t&>();
+        list.reserve(by_rank.size());
         for (std::size_t i : by_rank) {
             const TaskOutcome& t = step.tasks[i];
             const WaitStatus s = t.status();
             const bool exited = !t.lost && s.kind == WaitStatus::Kind::exited;
             const bool signaled = !t.lost && s.kind == WaitStatus::Kind::signaled;
-            tasks.push_back({
-                {"rank", t.rank},
-                {"epoch", t.epoch},
-                {"node", t.node < step.nodes.size() ? json(step.nodes[t.node]) : json(nullptr)},
-                {"pid", t.lost || t.pid < 0 ? json(nullptr) : json(t.pid)},
-                {"state", state_name(t)},
-                {"wait_status", t.lost ? json(nullptr) : json(t.wait_status)},
-                {"exit_code", exited ? json(s.exit_code) : json(nullptr)},
-                {"signal", signaled ? json(s.signal) : json(nullptr)},
-                {"signal_name", signaled ? json(signal_name(s.signal)) : json(nullptr)},
-                {"core_dumped", signaled && s.core_dumped},
-                {"aborted", t.abort_status.has_value()},
-                {"abort_status", t.abort_status ? json(*t.abort_status) : json(nullptr)},
-                {"finalized", t.finalized ? json(*t.finalized) : json(nullptr)},
-                {"end_time_us", t.lost ? json(nullptr) : json(t.end_time_us)},
-                {"code", task_code(t, settings.lost_code)},
-                {"succeeded", succeeded(t)},
-                {"collateral", is_collateral(step, decision, i)},
-                {"description", describe(t, settings.lost_code)},
-            });
+            json entry(json::value_t::object);
+            auto& o = entry.get_ref<json::object_t&>();
+            o.emplace("rank", t.rank);
+            o.emplace("epoch", t.epoch);
+            o.emplace("node", t.node < step.nodes.size() ? json(step.nodes[t.node]) : json(nullptr));
+            o.emplace("pid", t.lost || t.pid < 0 ? json(nullptr) : json(t.pid));
+            o.emplace("state", state_name(t));
+            o.emplace("wait_status", t.lost ? json(nullptr) : json(t.wait_status));
+            o.emplace("exit_code", exited ? json(s.exit_code) : json(nullptr));
+            o.emplace("signal", signaled ? json(s.signal) : json(nullptr));
+            o.emplace("signal_name", signaled ? json(signal_name(s.signal)) : json(nullptr));
+            o.emplace("core_dumped", signaled && s.core_dumped);
+            o.emplace("aborted", t.abort_status.has_value());
+            o.emplace("abort_status", t.abort_status ? json(*t.abort_status) : json(nullptr));
+            o.emplace("finalized", t.finalized ? json(*t.finalized) : json(nullptr));
+            o.emplace("end_time_us", t.lost ? json(nullptr) : json(t.end_time_us));
+            o.emplace("code", task_code(t, settings.lost_code));
+            o.emplace("succeeded", succeeded(t));
+            o.emplace("collateral", is_collateral(step, decision, i));
+            o.emplace("description", describe(t, settings.lost_code));
+            list.push_back(std::move(entry));
         }
         doc["tasks"] = std::move(tasks);
         return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";

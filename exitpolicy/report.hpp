@@ -15,7 +15,8 @@
 
 namespace exitpolicy {
 
-// "3,5-7" from any order and repeats.
+// "3,5-7" from any order and repeats. Like every function of the core, the
+// helpers here never throw (out of memory gives an empty text).
 std::string compress_ranks(std::vector<std::uint32_t> ranks);
 
 // Slurm hostlist notation: "node[2-3,7]", "login1,node[01-03]". Hosts are
