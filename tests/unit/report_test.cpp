@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -228,6 +230,73 @@ TEST(JsonTest, NullsWithoutContextAndSafeWithOddNodeNames)
     EXPECT_TRUE(doc["abort"].is_null());
     EXPECT_EQ(doc["tasks"][0]["node"], "bad\xef\xbf\xbdname");  // replaced, not thrown
     EXPECT_EQ(doc["first_failure_rank"], 1);
+}
+
+// Checks a document against the subset of JSON Schema docs/report.schema.json
+// uses: type (one or a list), enum, const, properties + required (and no
+// property the schema does not name), items.
+void expect_conforms(const nlohmann::json& doc, const nlohmann::json& schema, const std::string& where)
+{
+    auto type_of = [](const nlohmann::json& v) -> std::string {
+        if (v.is_null()) return "null";
+        if (v.is_boolean()) return "boolean";
+        if (v.is_number_integer()) return "integer";
+        if (v.is_number()) return "number";
+        if (v.is_string()) return "string";
+        if (v.is_array()) return "array";
+        return "object";
+    };
+    const std::string type = type_of(doc);
+    const auto& allowed = schema.at("type");
+    const bool type_ok = allowed.is_array()
+                             ? std::find(allowed.begin(), allowed.end(), type) != allowed.end()
+                             : allowed == type;
+    EXPECT_TRUE(type_ok) << where << ": " << type << " is not " << allowed.dump();
+    if (!type_ok || doc.is_null())
+        return;
+    if (schema.contains("enum")) {
+        const auto& values = schema["enum"];
+        EXPECT_NE(std::find(values.begin(), values.end(), doc), values.end()) << where << ": " << doc;
+    }
+    if (schema.contains("const")) {
+        EXPECT_EQ(doc, schema["const"]) << where;
+    }
+    if (doc.is_object() && schema.contains("properties")) {
+        for (const auto& key : schema.value("required", nlohmann::json::array()))
+            EXPECT_TRUE(doc.contains(key)) << where << ": missing " << key;
+        for (const auto& [key, value] : doc.items()) {
+            ASSERT_TRUE(schema["properties"].contains(key)) << where << ": undocumented " << key;
+            expect_conforms(value, schema["properties"][key], where + "." + key);
+        }
+    }
+    if (doc.is_array() && schema.contains("items"))
+        for (std::size_t i = 0; i < doc.size(); ++i)
+            expect_conforms(doc[i], schema["items"], where + "[" + std::to_string(i) + "]");
+}
+
+TEST(JsonTest, DocumentsConformToTheDocumentedSchema)
+{
+    std::ifstream file(EXITPOLICY_SOURCE_DIR "/docs/report.schema.json");
+    ASSERT_TRUE(file) << "docs/report.schema.json not found";
+    const auto schema = nlohmann::json::parse(file);
+
+    const std::vector<std::pair<StepOutcomes, Settings>> cases = {
+        {eight_on_four({ok(0), ok(1).unfinalized(), ok(2), segv(3).at(100), killed(4, SIGTERM).at(200),
+                        aborts(5, 7).at(150), lost(6), exits(7, 2).at(300)}),
+         {Policy::main_rank, 0, 1}},
+        {eight_on_four({ok(0), ok(1), ok(2), ok(3), ok(4), ok(5), ok(6), ok(7)}), {Policy::all_success, 0, 1}},
+        {step({killed(0, SIGKILL), exits(1, 3)}, 1), {Policy::max, 1, 1}},
+        {step({exits(0, 3), exits(1, 3)}, 1), {Policy::main_rank_check, 0, 1}},
+        {step({exits(0, 3), lost(1)}, 1), {Policy::first_failure, 0, 1}},
+        {step({ok(0), lost(1)}, 1), {Policy::lowest_rank, 0, 1}},
+    };
+    for (const auto& [s, settings] : cases) {
+        SCOPED_TRACE(policy_name(settings.policy));
+        const auto d = decide(s, settings);
+        ASSERT_TRUE(d);
+        expect_conforms(nlohmann::json::parse(render_json(s, settings, *d, {"7", "1"})), schema, "$");
+        expect_conforms(nlohmann::json::parse(render_json(s, settings, *d)), schema, "$");
+    }
 }
 
 }  // namespace
