@@ -1,0 +1,233 @@
+"""Fixtures for integration tests against a real local Slurm cluster.
+
+The cluster is contrib/slurm/cluster: real munged, slurmctld and one slurmd per
+node (node1..node4) inside a private network namespace. The session fixture
+`cluster` brings it up once and always brings it down again: in its own
+teardown (also when tests fail or are interrupted with Ctrl-C), from an atexit
+hook, and from SIGTERM/SIGHUP handlers, so that no test run leaves daemons
+behind. `cluster down` is idempotent, so running it more than once is safe.
+
+Run with Debian's interpreter (it has pytest and nothing else on PATH
+matters): /usr/bin/python3 -m pytest tests/integration
+
+Environment:
+  EXITPOLICY_CLUSTER_DIR  use this state directory instead of a fresh
+                          temporary one (it is still brought down at the end).
+"""
+
+import atexit
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "contrib" / "slurm" / "cluster"
+NODES = 4
+NOBODY = 65534
+
+# Every cluster that may be up, so that the fallbacks can bring it down.
+_live = {}
+
+
+class Cluster:
+    """One cluster state directory driven through the cluster script.
+
+    Tests reach the module's constants and /proc helpers through it too
+    (cluster.SCRIPT, cluster.ns_pids(...)), so they never import conftest.
+    """
+
+    SCRIPT = SCRIPT
+    NOBODY = NOBODY
+
+    def __init__(self, directory, nodes=NODES, owned=False):
+        self.dir = pathlib.Path(directory)
+        self.nodes = nodes
+        self.owned = owned  # we created the directory and may delete it
+
+    def env(self):
+        return {**os.environ, "EXITPOLICY_CLUSTER_DIR": str(self.dir)}
+
+    def script(self, *args, timeout=120):
+        """Run `cluster ARGS...`; returns the CompletedProcess (text)."""
+        return subprocess.run(
+            [str(SCRIPT), *args],
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def up(self):
+        _live[str(self.dir)] = self
+        return self.script("up", str(self.nodes))
+
+    def down(self):
+        proc = self.script("down")
+        if proc.returncode == 0:
+            _live.pop(str(self.dir), None)
+        return proc
+
+    def exec(self, *cmd, user=None, cwd=None, input=None, timeout=60, env=None):
+        """Run CMD inside the cluster; returns (rc, stdout, stderr).
+
+        user: run as this uid (and gid) with no supplementary groups.
+        A command killed by signal N gives rc == -N (the exec'd process is
+        the command itself).
+        """
+        argv = [str(SCRIPT), "exec"]
+        if user is not None:
+            argv += ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
+        argv += [str(c) for c in cmd]
+        proc = subprocess.run(
+            argv,
+            env={**self.env(), **(env or {})},
+            cwd=cwd,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def ns_inode(self):
+        """Inode of the cluster's network namespace, or None if not mounted."""
+        try:
+            st = os.stat(self.dir / "netns")
+        except OSError:
+            return None
+        return st.st_ino if netns_mounted(self.dir) else None
+
+    @staticmethod
+    def netns_mounted(directory):
+        return netns_mounted(directory)
+
+    @staticmethod
+    def ns_pids(inode):
+        return ns_pids(inode)
+
+
+def netns_mounted(directory):
+    target = str(pathlib.Path(directory) / "netns")
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == target for line in f)
+
+
+def ns_pids(inode):
+    """Pids of live processes whose network namespace has this inode."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}/ns/net").st_ino == inode:
+                pids.append(int(entry))
+        except OSError:
+            pass  # gone, a zombie, or not ours to look at
+    return pids
+
+
+def _down_all():
+    for c in list(_live.values()):
+        try:
+            c.down()
+        except Exception:  # best effort: this runs at exit or in a handler
+            pass
+
+
+def _install_fallbacks():
+    atexit.register(_down_all)
+
+    def handler(signum, frame):
+        _down_all()
+        signal.signal(signum, previous.get(signum) or signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        previous[sig] = signal.getsignal(sig)
+        signal.signal(sig, handler)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "integration: needs root and a real local Slurm cluster"
+    )
+
+
+def _skip_reason():
+    if os.geteuid() != 0:
+        return "integration tests need root (they run a real Slurm cluster)"
+    for tool in ("slurmctld", "slurmd", "srun", "munged", "nsenter", "unshare"):
+        if not shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin"):
+            return f"{tool} not installed (apt-get install slurmctld slurmd slurm-client munge)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def cluster(request):
+    """A healthy 4-node cluster for the whole session; always torn down."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    preset = os.environ.get("EXITPOLICY_CLUSTER_DIR")
+    if preset:
+        c = Cluster(preset, owned=False)
+    else:
+        d = tempfile.mkdtemp(prefix="exitpolicy-cluster-", dir="/tmp")
+        os.chmod(d, 0o755)  # clients running as another user must reach it
+        c = Cluster(d, owned=True)
+    _install_fallbacks()
+    try:
+        t0 = time.monotonic()
+        proc = c.up()
+        assert proc.returncode == 0, (
+            f"cluster up {c.nodes} failed (rc {proc.returncode}):\n"
+            f"{proc.stdout}\n{proc.stderr}"
+        )
+        c.up_seconds = time.monotonic() - t0
+        yield c
+    finally:
+        proc = c.down()
+        if proc.returncode != 0:
+            print(f"cluster down failed:\n{proc.stdout}\n{proc.stderr}")
+        elif c.owned and request.session.testsfailed == 0:
+            shutil.rmtree(c.dir, ignore_errors=True)
+        elif c.owned:
+            print(f"cluster state and logs kept in {c.dir}")
+
+
+@pytest.fixture
+def new_cluster():
+    """Factory for extra clusters in fresh directories, each torn down."""
+    made = []
+
+    def make(nodes):
+        d = tempfile.mkdtemp(prefix="exitpolicy-cluster-", dir="/tmp")
+        os.chmod(d, 0o755)
+        c = Cluster(d, nodes=nodes, owned=True)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.down()
+        shutil.rmtree(c.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def workdir():
+    """A world-writable, sticky working directory (like /tmp) for job steps,
+    so that tasks run by an ordinary user can use it and any core files land
+    there and not in the repository."""
+    d = tempfile.mkdtemp(prefix="exitpolicy-work-", dir="/tmp")
+    os.chmod(d, 0o1777)
+    yield pathlib.Path(d)
+    shutil.rmtree(d, ignore_errors=True)
