@@ -20,7 +20,10 @@ public:
     T& value() & { return *value_; }
     T&& value() && { return std::move(*value_); }
     const T& operator*() const& { return *value_; }
+    T& operator*() & { return *value_; }
+    T&& operator*() && { return std::move(*value_); }
     const T* operator->() const { return &*value_; }
+    T* operator->() { return &*value_; }
     // The message a user reads: what is wrong and what would be right.
     const std::string& error() const noexcept { return error_; }
 

@@ -1,0 +1,109 @@
+// auth.cpp - secrets, nonces and HMAC proofs (OpenSSL). See auth.hpp.
+#include "auth.hpp"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+namespace exitpolicy::wire {
+namespace {
+
+template <std::size_t N>
+Result<std::array<std::uint8_t, N>> random_bytes()
+{
+    std::array<std::uint8_t, N> out{};
+    if (RAND_bytes(out.data(), static_cast<int>(out.size())) != 1)
+        return Result<std::array<std::uint8_t, N>>::fail("no random bytes from OpenSSL");
+    return Result<std::array<std::uint8_t, N>>::ok(out);
+}
+
+Mac hmac(const Secret& secret, const Bytes& message)
+{
+    Mac mac{};
+    unsigned int len = 0;
+    HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), message.data(), message.size(),
+         mac.data(), &len);
+    return mac;
+}
+
+// The bytes a proof covers: reuse the frame writer for an unambiguous
+// encoding, then drop its header.
+Bytes covered(Writer& w)
+{
+    Bytes b = w.finish();
+    b.erase(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(header_size));
+    return b;
+}
+
+}  // namespace
+
+Result<Secret> random_secret()
+{
+    return random_bytes<32>();
+}
+
+Result<Nonce> random_nonce()
+{
+    return random_bytes<32>();
+}
+
+std::string to_hex(std::span<const std::uint8_t> bytes)
+{
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string s;
+    s.reserve(bytes.size() * 2);
+    for (std::uint8_t b : bytes) {
+        s += digits[b >> 4];
+        s += digits[b & 0xf];
+    }
+    return s;
+}
+
+Result<Secret> secret_from_hex(std::string_view hex)
+{
+    Secret s{};
+    if (hex.size() != s.size() * 2)
+        return Result<Secret>::fail("secret must be " + std::to_string(s.size() * 2) + " hex digits");
+    auto nibble = [](char c) -> int {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+        return -1;
+    };
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        const int hi = nibble(hex[2 * i]);
+        const int lo = nibble(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return Result<Secret>::fail("secret is not hexadecimal");
+        s[i] = static_cast<std::uint8_t>(hi << 4 | lo);
+    }
+    return Result<Secret>::ok(s);
+}
+
+Mac client_proof(const Secret& secret, const Challenge& challenge, const Hello& hello)
+{
+    return hmac(secret, covered(Writer(Type::hello)
+                                    .str("exitpolicy client")
+                                    .u32(challenge.job_id)
+                                    .u32(challenge.step_id)
+                                    .u8(static_cast<std::uint8_t>(hello.role))
+                                    .u32(hello.node_id)
+                                    .str(hello.hostname)
+                                    .u32s(hello.ranks)
+                                    .bytes(challenge.nonce)
+                                    .bytes(hello.nonce)));
+}
+
+Mac server_proof(const Secret& secret, const Nonce& server_nonce, const Nonce& client_nonce)
+{
+    return hmac(secret,
+                covered(Writer(Type::welcome).str("exitpolicy server").bytes(server_nonce).bytes(client_nonce)));
+}
+
+bool proofs_equal(const Mac& a, const Mac& b) noexcept
+{
+    return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+}  // namespace exitpolicy::wire

@@ -1,0 +1,149 @@
+// wire.hpp - the frames exitpolicy's processes exchange (srun's front end,
+// slurmstepd, and later the node daemons).
+//
+// Every frame: an 8-byte header {magic 'E' 'P', version, type, body length
+// (u32, big endian)} and a body of at most max_body bytes. Bodies are fixed
+// sequences of big-endian integers, byte arrays and length-prefixed strings,
+// written by Writer and read by Reader; one struct per message type with
+// encode()/decode(). Decoding never trusts its input: anything malformed is an
+// error result, after which the caller closes the connection. Never throws.
+#pragma once
+
+#include "exitpolicy/result.hpp"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace exitpolicy::wire {
+
+inline constexpr std::uint8_t protocol_version = 1;
+inline constexpr std::size_t header_size = 8;
+inline constexpr std::uint32_t max_body = 64 * 1024;
+inline constexpr std::size_t max_string = 4096;
+inline constexpr std::size_t max_ranks = 8192;  // tasks on one node
+
+enum class Type : std::uint8_t {
+    challenge = 1,  // server -> client: a nonce, first frame on a connection
+    hello = 2,      // client -> server: who I am, proof that I hold the secret
+    welcome = 3,    // server -> client: proof that the server holds it too
+    outcome = 4,    // client -> server: one task's end
+    ack = 5,        // server -> client: that outcome is recorded
+};
+std::string_view type_name(Type type) noexcept;
+
+struct Header {
+    Type type;
+    std::uint32_t length;
+};
+// Checks magic, version, type and the size bound.
+Result<Header> decode_header(std::span<const std::uint8_t, header_size> bytes);
+
+using Bytes = std::vector<std::uint8_t>;
+using Nonce = std::array<std::uint8_t, 32>;
+using Mac = std::array<std::uint8_t, 32>;
+
+// Builds one frame: header + body.
+class Writer {
+public:
+    explicit Writer(Type type);
+    Writer& u8(std::uint8_t v);
+    Writer& u32(std::uint32_t v);
+    Writer& u64(std::uint64_t v);
+    Writer& i32(std::int32_t v) { return u32(static_cast<std::uint32_t>(v)); }
+    Writer& i64(std::int64_t v) { return u64(static_cast<std::uint64_t>(v)); }
+    Writer& bytes(std::span<const std::uint8_t> v);
+    Writer& str(std::string_view v);  // u32 length + bytes
+    Writer& u32s(std::span<const std::uint32_t> v);  // u32 count + values
+    // The frame, with the body length filled in.
+    Bytes finish();
+
+private:
+    Bytes buf_;
+};
+
+// Reads a body; any overrun or oversized string sets failed() and yields 0s.
+class Reader {
+public:
+    explicit Reader(std::span<const std::uint8_t> body) : body_(body) {}
+    std::uint8_t u8();
+    std::uint32_t u32();
+    std::uint64_t u64();
+    std::int32_t i32() { return static_cast<std::int32_t>(u32()); }
+    std::int64_t i64() { return static_cast<std::int64_t>(u64()); }
+    template <std::size_t N>
+    std::array<std::uint8_t, N> array()
+    {
+        std::array<std::uint8_t, N> a{};
+        take(a.data(), N);
+        return a;
+    }
+    std::string str();
+    std::vector<std::uint32_t> u32s();
+    bool failed() const noexcept { return failed_; }
+    // Everything read, nothing left over, nothing failed.
+    bool complete() const noexcept { return !failed_ && pos_ == body_.size(); }
+
+private:
+    void take(std::uint8_t* out, std::size_t n);
+    std::span<const std::uint8_t> body_;
+    std::size_t pos_ = 0;
+    bool failed_ = false;
+};
+
+// ---- messages ---------------------------------------------------------------
+
+struct Challenge {
+    Nonce nonce{};
+    std::uint32_t job_id = 0;
+    std::uint32_t step_id = 0;
+    Bytes encode() const;
+    static Result<Challenge> decode(std::span<const std::uint8_t> body);
+};
+
+enum class Role : std::uint8_t { stepd = 1, daemon = 2 };
+
+struct Hello {
+    Role role = Role::stepd;
+    std::uint32_t node_id = 0;
+    std::string hostname;
+    std::vector<std::uint32_t> ranks;  // the node's tasks (global ranks)
+    Nonce nonce{};
+    Mac mac{};  // auth.hpp: client_proof
+    Bytes encode() const;
+    static Result<Hello> decode(std::span<const std::uint8_t> body);
+};
+
+struct Welcome {
+    Mac mac{};  // auth.hpp: server_proof
+    Bytes encode() const;
+    static Result<Welcome> decode(std::span<const std::uint8_t> body);
+};
+
+struct Outcome {
+    static constexpr std::uint8_t flag_aborted = 1;
+    static constexpr std::uint8_t flag_finalized_known = 2;
+    static constexpr std::uint8_t flag_finalized = 4;
+    std::uint32_t rank = 0;
+    std::uint32_t epoch = 0;
+    std::int64_t pid = -1;
+    std::int32_t wait_status = 0;
+    std::int64_t end_time_us = 0;
+    std::uint8_t flags = 0;
+    std::int32_t abort_status = 0;
+    Bytes encode() const;
+    static Result<Outcome> decode(std::span<const std::uint8_t> body);
+};
+
+struct Ack {
+    std::uint32_t rank = 0;
+    std::uint32_t epoch = 0;
+    Bytes encode() const;
+    static Result<Ack> decode(std::span<const std::uint8_t> body);
+};
+
+}  // namespace exitpolicy::wire

@@ -1,0 +1,52 @@
+// config.hpp - the site's plugstack.conf arguments.
+//
+//   optional exitpolicy.so default_policy=main-rank report=auto grace_ms=3000 ...
+//
+// Parsed strictly: an unknown argument, a repeated one or a bad value is an
+// error that names the argument and what would be valid; the plugin then
+// disables itself (fail open). No Slurm headers here, so it is unit-tested.
+#pragma once
+
+#include "exitpolicy/policy.hpp"
+#include "exitpolicy/result.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace exitpolicy::plugin {
+
+enum class PmixMode : std::uint8_t { automatic, never };
+
+struct PortRange {
+    std::uint16_t first = 0;
+    std::uint16_t last = 0;
+};
+
+struct Config {
+    std::optional<Policy> default_policy;    // unset: no policy unless asked
+    std::vector<Policy> allowed_policies;    // empty: all
+    ReportMode report = ReportMode::automatic;
+    int lost_code = 1;
+    std::uint32_t grace_ms = 3000;
+    PmixMode pmix = PmixMode::automatic;
+    std::uint32_t fanout = 32;
+    std::optional<PortRange> port_range;     // unset: an ephemeral port
+    std::string daemon;                      // path of exitpolicy-pmixd; empty: installed default
+    int debug = 0;                           // 0..3
+    std::string log_dir;
+
+    bool allows(Policy policy) const noexcept;
+    // "main-rank, max" or "all policies".
+    std::string allowed_list() const;
+};
+
+// args: the words after the plugin path in plugstack.conf.
+Result<Config> parse_config(const std::vector<std::string_view>& args);
+
+// The valid arguments, for error messages and docs.
+std::string_view config_usage() noexcept;
+
+}  // namespace exitpolicy::plugin

@@ -1,0 +1,346 @@
+// front_end.cpp - the FE's libevent thread. See front_end.hpp.
+#include "front_end.hpp"
+
+#include "protocol/wire.hpp"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <event2/thread.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace exitpolicy::plugin {
+namespace {
+
+struct BaseDeleter {
+    void operator()(event_base* b) const noexcept { event_base_free(b); }
+};
+struct ListenerDeleter {
+    void operator()(evconnlistener* l) const noexcept { evconnlistener_free(l); }
+};
+struct BevDeleter {
+    void operator()(bufferevent* b) const noexcept { bufferevent_free(b); }
+};
+
+constexpr timeval handshake_timeout{10, 0};
+
+enum class NodeState : std::uint8_t { never, connected, closed };
+
+}  // namespace
+
+struct FrontEnd::Impl {
+    // One authenticated or not-yet-authenticated connection; FE thread only.
+    struct Conn {
+        Impl* fe = nullptr;
+        std::unique_ptr<bufferevent, BevDeleter> bev;
+        wire::Challenge challenge;
+        std::optional<std::uint32_t> node;  // set once authenticated
+    };
+
+    FrontEndSetup setup;
+    wire::Secret secret{};
+    std::unique_ptr<event_base, BaseDeleter> base;
+    std::unique_ptr<evconnlistener, ListenerDeleter> listener;
+    std::uint16_t port = 0;
+    std::thread thread;
+    std::map<bufferevent*, std::unique_ptr<Conn>> conns;  // FE thread only
+
+    // Shared with srun's main thread.
+    std::mutex mu;
+    std::condition_variable cv;
+    OutcomeSet outcomes{0};
+    std::vector<std::string> node_names;
+    std::vector<NodeState> node_states;
+    std::vector<std::uint32_t> node_of_rank;
+    std::vector<std::string> problems;
+
+    void problem(std::string text)
+    {
+        std::lock_guard lock(mu);
+        if (problems.size() < 20)
+            problems.push_back(std::move(text));
+    }
+
+    bool done() const  // under mu
+    {
+        if (outcomes.complete())
+            return true;
+        for (NodeState s : node_states)
+            if (s != NodeState::closed)
+                return false;
+        return true;
+    }
+
+    void drop(Conn* c)
+    {
+        if (c->node) {
+            std::lock_guard lock(mu);
+            node_states[*c->node] = NodeState::closed;
+        }
+        cv.notify_all();
+        conns.erase(c->bev.get());  // frees c
+    }
+
+    void send(Conn* c, const wire::Bytes& frame)
+    {
+        bufferevent_write(c->bev.get(), frame.data(), frame.size());
+    }
+
+    // Returns false when the connection was dropped.
+    bool handle(Conn* c, const wire::Header& h, std::span<const std::uint8_t> body)
+    {
+        if (!c->node) {
+            if (h.type != wire::Type::hello)
+                return reject(c, "expected hello, got " + std::string(wire::type_name(h.type)));
+            auto hello = wire::Hello::decode(body);
+            if (!hello)
+                return reject(c, hello.error());
+            if (!wire::proofs_equal(hello->mac, wire::client_proof(secret, c->challenge, *hello)))
+                return reject(c, "a peer failed authentication");
+            if (hello->node_id >= setup.nnodes)
+                return reject(c, "node id " + std::to_string(hello->node_id) + " is outside the step's " +
+                                     std::to_string(setup.nnodes) + " nodes");
+            {
+                std::lock_guard lock(mu);
+                node_names[hello->node_id] = hello->hostname;
+                node_states[hello->node_id] = NodeState::connected;
+                for (std::uint32_t rank : hello->ranks)
+                    if (rank < node_of_rank.size())
+                        node_of_rank[rank] = hello->node_id;
+            }
+            c->node = hello->node_id;
+            bufferevent_set_timeouts(c->bev.get(), nullptr, nullptr);
+            send(c, wire::Welcome{wire::server_proof(secret, c->challenge.nonce, hello->nonce)}.encode());
+            return true;
+        }
+        if (h.type != wire::Type::outcome)
+            return reject(c, "unexpected " + std::string(wire::type_name(h.type)) + " frame");
+        auto o = wire::Outcome::decode(body);
+        if (!o)
+            return reject(c, o.error());
+        TaskOutcome t;
+        t.rank = o->rank;
+        t.epoch = o->epoch;
+        t.node = *c->node;
+        t.pid = o->pid;
+        t.wait_status = o->wait_status;
+        t.end_time_us = o->end_time_us;
+        if (o->flags & wire::Outcome::flag_aborted)
+            t.abort_status = o->abort_status;
+        if (o->flags & wire::Outcome::flag_finalized_known)
+            t.finalized = (o->flags & wire::Outcome::flag_finalized) != 0;
+        OutcomeSet::Recorded recorded;
+        {
+            std::lock_guard lock(mu);
+            recorded = outcomes.record(t);
+        }
+        if (recorded == OutcomeSet::Recorded::out_of_range)
+            problem("node " + std::to_string(*c->node) + " reported rank " + std::to_string(t.rank) +
+                    ", which is not a task of this step");
+        cv.notify_all();
+        send(c, wire::Ack{o->rank, o->epoch}.encode());
+        return true;
+    }
+
+    bool reject(Conn* c, const std::string& why)
+    {
+        problem("closed a connection: " + why);
+        drop(c);
+        return false;
+    }
+
+    static void on_read(bufferevent* bev, void* arg) noexcept
+    {
+        auto* c = static_cast<Conn*>(arg);
+        Impl* fe = c->fe;
+        try {
+            evbuffer* in = bufferevent_get_input(bev);
+            while (evbuffer_get_length(in) >= wire::header_size) {
+                std::array<std::uint8_t, wire::header_size> head{};
+                evbuffer_copyout(in, head.data(), head.size());
+                auto h = wire::decode_header(head);
+                if (!h) {
+                    fe->reject(c, h.error());
+                    return;
+                }
+                if (evbuffer_get_length(in) < wire::header_size + h->length)
+                    return;  // the rest of the frame is on its way
+                evbuffer_drain(in, wire::header_size);
+                wire::Bytes body(h->length);
+                evbuffer_remove(in, body.data(), body.size());
+                if (!fe->handle(c, *h, body))
+                    return;
+            }
+        } catch (const std::exception& e) {
+            fe->reject(c, std::string("internal error: ") + e.what());
+        } catch (...) {
+            fe->reject(c, "internal error");
+        }
+    }
+
+    static void on_event(bufferevent*, short events, void* arg) noexcept
+    {
+        auto* c = static_cast<Conn*>(arg);
+        try {
+            if (events & BEV_EVENT_TIMEOUT)
+                c->fe->problem("a peer did not authenticate in time");
+            c->fe->drop(c);
+        } catch (...) {
+        }
+    }
+
+    static void on_accept(evconnlistener*, evutil_socket_t fd, sockaddr*, int, void* arg) noexcept
+    {
+        auto* fe = static_cast<Impl*>(arg);
+        try {
+            auto c = std::make_unique<Conn>();
+            c->fe = fe;
+            c->bev.reset(bufferevent_socket_new(fe->base.get(), fd, BEV_OPT_CLOSE_ON_FREE));
+            if (!c->bev) {
+                evutil_closesocket(fd);
+                return;
+            }
+            auto nonce = wire::random_nonce();
+            if (!nonce) {
+                fe->problem(nonce.error());
+                return;
+            }
+            c->challenge = {*nonce, fe->setup.job_id, fe->setup.step_id};
+            bufferevent_setcb(c->bev.get(), on_read, nullptr, on_event, c.get());
+            bufferevent_set_timeouts(c->bev.get(), &handshake_timeout, &handshake_timeout);
+            bufferevent_enable(c->bev.get(), EV_READ | EV_WRITE);
+            fe->send(c.get(), c->challenge.encode());
+            fe->conns.emplace(c->bev.get(), std::move(c));
+        } catch (...) {
+            fe->problem("could not accept a connection");
+        }
+    }
+
+    Result<bool> listen()
+    {
+        sockaddr_in sin{};
+        sin.sin_family = AF_INET;
+        sin.sin_addr.s_addr = htonl(INADDR_ANY);
+        const unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE;
+        const std::uint16_t first = setup.ports ? setup.ports->first : 0;
+        const std::uint16_t last = setup.ports ? setup.ports->last : 0;
+        for (std::uint32_t p = first; p <= last; ++p) {
+            sin.sin_port = htons(static_cast<std::uint16_t>(p));
+            listener.reset(evconnlistener_new_bind(base.get(), on_accept, this, flags, 128,
+                                                   reinterpret_cast<sockaddr*>(&sin), sizeof(sin)));
+            if (listener)
+                break;
+        }
+        if (!listener) {
+            const std::string where = setup.ports ? "any port of port_range " + std::to_string(first) + "-" +
+                                                        std::to_string(last)
+                                                  : "an ephemeral port";
+            return Result<bool>::fail("cannot listen on " + where + ": " + std::strerror(errno));
+        }
+        sockaddr_in bound{};
+        socklen_t len = sizeof(bound);
+        getsockname(evconnlistener_get_fd(listener.get()), reinterpret_cast<sockaddr*>(&bound), &len);
+        port = ntohs(bound.sin_port);
+        return Result<bool>::ok(true);
+    }
+
+    void stop()
+    {
+        if (!thread.joinable())
+            return;
+        event_base_loopexit(base.get(), nullptr);
+        thread.join();
+        conns.clear();
+        listener.reset();
+    }
+};
+
+FrontEnd::FrontEnd(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+FrontEnd::~FrontEnd()
+{
+    impl_->stop();
+}
+
+std::uint16_t FrontEnd::port() const noexcept
+{
+    return impl_->port;
+}
+
+const wire::Secret& FrontEnd::secret() const noexcept
+{
+    return impl_->secret;
+}
+
+Result<std::unique_ptr<FrontEnd>> FrontEnd::start(const FrontEndSetup& setup)
+{
+    using R = Result<std::unique_ptr<FrontEnd>>;
+    static const int threads_ok = evthread_use_pthreads();
+    if (threads_ok != 0)
+        return R::fail("libevent has no thread support");
+
+    auto impl = std::make_unique<Impl>();
+    impl->setup = setup;
+    impl->outcomes = OutcomeSet(setup.ntasks);
+    impl->node_names.assign(setup.nnodes, "?");
+    impl->node_states.assign(setup.nnodes, NodeState::never);
+    impl->node_of_rank.assign(setup.ntasks, setup.nnodes);  // unknown until a node says
+    auto secret = wire::random_secret();
+    if (!secret)
+        return R::fail(secret.error());
+    impl->secret = *secret;
+    impl->base.reset(event_base_new());
+    if (!impl->base)
+        return R::fail("cannot create an event loop");
+    if (auto ok = impl->listen(); !ok)
+        return R::fail(ok.error());
+
+    // The FE thread takes no signal: srun's own handling stays as it is,
+    // and a write to a closed peer gives EPIPE, not SIGPIPE.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    try {
+        Impl* raw = impl.get();
+        impl->thread = std::thread([raw] { event_base_loop(raw->base.get(), EVLOOP_NO_EXIT_ON_EMPTY); });
+    } catch (...) {
+        pthread_sigmask(SIG_SETMASK, &old, nullptr);
+        return R::fail("cannot start the front end's thread");
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    return R::ok(std::unique_ptr<FrontEnd>(new FrontEnd(std::move(impl))));
+}
+
+Collected FrontEnd::finish(std::chrono::milliseconds grace)
+{
+    Collected out;
+    {
+        std::unique_lock lock(impl_->mu);
+        impl_->cv.wait_for(lock, grace, [this] { return impl_->done(); });
+    }
+    impl_->stop();
+    std::lock_guard lock(impl_->mu);
+    out.nnodes = impl_->setup.nnodes;
+    for (NodeState s : impl_->node_states)
+        out.nodes_reporting += s != NodeState::never ? 1 : 0;
+    out.missing = impl_->outcomes.missing();
+    out.step.nodes = impl_->node_names;
+    out.step.nodes.push_back("?");  // where ranks of unknown nodes are placed
+    out.step.tasks = impl_->outcomes.finish(impl_->node_of_rank);
+    out.problems = impl_->problems;
+    return out;
+}
+
+}  // namespace exitpolicy::plugin

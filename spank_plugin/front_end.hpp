@@ -1,0 +1,69 @@
+// front_end.hpp - the step's front end (FE) in srun.
+//
+// One libevent thread with a TCP listener. Each node's slurmstepd connects
+// once, proves it holds the step's secret (protocol/auth.hpp), and sends
+// every task outcome of its node; the FE acknowledges each one and keeps one
+// per rank + epoch. srun's main thread calls finish() after the step: it
+// waits (bounded) for the outcomes still missing, stops the thread and hands
+// over what arrived.
+//
+// Threads: start() and finish() run on srun's main thread; every callback
+// runs on the FE thread, which alone owns the connections. The collected
+// outcomes are shared under one mutex. No Slurm headers here: unit-tested
+// with real sockets.
+#pragma once
+
+#include "config.hpp"
+#include "exitpolicy/policy.hpp"
+#include "exitpolicy/result.hpp"
+#include "protocol/auth.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace exitpolicy::plugin {
+
+struct FrontEndSetup {
+    std::uint32_t job_id = 0;
+    std::uint32_t step_id = 0;
+    std::uint32_t ntasks = 0;
+    std::uint32_t nnodes = 0;
+    std::optional<PortRange> ports;  // none: an ephemeral port
+};
+
+// What finish() hands over.
+struct Collected {
+    StepOutcomes step;                  // nodes indexed by node id; ranks never reported are lost
+    std::uint32_t missing = 0;          // ranks with no outcome
+    std::uint32_t nodes_reporting = 0;  // nodes that connected and authenticated
+    std::uint32_t nnodes = 0;
+    std::vector<std::string> problems;  // what went wrong on the way (rejected peers, ...)
+};
+
+class FrontEnd {
+public:
+    static Result<std::unique_ptr<FrontEnd>> start(const FrontEndSetup& setup);
+    ~FrontEnd();
+    FrontEnd(const FrontEnd&) = delete;
+    FrontEnd& operator=(const FrontEnd&) = delete;
+
+    std::uint16_t port() const noexcept;
+    const wire::Secret& secret() const noexcept;
+
+    // Waits until every outcome arrived, or every node that connected has
+    // closed its connection and all nodes connected, or the grace period
+    // passed; then stops the FE thread.
+    Collected finish(std::chrono::milliseconds grace);
+
+    struct Impl;
+
+private:
+    explicit FrontEnd(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace exitpolicy::plugin

@@ -1,0 +1,231 @@
+// node_link.cpp - the blocking node-side client. See node_link.hpp.
+#include "node_link.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace exitpolicy::plugin {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int remaining_ms(Clock::time_point deadline)
+{
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    return left > 0 ? static_cast<int>(left) : 0;
+}
+
+bool wait_fd(int fd, short events, Clock::time_point deadline)
+{
+    pollfd p{fd, events, 0};
+    while (true) {
+        const int n = ::poll(&p, 1, remaining_ms(deadline));
+        if (n > 0)
+            return true;
+        if (n == 0 || errno != EINTR)
+            return false;
+    }
+}
+
+Result<bool> write_all(int fd, const wire::Bytes& data, Clock::time_point deadline)
+{
+    std::size_t done = 0;
+    while (done < data.size()) {
+        const ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+        if (n > 0) {
+            done += static_cast<std::size_t>(n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (!wait_fd(fd, POLLOUT, deadline))
+                return Result<bool>::fail("timed out writing to the front end");
+            continue;
+        }
+        return Result<bool>::fail(std::string("cannot write to the front end: ") + std::strerror(errno));
+    }
+    return Result<bool>::ok(true);
+}
+
+Result<bool> read_exact(int fd, std::uint8_t* out, std::size_t size, Clock::time_point deadline)
+{
+    std::size_t done = 0;
+    while (done < size) {
+        const ssize_t n = ::recv(fd, out + done, size - done, 0);
+        if (n > 0) {
+            done += static_cast<std::size_t>(n);
+            continue;
+        }
+        if (n == 0)
+            return Result<bool>::fail("the front end closed the connection");
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            if (!wait_fd(fd, POLLIN, deadline))
+                return Result<bool>::fail("timed out waiting for the front end");
+            continue;
+        }
+        return Result<bool>::fail(std::string("cannot read from the front end: ") + std::strerror(errno));
+    }
+    return Result<bool>::ok(true);
+}
+
+// Reads one frame of the expected type.
+Result<wire::Bytes> read_frame(int fd, wire::Type expected, Clock::time_point deadline)
+{
+    std::array<std::uint8_t, wire::header_size> head{};
+    if (auto r = read_exact(fd, head.data(), head.size(), deadline); !r)
+        return Result<wire::Bytes>::fail(r.error());
+    auto h = wire::decode_header(head);
+    if (!h)
+        return Result<wire::Bytes>::fail(h.error());
+    if (h->type != expected)
+        return Result<wire::Bytes>::fail("expected a " + std::string(wire::type_name(expected)) + " frame, got " +
+                                         std::string(wire::type_name(h->type)));
+    wire::Bytes body(h->length);
+    if (auto r = read_exact(fd, body.data(), body.size(), deadline); !r)
+        return Result<wire::Bytes>::fail(r.error());
+    return Result<wire::Bytes>::ok(std::move(body));
+}
+
+Result<int> open_socket(const std::string& host, std::uint16_t port, Clock::time_point deadline)
+{
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const std::string service = std::to_string(port);
+    if (const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0)
+        return Result<int>::fail("cannot resolve the front end's host " + host + ": " + ::gai_strerror(rc));
+    std::string error = "no address";
+    int fd = -1;
+    for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
+        fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) {
+            error = std::strerror(errno);
+            continue;
+        }
+        if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+            break;
+        if (errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline)) {
+            int err = 0;
+            socklen_t len = sizeof(err);
+            ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+            if (err == 0)
+                break;
+            error = std::strerror(err);
+        } else {
+            error = errno == EINPROGRESS ? "timed out" : std::strerror(errno);
+        }
+        ::close(fd);
+        fd = -1;
+    }
+    ::freeaddrinfo(found);
+    if (fd < 0)
+        return Result<int>::fail("cannot connect to the front end at " + host + ":" + service + ": " + error);
+    return Result<int>::ok(fd);
+}
+
+}  // namespace
+
+NodeLink::~NodeLink()
+{
+    close();
+}
+
+NodeLink::NodeLink(NodeLink&& other) noexcept : fd_(other.fd_)
+{
+    other.fd_ = -1;
+}
+
+NodeLink& NodeLink::operator=(NodeLink&& other) noexcept
+{
+    if (this != &other) {
+        close();
+        fd_ = other.fd_;
+        other.fd_ = -1;
+    }
+    return *this;
+}
+
+void NodeLink::close() noexcept
+{
+    if (fd_ >= 0)
+        ::close(fd_);
+    fd_ = -1;
+}
+
+Result<NodeLink> NodeLink::connect(const LinkSetup& setup, std::chrono::milliseconds timeout)
+{
+    using R = Result<NodeLink>;
+    const auto deadline = Clock::now() + timeout;
+    auto fd = open_socket(setup.host, setup.port, deadline);
+    if (!fd)
+        return R::fail(fd.error());
+    NodeLink link(*fd);
+
+    auto body = read_frame(link.fd_, wire::Type::challenge, deadline);
+    if (!body)
+        return R::fail(body.error());
+    auto challenge = wire::Challenge::decode(*body);
+    if (!challenge)
+        return R::fail(challenge.error());
+    if (challenge->job_id != setup.job_id || challenge->step_id != setup.step_id)
+        return R::fail("the front end serves step " + std::to_string(challenge->job_id) + "." +
+                       std::to_string(challenge->step_id) + ", not this one");
+
+    auto nonce = wire::random_nonce();
+    if (!nonce)
+        return R::fail(nonce.error());
+    wire::Hello hello;
+    hello.role = wire::Role::stepd;
+    hello.node_id = setup.node_id;
+    hello.hostname = setup.hostname;
+    hello.ranks = setup.ranks;
+    hello.nonce = *nonce;
+    hello.mac = wire::client_proof(setup.secret, *challenge, hello);
+    if (auto w = write_all(link.fd_, hello.encode(), deadline); !w)
+        return R::fail(w.error());
+
+    body = read_frame(link.fd_, wire::Type::welcome, deadline);
+    if (!body)
+        return R::fail(body.error());
+    auto welcome = wire::Welcome::decode(*body);
+    if (!welcome)
+        return R::fail(welcome.error());
+    if (!wire::proofs_equal(welcome->mac, wire::server_proof(setup.secret, challenge->nonce, hello.nonce)))
+        return R::fail("the front end failed authentication");
+    return R::ok(std::move(link));
+}
+
+Result<bool> NodeLink::send_outcome(const wire::Outcome& outcome, std::chrono::milliseconds timeout)
+{
+    if (fd_ < 0)
+        return Result<bool>::fail("not connected to the front end");
+    const auto deadline = Clock::now() + timeout;
+    auto fail = [this](const std::string& why) {
+        close();
+        return Result<bool>::fail(why);
+    };
+    if (auto w = write_all(fd_, outcome.encode(), deadline); !w)
+        return fail(w.error());
+    auto body = read_frame(fd_, wire::Type::ack, deadline);
+    if (!body)
+        return fail(body.error());
+    auto ack = wire::Ack::decode(*body);
+    if (!ack)
+        return fail(ack.error());
+    if (ack->rank != outcome.rank || ack->epoch != outcome.epoch)
+        return fail("the front end acknowledged rank " + std::to_string(ack->rank) + ", not " +
+                    std::to_string(outcome.rank));
+    return Result<bool>::ok(true);
+}
+
+}  // namespace exitpolicy::plugin

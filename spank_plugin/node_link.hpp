@@ -1,0 +1,54 @@
+// node_link.hpp - a node's connection to the step's front end, as used from
+// slurmstepd: blocking, bounded by poll() timeouts, no threads, no
+// libevent. One connection per node per step, opened in remote
+// init_post_opt and used by every task_exit hook on that node.
+//
+// No Slurm headers here: unit-tested against the real front end.
+#pragma once
+
+#include "exitpolicy/result.hpp"
+#include "protocol/auth.hpp"
+#include "protocol/wire.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace exitpolicy::plugin {
+
+struct LinkSetup {
+    std::string host;  // the FE's address (srun's SLURM_SRUN_COMM_HOST)
+    std::uint16_t port = 0;
+    wire::Secret secret{};
+    std::uint32_t job_id = 0;
+    std::uint32_t step_id = 0;
+    std::uint32_t node_id = 0;
+    std::string hostname;
+    std::vector<std::uint32_t> ranks;  // this node's tasks
+};
+
+class NodeLink {
+public:
+    NodeLink() = default;
+    ~NodeLink();
+    NodeLink(NodeLink&& other) noexcept;
+    NodeLink& operator=(NodeLink&& other) noexcept;
+
+    // Connects and authenticates both ways within timeout.
+    static Result<NodeLink> connect(const LinkSetup& setup, std::chrono::milliseconds timeout);
+
+    bool connected() const noexcept { return fd_ >= 0; }
+
+    // Sends one outcome and waits for its acknowledgement within timeout.
+    // On failure the connection is closed.
+    Result<bool> send_outcome(const wire::Outcome& outcome, std::chrono::milliseconds timeout);
+
+    void close() noexcept;
+
+private:
+    explicit NodeLink(int fd) : fd_(fd) {}
+    int fd_ = -1;
+};
+
+}  // namespace exitpolicy::plugin

@@ -1,0 +1,60 @@
+// plugin.hpp - the plugin's state and the hooks of each context.
+//
+// dispatch.cpp holds the slurm_spank_* entry points and switches on the
+// context to srun.cpp (local), slurmstepd.cpp (remote) or allocator.cpp
+// (sbatch/salloc). Each process loads the plugin once and runs its hooks on
+// one thread, so the state is a plain global.
+#pragma once
+
+#include "config.hpp"
+#include "options.hpp"
+
+#include "spank.hpp"
+
+#include <string>
+
+namespace exitpolicy::plugin {
+
+struct State {
+    Config config;
+    bool disabled = false;  // by a plugstack.conf error: everything is left to Slurm
+    RawOptions cli;         // what the option callbacks saw
+    bool cli_warned = false;
+};
+State& state() noexcept;
+
+// Every context: parse plugstack.conf arguments, register the options.
+int init(spank_t sp, int ac, char** av);
+
+// The environment's option values (SLURM_EXIT_POLICY, ...), via lookup.
+template <typename Lookup>
+RawOptions options_from_env(Lookup&& lookup)
+{
+    RawOptions env;
+    env.policy = lookup(opt_policy.env);
+    env.main_rank = lookup(opt_main_rank.env);
+    env.report = lookup(opt_report.env);
+    env.report_json = lookup(opt_report_json.env);
+    return env;
+}
+
+// The bootstrap variable srun hands to the step: "1:PORT:SECRET".
+inline constexpr const char* bootstrap_env = "EXITPOLICY_BOOTSTRAP";
+
+namespace srun {
+int init_post_opt(spank_t sp);
+int local_user_init(spank_t sp);
+int exit(spank_t sp);
+}  // namespace srun
+
+namespace slurmstepd {
+int init_post_opt(spank_t sp);
+int task_exit(spank_t sp);
+int exit(spank_t sp);
+}  // namespace slurmstepd
+
+namespace allocator {
+int init_post_opt(spank_t sp);
+}  // namespace allocator
+
+}  // namespace exitpolicy::plugin

@@ -1,0 +1,7 @@
+// spank.hpp - <slurm/spank.h> for C++: it declares the slurm_spank_* hooks
+// outside its own extern "C" block, so the whole header is wrapped here.
+#pragma once
+
+extern "C" {
+#include <slurm/spank.h>
+}

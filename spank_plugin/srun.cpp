@@ -1,0 +1,151 @@
+// srun.cpp - the local context: srun.
+//
+// init_post_opt: resolve the step's options (bad ones stop srun before it
+// allocates). local_user_init: check the main rank against the task count,
+// start the front end, hand the nodes the bootstrap variable. exit (after
+// the step, from srun's atexit): collect the outcomes, decide, report, and
+// end srun with the policy's code. Any trouble of our own: one warning, and
+// srun keeps Slurm's exit code.
+#include "front_end.hpp"
+#include "log.hpp"
+#include "plugin.hpp"
+
+#include "exitpolicy/report.hpp"
+#include "protocol/auth.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <unistd.h>
+
+namespace exitpolicy::plugin::srun {
+namespace {
+
+struct Local {
+    std::optional<StepOptions> options;
+    std::unique_ptr<FrontEnd> fe;
+    std::uint32_t job_id = 0;
+    std::uint32_t step_id = 0;
+    std::uint32_t ntasks = 0;
+};
+Local local;
+
+std::optional<std::string> env_value(const char* name)
+{
+    const char* v = std::getenv(name);
+    if (!v)
+        return std::nullopt;
+    return std::string(v);
+}
+
+template <typename T>
+bool item(spank_t sp, spank_item_t which, T& out)
+{
+    return spank_get_item(sp, which, &out) == ESPANK_SUCCESS;
+}
+
+void write_json(const std::string& path, const std::string& text)
+{
+    std::ofstream out(path, std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out)
+        log::user("warning: cannot write the JSON report to %s", path.c_str());
+}
+
+}  // namespace
+
+int init_post_opt(spank_t)
+{
+    State& st = state();
+    if (st.disabled) {
+        if (st.cli.any())
+            log::user("warning: the plugin is disabled by a plugstack.conf error (see above or the Slurm log); "
+                      "--exit-* options are ignored");
+        return 0;
+    }
+    auto options = resolve_options(st.cli, options_from_env(env_value), st.config);
+    if (!options) {
+        log::error("%s", options.error().c_str());
+        return -1;
+    }
+    if (options->main_rank_given && !options->policy)
+        log::user("warning: --exit-main-rank has no effect without --exit-policy");
+    local.options = *options;
+    return 0;
+}
+
+int local_user_init(spank_t sp)
+{
+    if (!local.options || !local.options->policy)
+        return 0;
+    std::uint32_t nnodes = 0;
+    if (!item(sp, S_JOB_ID, local.job_id) || !item(sp, S_JOB_STEPID, local.step_id) ||
+        !item(sp, S_JOB_TOTAL_TASK_COUNT, local.ntasks) || !item(sp, S_JOB_NNODES, nnodes)) {
+        log::user("warning: the step's size is unknown; srun keeps Slurm's exit code");
+        return 0;
+    }
+    if (auto ok = check_main_rank(*local.options, local.ntasks); !ok) {
+        log::error("%s", ok.error().c_str());
+        return -1;
+    }
+    FrontEndSetup setup{local.job_id, local.step_id, local.ntasks, nnodes, state().config.port_range};
+    auto fe = FrontEnd::start(setup);
+    if (!fe) {
+        log::user("warning: %s; srun keeps Slurm's exit code", fe.error().c_str());
+        return 0;
+    }
+    local.fe = std::move(*fe);
+    const std::string bootstrap =
+        "1:" + std::to_string(local.fe->port()) + ":" + wire::to_hex(local.fe->secret());
+    // srun copies its environment into the step's: spank_setenv is refused here.
+    if (::setenv(bootstrap_env, bootstrap.c_str(), 1) != 0) {
+        log::user("warning: cannot export the bootstrap variable; srun keeps Slurm's exit code");
+        local.fe.reset();
+        return 0;
+    }
+    log::verbose("front end for step %u.%u on port %u, %u tasks on %u nodes", local.job_id, local.step_id,
+                 local.fe->port(), local.ntasks, nnodes);
+    return 0;
+}
+
+int exit(spank_t)
+{
+    if (!local.fe)
+        return 0;
+    const State& st = state();
+    const StepOptions& opts = *local.options;
+    Collected got = local.fe->finish(std::chrono::milliseconds(st.config.grace_ms));
+    local.fe.reset();
+    for (const auto& p : got.problems)
+        log::verbose("front end: %s", p.c_str());
+
+    if (got.missing && got.nodes_reporting < got.nnodes) {
+        log::user("warning: %u of %u nodes never reported (see the Slurm log of those nodes); "
+                  "srun keeps Slurm's exit code",
+                  got.nnodes - got.nodes_reporting, got.nnodes);
+        return 0;
+    }
+    const Settings settings{*opts.policy, opts.main_rank, st.config.lost_code};
+    auto decision = decide(got.step, settings);
+    if (!decision) {
+        log::user("warning: %s; srun keeps Slurm's exit code", decision.error().c_str());
+        return 0;
+    }
+    if (should_report(opts.report, true, *decision)) {
+        const std::string text = render_summary(got.step, settings, *decision);
+        std::fputs(text.c_str(), stderr);
+    }
+    if (!opts.report_json.empty()) {
+        const ReportContext ctx{std::to_string(local.job_id), std::to_string(local.step_id)};
+        write_json(expand_report_path(opts.report_json, local.job_id, local.step_id),
+                   render_json(got.step, settings, *decision, ctx));
+    }
+    // _exit sets srun's code and skips later atexit handlers: everything of
+    // ours is done, and stdio is flushed first so that no output is lost.
+    std::fflush(nullptr);
+    ::_exit(decision->code);
+}
+
+}  // namespace exitpolicy::plugin::srun
