@@ -14,6 +14,7 @@
 #include <slurm/slurm.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <ctime>
 #include <string>
 #include <unistd.h>
@@ -133,8 +134,10 @@ int init_post_opt(spank_t sp)
         if (spank_get_item(sp, S_JOB_LOCAL_TO_GLOBAL_ID, local_id, &global_id) == ESPANK_SUCCESS)
             setup.ranks.push_back(global_id);
     }
-    if (auto name = job_env(sp, "SLURMD_NODENAME")) {
-        setup.hostname = *name;
+    // slurmstepd's own environment names its node (the job's may carry a
+    // stale SLURMD_NODENAME, e.g. from a batch script).
+    if (const char* name = ::getenv("SLURMD_NODENAME"); name && *name) {
+        setup.hostname = name;
     } else {
         char buf[256] = {};
         ::gethostname(buf, sizeof(buf) - 1);
