@@ -1,0 +1,116 @@
+// options_test.cpp - command line > environment > site, and their errors.
+#include "spank_plugin/options.hpp"
+
+#include <gtest/gtest.h>
+
+namespace exitpolicy::plugin {
+namespace {
+
+const std::string valid =
+    "valid policies are max (native), main-rank (rank0), all-success (require-all-success), main-rank-check "
+    "(check-all-nodes), first-failure, lowest-rank";
+
+TEST(OptionsTest, NothingAskedMeansNoPolicy)
+{
+    const auto o = resolve_options({}, {}, Config{});
+    ASSERT_TRUE(o);
+    EXPECT_FALSE(o->policy);
+    EXPECT_FALSE(o->main_rank_given);
+    EXPECT_EQ(o->report, ReportMode::automatic);
+    EXPECT_TRUE(o->report_json.empty());
+}
+
+TEST(OptionsTest, CommandLineBeatsEnvironmentBeatsSite)
+{
+    Config site;
+    site.default_policy = Policy::all_success;
+    site.report = ReportMode::never;
+    RawOptions env{"rank0", "3", "always", "env.json"};
+    RawOptions cli{"lowest-rank", std::nullopt, std::nullopt, "cli-%j.json"};
+
+    EXPECT_EQ(resolve_options({}, {}, site)->policy, Policy::all_success);
+    EXPECT_EQ(resolve_options({}, {}, site)->report, ReportMode::never);
+    const auto from_env = resolve_options({}, env, site);
+    ASSERT_TRUE(from_env);
+    EXPECT_EQ(from_env->policy, Policy::main_rank);
+    EXPECT_EQ(from_env->main_rank, 3u);
+    EXPECT_TRUE(from_env->main_rank_given);
+    EXPECT_EQ(from_env->report, ReportMode::always);
+    EXPECT_EQ(from_env->report_json, "env.json");
+    const auto both = resolve_options(cli, env, site);
+    ASSERT_TRUE(both);
+    EXPECT_EQ(both->policy, Policy::lowest_rank);
+    EXPECT_EQ(both->main_rank, 3u);
+    EXPECT_EQ(both->report, ReportMode::always);
+    EXPECT_EQ(both->report_json, "cli-%j.json");
+}
+
+TEST(OptionsTest, ErrorsNameTheirSource)
+{
+    Config site;
+    site.allowed_policies = {Policy::main_rank, Policy::max};
+    struct Case {
+        RawOptions cli;
+        RawOptions env;
+        std::string message;
+    };
+    const Case cases[] = {
+        {{"best"}, {}, "--exit-policy: invalid exit policy 'best': " + valid},
+        {{}, {"best"}, "SLURM_EXIT_POLICY: invalid exit policy 'best': " + valid},
+        {{"lowest-rank"}, {},
+         "--exit-policy: exit policy 'lowest-rank' is not allowed on this cluster; allowed: main-rank, max"},
+        {{std::nullopt, "-1"}, {},
+         "--exit-main-rank: invalid main rank '-1': expected a task rank, a whole number from 0"},
+        {{}, {std::nullopt, "one"},
+         "SLURM_EXIT_MAIN_RANK: invalid main rank 'one': expected a task rank, a whole number from 0"},
+        {{std::nullopt, std::nullopt, "loud"}, {},
+         "--exit-report: invalid exit report mode 'loud': valid modes are auto, always, never"},
+        {{}, {std::nullopt, std::nullopt, "loud"},
+         "SLURM_EXIT_REPORT: invalid exit report mode 'loud': valid modes are auto, always, never"},
+        {{std::nullopt, std::nullopt, std::nullopt, ""}, {},
+         "--exit-report-json: expected a file path (%j and %s expand to the job and step id)"},
+        {{}, {std::nullopt, std::nullopt, std::nullopt, ""},
+         "SLURM_EXIT_REPORT_JSON: expected a file path (%j and %s expand to the job and step id)"},
+    };
+    for (const auto& [cli, env, message] : cases) {
+        const auto o = resolve_options(cli, env, site);
+        ASSERT_FALSE(o) << message;
+        EXPECT_EQ(o.error(), message);
+    }
+    // A bad environment value does not matter when the command line overrides it.
+    EXPECT_TRUE(resolve_options({"max"}, {"best"}, site));
+}
+
+TEST(OptionsTest, CheckOptionAsTheCallbackDoes)
+{
+    const Config site;
+    EXPECT_TRUE(check_option(opt_policy, "Main-Rank", site));
+    EXPECT_EQ(check_option(opt_policy, "x", site).error(), "--exit-policy: invalid exit policy 'x': " + valid);
+    EXPECT_TRUE(check_option(opt_main_rank, "12", site));
+    EXPECT_FALSE(check_option(opt_main_rank, "1e3", site));
+    EXPECT_FALSE(check_option(opt_report, "", site));
+    EXPECT_TRUE(check_option(opt_report_json, "out.json", site));
+    EXPECT_FALSE(check_option(opt_report_json, "", site));
+}
+
+TEST(OptionsTest, MainRankMustBeATask)
+{
+    StepOptions o;
+    o.main_rank = 7;
+    EXPECT_TRUE(check_main_rank(o, 8));
+    EXPECT_EQ(check_main_rank(o, 4).error(),
+              "main rank 7 is not a task of this step: with 4 tasks give --exit-main-rank from 0 to 3");
+    EXPECT_EQ(check_main_rank(o, 1).error(),
+              "main rank 7 is not a task of this step: with 1 task give --exit-main-rank from 0 to 0");
+}
+
+TEST(OptionsTest, ReportPathExpansion)
+{
+    EXPECT_EQ(expand_report_path("exit-%j.%s.json", 1234, 0), "exit-1234.0.json");
+    EXPECT_EQ(expand_report_path("/tmp/%j/%j-%s", 7, 2), "/tmp/7/7-2");
+    EXPECT_EQ(expand_report_path("100%%-%x-%", 1, 2), "100%-%x-%");
+    EXPECT_EQ(expand_report_path("plain.json", 1, 2), "plain.json");
+}
+
+}  // namespace
+}  // namespace exitpolicy::plugin

@@ -1,0 +1,216 @@
+// wire_test.cpp - the frame codec and the authentication proofs.
+#include "protocol/auth.hpp"
+#include "protocol/wire.hpp"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+namespace exitpolicy::wire {
+namespace {
+
+std::span<const std::uint8_t, header_size> head(const Bytes& frame)
+{
+    return std::span<const std::uint8_t, header_size>(frame.data(), header_size);
+}
+
+std::span<const std::uint8_t> body(const Bytes& frame)
+{
+    return std::span<const std::uint8_t>(frame).subspan(header_size);
+}
+
+TEST(WireTest, HeaderLayout)
+{
+    const Bytes frame = Ack{7, 1}.encode();
+    ASSERT_EQ(frame.size(), header_size + 8);
+    EXPECT_EQ(frame[0], 'E');
+    EXPECT_EQ(frame[1], 'P');
+    EXPECT_EQ(frame[2], protocol_version);
+    EXPECT_EQ(frame[3], static_cast<std::uint8_t>(Type::ack));
+    EXPECT_EQ((Bytes{frame.begin() + 4, frame.begin() + 8}), (Bytes{0, 0, 0, 8}));
+    EXPECT_EQ((Bytes{frame.begin() + 8, frame.end()}), (Bytes{0, 0, 0, 7, 0, 0, 0, 1}));
+    const auto h = decode_header(head(frame));
+    ASSERT_TRUE(h);
+    EXPECT_EQ(h->type, Type::ack);
+    EXPECT_EQ(h->length, 8u);
+}
+
+TEST(WireTest, EveryMessageRoundTrips)
+{
+    Challenge c{{}, 1234, 5};
+    c.nonce[0] = 9;
+    c.nonce[31] = 200;
+    const auto c2 = Challenge::decode(body(c.encode()));
+    ASSERT_TRUE(c2);
+    EXPECT_EQ(c2->nonce, c.nonce);
+    EXPECT_EQ(c2->job_id, 1234u);
+    EXPECT_EQ(c2->step_id, 5u);
+
+    Hello h;
+    h.role = Role::daemon;
+    h.node_id = 3;
+    h.hostname = "node4";
+    h.ranks = {6, 7, 4294967295u};
+    h.nonce[5] = 1;
+    h.mac[30] = 2;
+    const auto h2 = Hello::decode(body(h.encode()));
+    ASSERT_TRUE(h2) << h2.error();
+    EXPECT_EQ(h2->role, Role::daemon);
+    EXPECT_EQ(h2->node_id, 3u);
+    EXPECT_EQ(h2->hostname, "node4");
+    EXPECT_EQ(h2->ranks, h.ranks);
+    EXPECT_EQ(h2->nonce, h.nonce);
+    EXPECT_EQ(h2->mac, h.mac);
+
+    Outcome o;
+    o.rank = 4000000000u;
+    o.epoch = 2;
+    o.pid = -1;
+    o.wait_status = 139;
+    o.end_time_us = 1795258800123456;
+    o.flags = Outcome::flag_aborted | Outcome::flag_finalized_known;
+    o.abort_status = -7;
+    const auto o2 = Outcome::decode(body(o.encode()));
+    ASSERT_TRUE(o2);
+    EXPECT_EQ(o2->rank, o.rank);
+    EXPECT_EQ(o2->epoch, 2u);
+    EXPECT_EQ(o2->pid, -1);
+    EXPECT_EQ(o2->wait_status, 139);
+    EXPECT_EQ(o2->end_time_us, o.end_time_us);
+    EXPECT_EQ(o2->flags, o.flags);
+    EXPECT_EQ(o2->abort_status, -7);
+
+    Welcome w;
+    w.mac[0] = 0xff;
+    EXPECT_EQ(Welcome::decode(body(w.encode()))->mac, w.mac);
+    EXPECT_EQ(Ack::decode(body(Ack{3, 4}.encode()))->epoch, 4u);
+}
+
+TEST(WireTest, BadHeadersAreErrors)
+{
+    Bytes frame = Ack{1, 0}.encode();
+    const std::pair<std::function<void(Bytes&)>, std::string> cases[] = {
+        {[](Bytes& f) { f[0] = 'X'; }, "not an exitpolicy frame (bad magic)"},
+        {[](Bytes& f) { f[2] = 9; }, "unsupported protocol version 9 (this side speaks 1)"},
+        {[](Bytes& f) { f[3] = 0; }, "unknown frame type 0"},
+        {[](Bytes& f) { f[3] = 99; }, "unknown frame type 99"},
+        {[](Bytes& f) { f[4] = 0x7f; }, "frame of 2130706440 bytes exceeds the bound of 65536"},
+        {[](Bytes& f) { f[5] = 1; f[6] = 0; f[7] = 1; }, "frame of 65537 bytes exceeds the bound of 65536"},
+    };
+    for (const auto& [mutate, message] : cases) {
+        Bytes f = frame;
+        mutate(f);
+        const auto h = decode_header(head(f));
+        ASSERT_FALSE(h) << message;
+        EXPECT_EQ(h.error(), message);
+    }
+}
+
+TEST(WireTest, TruncatedOrPaddedBodiesAreErrors)
+{
+    Hello h;
+    h.hostname = "node1";
+    h.ranks = {0, 1};
+    const Bytes frame = h.encode();
+    const auto full = body(frame);
+    for (std::size_t n = 0; n < full.size(); ++n)
+        EXPECT_FALSE(Hello::decode(full.first(n))) << n;
+    Bytes padded(full.begin(), full.end());
+    padded.push_back(0);
+    const auto r = Hello::decode(padded);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error(), "malformed hello frame");
+    EXPECT_FALSE(Outcome::decode(body(Ack{1, 2}.encode())));
+}
+
+TEST(WireTest, HostileLengthsInsideBodiesAreBounded)
+{
+    // A string or rank list that claims more than the body holds, or more
+    // than the bound, never allocates it.
+    Bytes b = Writer(Type::hello).u8(1).u32(0).u32(0xffffffffu).finish();
+    EXPECT_FALSE(Hello::decode(body(b)));
+    b = Writer(Type::hello).u8(1).u32(0).str("n").u32(0x40000000u).finish();
+    EXPECT_FALSE(Hello::decode(body(b)));
+    b = Writer(Type::hello).u8(7).u32(0).str("n").u32(0).bytes(Nonce{}).bytes(Mac{}).finish();
+    const auto r = Hello::decode(body(b));
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error(), "hello with unknown role 7");
+}
+
+TEST(WireTest, RandomBytesNeverCrashTheDecoders)
+{
+    // Whatever a decoder accepts encodes back to exactly the same bytes:
+    // nothing is read past the body, nothing is silently skipped.
+    std::mt19937 rng(42);
+    int accepted = 0;
+    auto check = [&](const Bytes& junk, auto decoded) {
+        if (!decoded)
+            return;
+        ++accepted;
+        const Bytes again = decoded->encode();
+        EXPECT_EQ(Bytes(again.begin() + header_size, again.end()), junk);
+    };
+    for (int i = 0; i < 20000; ++i) {
+        Bytes junk(rng() % 96);
+        for (auto& b : junk)
+            b = static_cast<std::uint8_t>(rng());
+        check(junk, Challenge::decode(junk));
+        check(junk, Hello::decode(junk));
+        check(junk, Welcome::decode(junk));
+        check(junk, Outcome::decode(junk));
+        check(junk, Ack::decode(junk));
+        if (junk.size() >= header_size)
+            (void)decode_header(std::span<const std::uint8_t, header_size>(junk.data(), header_size));
+    }
+    EXPECT_GT(accepted, 0);  // fixed-size messages of the right length do decode
+}
+
+TEST(AuthTest, ProofsBindTheSecretTheNoncesAndTheIdentity)
+{
+    const Secret secret = *random_secret();
+    Secret other = secret;
+    other[0] ^= 1;
+    const Challenge challenge{*random_nonce(), 42, 0};
+    Hello hello;
+    hello.node_id = 2;
+    hello.hostname = "node3";
+    hello.ranks = {4, 5};
+    hello.nonce = *random_nonce();
+
+    const Mac proof = client_proof(secret, challenge, hello);
+    EXPECT_TRUE(proofs_equal(proof, client_proof(secret, challenge, hello)));
+    EXPECT_FALSE(proofs_equal(proof, client_proof(other, challenge, hello)));
+    Hello changed = hello;
+    changed.node_id = 3;
+    EXPECT_FALSE(proofs_equal(proof, client_proof(secret, challenge, changed)));
+    changed = hello;
+    changed.ranks = {4};
+    EXPECT_FALSE(proofs_equal(proof, client_proof(secret, challenge, changed)));
+    Challenge replay = challenge;
+    replay.nonce[3] ^= 1;
+    EXPECT_FALSE(proofs_equal(proof, client_proof(secret, replay, hello)));
+    replay = challenge;
+    replay.step_id = 1;
+    EXPECT_FALSE(proofs_equal(proof, client_proof(secret, replay, hello)));
+
+    const Mac server = server_proof(secret, challenge.nonce, hello.nonce);
+    EXPECT_FALSE(proofs_equal(server, proof));
+    EXPECT_FALSE(proofs_equal(server, server_proof(secret, hello.nonce, challenge.nonce)));
+    EXPECT_FALSE(proofs_equal(server, server_proof(other, challenge.nonce, hello.nonce)));
+}
+
+TEST(AuthTest, SecretsInHex)
+{
+    const Secret s = *random_secret();
+    const std::string hex = to_hex(s);
+    EXPECT_EQ(hex.size(), 64u);
+    EXPECT_EQ(*secret_from_hex(hex), s);
+    EXPECT_EQ(to_hex(Bytes{0x00, 0xab, 0x0f}), "00ab0f");
+    EXPECT_EQ(secret_from_hex("abc").error(), "secret must be 64 hex digits");
+    EXPECT_EQ(secret_from_hex(std::string(63, '0') + "g").error(), "secret is not hexadecimal");
+    EXPECT_NE(*random_secret(), *random_secret());
+}
+
+}  // namespace
+}  // namespace exitpolicy::wire
