@@ -3,6 +3,8 @@
 #
 #   bash bench/run.sh          all benchmarks
 #   bash bench/run.sh decide   only the policy core (decide/report over 10^6 tasks)
+#   bash bench/run.sh srun     srun -N4 -n8 true on the local cluster: plugin off,
+#                              loaded, and with a policy (ROUNDS=15 paired rounds)
 #
 # Figures are for comparison on one machine in one run, never thresholds.
 set -euo pipefail
@@ -13,12 +15,24 @@ what=${1:-all}
 
 bash "$src/contrib/install-deps"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$(nproc)" --target decide_bench >/dev/null
+cmake --build "$build" -j "$(nproc)" >/dev/null
 
 case $what in
   all|decide)
     echo "== policy core: deciding and reporting (bench/decide_bench.cpp)"
     "$build/bench/decide_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
       --benchmark_min_time=0.5 2>/dev/null | grep -E '^Benchmark|_median' ;;
-  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide" >&2; exit 2 ;;
+  srun) ;;
+  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, srun" >&2; exit 2 ;;
+esac
+
+case $what in
+  all|srun)
+    echo "== srun overhead on a real 4-node cluster (bench/srun_overhead.py)"
+    export EXITPOLICY_CLUSTER_DIR=${EXITPOLICY_CLUSTER_DIR:-/tmp/exitpolicy-bench-cluster}
+    cluster=$src/contrib/slurm/cluster
+    trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
+    "$cluster" up 4 >/dev/null
+    "$cluster" exec /usr/bin/python3 "$src/bench/srun_overhead.py" \
+      "$build/spank_plugin/exitpolicy.so" "$EXITPOLICY_CLUSTER_DIR/etc/plugstack.d" "${ROUNDS:-15}" ;;
 esac

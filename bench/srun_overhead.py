@@ -1,0 +1,65 @@
+#!/usr/bin/python3
+"""srun_overhead.py - what the plugin costs a step, measured on the real cluster.
+
+Times `srun -N4 -n8 true` on the local 4-node cluster (contrib/slurm/cluster)
+in three configurations, interleaved so that machine noise hits all of them
+alike: no plugin at all; the plugin loaded but no policy asked; the plugin
+with --exit-policy=main-rank (front end, node links, report path). Prints
+each configuration's median and the medians of the per-round ratios against
+"no plugin".
+
+Run it inside the cluster's namespace (bench/run.sh srun does):
+    contrib/slurm/cluster exec /usr/bin/python3 bench/srun_overhead.py PLUGIN PLUGSTACK_D ROUNDS
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+plugin, plugstack_d, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+conf = os.path.join(plugstack_d, "exitpolicy.conf")
+step = ["srun", "-N4", "-n8", "true"]
+
+configs = {
+    "no plugin": (None, []),
+    "plugin, no policy": (f"optional {plugin}\n", []),
+    "plugin + main-rank": (f"optional {plugin}\n", ["--exit-policy=main-rank"]),
+}
+
+
+def run(name):
+    line, extra = configs[name]
+    if line is None:
+        if os.path.exists(conf):
+            os.unlink(conf)
+    else:
+        with open(conf, "w") as f:
+            f.write(line)
+    t0 = time.perf_counter()
+    rc = subprocess.run(step[:1] + extra + step[1:], stdout=subprocess.DEVNULL).returncode
+    elapsed = time.perf_counter() - t0
+    if rc != 0:
+        sys.exit(f"srun failed with {rc} under '{name}'")
+    return elapsed
+
+
+names = list(configs)
+for name in names:  # warm up caches and the controller
+    run(name)
+times = {n: [] for n in names}
+for r in range(rounds):
+    order = names[r % 3:] + names[:r % 3]  # rotate who goes first
+    for name in order:
+        times[name].append(run(name))
+if os.path.exists(conf):
+    os.unlink(conf)
+
+base = times["no plugin"]
+print(f"srun -N4 -n8 true, {rounds} interleaved rounds")
+print(f"{'configuration':<22} {'median':>9} {'min':>9} {'median ratio vs no plugin':>27}")
+for name in names:
+    ratios = [t / b for t, b in zip(times[name], base)]
+    print(f"{name:<22} {statistics.median(times[name]) * 1000:7.1f}ms {min(times[name]) * 1000:7.1f}ms "
+          f"{statistics.median(ratios):27.3f}")
