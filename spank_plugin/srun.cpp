@@ -24,6 +24,9 @@ namespace {
 
 struct Local {
     std::optional<StepOptions> options;
+    // A report was asked for without a policy: decide under max (Slurm's own
+    // rule) for the report, and leave srun's exit code to Slurm.
+    bool report_only = false;
     std::unique_ptr<FrontEnd> fe;
     std::uint32_t job_id = 0;
     std::uint32_t step_id = 0;
@@ -70,8 +73,17 @@ int init_post_opt(spank_t)
         log::error("%s", options.error().c_str());
         return -1;
     }
-    if (options->main_rank_given && !options->policy)
-        log::user("warning: --exit-main-rank has no effect without --exit-policy");
+    const RawOptions env = options_from_env(env_value);
+    if (!options->policy) {
+        const bool report_asked = !options->report_json.empty() ||
+                                  ((st.cli.report || env.report) && options->report == ReportMode::always);
+        if (report_asked) {
+            options->policy = Policy::max;
+            local.report_only = true;
+        } else if (options->main_rank_given) {
+            log::user("warning: --exit-main-rank has no effect without --exit-policy");
+        }
+    }
     local.options = *options;
     return 0;
 }
@@ -133,7 +145,7 @@ int exit(spank_t)
         log::user("warning: %s; srun keeps Slurm's exit code", decision.error().c_str());
         return 0;
     }
-    if (should_report(opts.report, true, *decision)) {
+    if (should_report(opts.report, !local.report_only, *decision)) {
         const std::string text = render_summary(got.step, settings, *decision);
         std::fputs(text.c_str(), stderr);
     }
@@ -142,6 +154,8 @@ int exit(spank_t)
         write_json(expand_report_path(opts.report_json, local.job_id, local.step_id),
                    render_json(got.step, settings, *decision, ctx));
     }
+    if (local.report_only)
+        return 0;
     // _exit sets srun's code and skips later atexit handlers: everything of
     // ours is done, and stdio is flushed first so that no output is lost.
     std::fflush(nullptr);
