@@ -8,12 +8,14 @@
 // connection and wait (bounded) for its acknowledgement. No threads; any
 // trouble is logged once and the step goes on as without us.
 #include "log.hpp"
-#include "node_link.hpp"
+#include "outcome_sink.hpp"
 #include "plugin.hpp"
 
 #include <slurm/slurm.h>
 
 #include <charconv>
+#include <memory>
+#include <vector>
 #include <cstdlib>
 #include <ctime>
 #include <string>
@@ -26,9 +28,11 @@ constexpr std::chrono::milliseconds connect_timeout{5000};
 constexpr std::chrono::milliseconds ack_timeout{2000};
 
 struct Remote {
-    std::optional<LinkSetup> setup;  // set when the FE serves this step
-    NodeLink link;
-    bool gave_up = false;  // after a failed reconnect: stop trying
+    std::uint32_t job_id = 0;
+    std::uint32_t step_id = 0;
+    // Tried in order for each outcome; empty when no front end serves this step.
+    std::vector<std::unique_ptr<OutcomeSink>> sinks;
+    bool failure_logged = false;  // one error line per step, not one per task
 };
 Remote remote;
 
@@ -78,19 +82,6 @@ void forward_batch_options(spank_t sp)
     for (const auto& [value, name] : vars)
         if (*value && spank_setenv(sp, name, (*value)->c_str(), 1) != ESPANK_SUCCESS)
             log::error("cannot set %s for the job script", name);
-}
-
-void connect(const char* why)
-{
-    auto link = NodeLink::connect(*remote.setup, connect_timeout);
-    if (!link) {
-        log::error("step %u.%u: %s: %s; this node's exit codes are left to Slurm", remote.setup->job_id,
-                   remote.setup->step_id, why, link.error().c_str());
-        return;
-    }
-    remote.link = std::move(*link);
-    log::debug("step %u.%u: connected to the front end at %s:%u", remote.setup->job_id, remote.setup->step_id,
-               remote.setup->host.c_str(), remote.setup->port);
 }
 
 }  // namespace
@@ -143,14 +134,22 @@ int init_post_opt(spank_t sp)
         ::gethostname(buf, sizeof(buf) - 1);
         setup.hostname = buf;
     }
-    remote.setup = std::move(setup);
-    connect("cannot reach srun");
+    remote.job_id = job_id;
+    remote.step_id = step_id;
+    const std::string fe = setup.host + ":" + std::to_string(setup.port);
+    auto sink = std::make_unique<FrontEndSink>(std::move(setup), connect_timeout, ack_timeout);
+    if (auto opened = sink->open(); !opened)
+        log::error("step %u.%u: cannot reach srun at %s: %s; will retry at the first task exit", job_id, step_id,
+                   fe.c_str(), opened.error().c_str());
+    else
+        log::debug("step %u.%u: connected to srun's front end at %s", job_id, step_id, fe.c_str());
+    remote.sinks.push_back(std::move(sink));
     return 0;
 }
 
 int task_exit(spank_t sp)
 {
-    if (!remote.setup || remote.gave_up)
+    if (remote.sinks.empty())
         return 0;
     wire::Outcome o;
     int status = 0;
@@ -164,27 +163,26 @@ int task_exit(spank_t sp)
     ::clock_gettime(CLOCK_REALTIME, &now);
     o.end_time_us = std::int64_t{now.tv_sec} * 1'000'000 + now.tv_nsec / 1000;
 
-    if (remote.link.connected()) {
-        auto sent = remote.link.send_outcome(o, ack_timeout);
-        if (sent)
+    std::string errors;
+    for (auto& sink : remote.sinks) {
+        auto delivered = sink->deliver(o);
+        if (delivered)
             return 0;
-        log::verbose("step %u.%u: rank %u: %s; reconnecting", remote.setup->job_id, remote.setup->step_id,
-                     o.rank, sent.error().c_str());
+        errors += (errors.empty() ? "" : "; ") + delivered.error();
     }
-    // Once more on a new connection; then give up for the rest of the step.
-    connect("lost the connection to srun");
-    if (remote.link.connected() && remote.link.send_outcome(o, ack_timeout))
-        return 0;
-    log::error("step %u.%u: cannot deliver rank %u's exit to srun; this node's exit codes are left to Slurm",
-               remote.setup->job_id, remote.setup->step_id, o.rank);
-    remote.gave_up = true;
+    if (!remote.failure_logged)
+        log::error("step %u.%u: cannot deliver rank %u's exit to srun (%s); srun will keep Slurm's exit code",
+                   remote.job_id, remote.step_id, o.rank, errors.c_str());
+    else
+        log::debug("step %u.%u: rank %u's exit not delivered: %s", remote.job_id, remote.step_id, o.rank,
+                   errors.c_str());
+    remote.failure_logged = true;
     return 0;
 }
 
 int exit(spank_t)
 {
-    remote.link.close();
-    remote.setup.reset();
+    remote.sinks.clear();
     return 0;
 }
 

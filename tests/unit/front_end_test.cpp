@@ -2,6 +2,7 @@
 // sockets on loopback: the same code srun and slurmstepd run, without Slurm.
 #include "spank_plugin/front_end.hpp"
 #include "spank_plugin/node_link.hpp"
+#include "spank_plugin/outcome_sink.hpp"
 
 #include <gtest/gtest.h>
 
@@ -223,6 +224,27 @@ TEST(NodeLinkTest, AFrontEndThatGoesAwayFailsTheSend)
     const auto sent = a.send_outcome(outcome(1, 0), 1s);
     EXPECT_FALSE(sent);
     EXPECT_FALSE(a.connected());
+}
+
+TEST(FrontEndSinkTest, ConnectsWhenNeededAndGivesUpOnceTheFrontEndIsGone)
+{
+    auto fe = start(3, 1);
+    ASSERT_TRUE(fe);
+    FrontEndSink sink(node(*fe, 0, {0, 1, 2}), 1s, 1s);
+    // Not opened yet (the first connect failed, say): the first delivery connects.
+    EXPECT_TRUE(sink.deliver(outcome(0, 0)));
+    EXPECT_TRUE(sink.deliver(outcome(1, 0)));
+    const std::uint16_t port = fe->port();
+    fe->finish(0ms);
+    fe.reset();
+
+    const auto failed = sink.deliver(outcome(2, 0));
+    ASSERT_FALSE(failed);
+    EXPECT_EQ(failed.error(), "the front end closed the connection; then cannot connect to the front end at "
+                              "127.0.0.1:" + std::to_string(port) + ": Connection refused");
+    EXPECT_TRUE(sink.gave_up());
+    // No further attempt: the error says so instead of a connect failure.
+    EXPECT_EQ(sink.deliver(outcome(2, 0)).error(), "gave up on the front end earlier in this step");
 }
 
 }  // namespace

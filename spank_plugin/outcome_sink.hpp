@@ -1,0 +1,42 @@
+// outcome_sink.hpp - where the slurmstepd side sends a task's outcome.
+//
+// slurmstepd.cpp tries its sinks in order: today the front end directly;
+// the node daemon will come first once it exists, with the direct path kept
+// as the fallback. A sink never throws, bounds every wait, and gives up
+// for the rest of the step once it has failed twice in a row, so that a
+// dead peer cannot slow every task exit on the node.
+#pragma once
+
+#include "node_link.hpp"
+
+#include <chrono>
+#include <string>
+
+namespace exitpolicy::plugin {
+
+class OutcomeSink {
+public:
+    virtual ~OutcomeSink() = default;
+    // Delivered and acknowledged; on failure the error says why.
+    virtual Result<bool> deliver(const wire::Outcome& outcome) = 0;
+};
+
+// Straight to srun's front end over one authenticated connection, opened
+// once (open()) and reopened once when it breaks.
+class FrontEndSink final : public OutcomeSink {
+public:
+    FrontEndSink(LinkSetup setup, std::chrono::milliseconds connect_timeout,
+                 std::chrono::milliseconds ack_timeout);
+    Result<bool> open();
+    Result<bool> deliver(const wire::Outcome& outcome) override;
+    bool gave_up() const noexcept { return gave_up_; }
+
+private:
+    LinkSetup setup_;
+    std::chrono::milliseconds connect_timeout_;
+    std::chrono::milliseconds ack_timeout_;
+    NodeLink link_;
+    bool gave_up_ = false;
+};
+
+}  // namespace exitpolicy::plugin
