@@ -38,8 +38,10 @@ RawOptions options_from_env(Lookup&& lookup)
     return env;
 }
 
-// The bootstrap variable srun hands to the step: "1:PORT:SECRET".
-inline constexpr const char* bootstrap_env = "EXITPOLICY_BOOTSTRAP";
+// The bootstrap variable srun hands to the step: "1:PORT:SECRET". Its name
+// starts with SLURM_ because srun passes SLURM_* variables to the step
+// whatever --export says (--export=NONE, or a list of names).
+inline constexpr const char* bootstrap_env = "SLURM_EXITPOLICY_BOOTSTRAP";
 
 namespace srun {
 int init_post_opt(spank_t sp);

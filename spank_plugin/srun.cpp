@@ -62,18 +62,18 @@ void write_json(const std::string& path, const std::string& text)
 int init_post_opt(spank_t)
 {
     State& st = state();
+    const RawOptions env = options_from_env(env_value);
     if (st.disabled) {
-        if (st.cli.any())
+        if (st.cli.any() || env.any())
             log::user("warning: the plugin is disabled by a plugstack.conf error (see above or the Slurm log); "
-                      "--exit-* options are ignored");
+                      "--exit-* options and SLURM_EXIT_* variables are ignored");
         return 0;
     }
-    auto options = resolve_options(st.cli, options_from_env(env_value), st.config);
+    auto options = resolve_options(st.cli, env, st.config);
     if (!options) {
         log::error("%s", options.error().c_str());
         return -1;
     }
-    const RawOptions env = options_from_env(env_value);
     if (!options->policy) {
         const bool report_asked = !options->report_json.empty() ||
                                   ((st.cli.report || env.report) && options->report == ReportMode::always);

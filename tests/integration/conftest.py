@@ -231,3 +231,66 @@ def workdir():
     os.chmod(d, 0o1777)
     yield pathlib.Path(d)
     shutil.rmtree(d, ignore_errors=True)
+
+
+# --- exitpolicy.so on the cluster -------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def exitpolicy_so():
+    """The built SPANK plugin: $EXITPOLICY_BUILD_DIR/spank_plugin/exitpolicy.so
+    (ctest sets EXITPOLICY_BUILD_DIR; default: build/ under the repository)."""
+    build = pathlib.Path(os.environ.get("EXITPOLICY_BUILD_DIR") or REPO / "build")
+    so = build / "spank_plugin" / "exitpolicy.so"
+    if not so.is_file():
+        pytest.fail(
+            f"{so} is missing: build it first (cmake -S {REPO} -B {build} && cmake --build {build})",
+            pytrace=False,
+        )
+    return so
+
+
+class Plugstack:
+    """The cluster's plugstack.d drop-in that loads exitpolicy.so.
+
+    Slurm reads the plugin stack for every step (srun and slurmstepd), so a
+    change takes effect with the next srun. The file is replaced atomically so
+    that a step never reads half of it.
+    """
+
+    def __init__(self, cluster, so):
+        self.so = pathlib.Path(so)
+        self.file = cluster.dir / "etc" / "plugstack.d" / "exitpolicy.conf"
+
+    def enable(self, *args, control="required"):
+        """Load the plugin with these plugstack arguments ("key=value")."""
+        line = " ".join([control, str(self.so), *args]) + "\n"
+        tmp = self.file.with_name(self.file.name + ".tmp")  # not *.conf
+        tmp.write_text(line)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, self.file)
+        return line
+
+    def disable(self):
+        try:
+            self.file.unlink()
+        except FileNotFoundError:
+            pass
+
+
+@pytest.fixture
+def plugstack(cluster, exitpolicy_so):
+    """Enables exitpolicy.so on the session cluster with the arguments a test
+    chooses (plugstack.enable("grace_ms=3000", ...)); always removed after the
+    test, so the next test starts from a cluster without the plugin."""
+    p = Plugstack(cluster, exitpolicy_so)
+    p.disable()
+    yield p
+    p.disable()
+
+
+@pytest.fixture
+def exitpolicy(plugstack):
+    """exitpolicy.so enabled with default arguments (grace_ms=3000)."""
+    plugstack.enable("grace_ms=3000")
+    return plugstack
