@@ -1,0 +1,367 @@
+/* ep_events --victim R (--exit CODE | --signal SIG) [--expect K] [--timeout S]
+ *           [--no-finalize-victim | --finalize-victim]
+ *
+ * Every rank registers one event handler per failure code (code-specific
+ * registrations only: OpenPMIx 4.2.2 servers drop default, code-less ones),
+ * waits for the registrations to complete, and fences, so that every handler
+ * is in place before anyone dies. Then
+ *   the victim (rank R) prints "victim rank=R t_us=T" and either _exit()s with
+ *   CODE or raises SIG (default action, e.g. SIGSEGV -> 139). By default it
+ *   does not call PMIx_Finalize first; --finalize-victim makes it finalize
+ *   before it dies (--no-finalize-victim states the default explicitly).
+ *   every survivor prints one line per event received and waits until it has
+ *   received K events (default 2) about the victim, or the timeout; it then
+ *   finalizes, prints "survivor done rank=R events=E" (E = events about the
+ *   victim) and exits 0 if E >= K, else 3. With K = 0 it listens for the
+ *   whole timeout and exits 0.
+ *
+ * Event handlers run on the PMIx progress thread: they only copy the event
+ * into a queue for the main thread (which prints) and complete it
+ * (PMIX_EVENT_ACTION_COMPLETE).
+ *
+ * stdout:
+ *   victim rank=R t_us=T
+ *   event rank=<me> code=<PMIx_Error_string> status=<int> affected=<ns>:<rank>|-
+ *         exit_code=<int>|- term_status=<int>|- t_us=<handler entry, CLOCK_REALTIME us>
+ *   survivor done rank=R events=E */
+#include "ep_pmix.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static _Noreturn void usage(const char *why) {
+  ep_die(EP_EXIT_USAGE,
+         "%s\nusage: ep_events --victim R (--exit CODE | --signal SIG) [--expect K] "
+         "[--timeout S] [--no-finalize-victim | --finalize-victim]",
+         why);
+}
+
+/* One registration per code. */
+struct reg {
+  pmix_status_t code;
+  const char *name;
+  bool done;
+  pmix_status_t status;
+  size_t ref;
+};
+
+#define REG(c) {c, #c, false, PMIX_SUCCESS, 0}
+static struct reg regs[] = {
+#ifdef PMIX_EVENT_PROC_TERMINATED
+    REG(PMIX_EVENT_PROC_TERMINATED),
+#endif
+#ifdef PMIX_ERR_PROC_ABORTED_BY_SIG
+    REG(PMIX_ERR_PROC_ABORTED_BY_SIG),
+#endif
+#ifdef PMIX_ERR_EXIT_NONZERO_TERM
+    REG(PMIX_ERR_EXIT_NONZERO_TERM),
+#endif
+#ifdef PMIX_ERR_PROC_REQUESTED_ABORT
+    REG(PMIX_ERR_PROC_REQUESTED_ABORT),
+#endif
+#ifdef PMIX_ERR_PROC_TERM_WO_SYNC
+    REG(PMIX_ERR_PROC_TERM_WO_SYNC),
+#endif
+#ifdef PMIX_ERR_PROC_ABORTED /* pmix_deprecated.h in 4.2.2 */
+    REG(PMIX_ERR_PROC_ABORTED),
+#endif
+#ifdef PMIX_EVENT_NODE_DOWN
+    REG(PMIX_EVENT_NODE_DOWN),
+#endif
+};
+#define NREGS (sizeof regs / sizeof regs[0])
+
+/* An event as the handler saw it. */
+struct ev {
+  pmix_status_t status;
+  char affected[256];
+  bool about_victim;
+  bool has_exit;
+  long long exit_code;
+  bool has_term;
+  long long term_status;
+  int64_t t_us;
+};
+
+#define MAX_EVENTS 256
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv;
+static size_t nregs_done;
+static struct ev events[MAX_EVENTS];
+static size_t nevents;  /* queued */
+static size_t ndropped; /* queue full */
+static size_t nabout;   /* queued events about the victim */
+
+static pmix_proc_t g_victim;
+
+static void regcb(pmix_status_t status, size_t refid, void *cbdata) {
+  struct reg *r = cbdata;
+  pthread_mutex_lock(&mu);
+  r->status = status;
+  r->ref = refid;
+  r->done = true;
+  nregs_done++;
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&mu);
+}
+
+static void append_proc(char *buf, size_t len, const pmix_proc_t *p) {
+  size_t used = strlen(buf);
+  if (used >= len - 1) {
+    return;
+  }
+  const char *sep = used > 0 ? "," : "";
+  if (p->rank == PMIX_RANK_WILDCARD) {
+    snprintf(buf + used, len - used, "%s%s:wildcard", sep, p->nspace);
+  } else {
+    snprintf(buf + used, len - used, "%s%s:%u", sep, p->nspace, p->rank);
+  }
+}
+
+static void handler(size_t ref, pmix_status_t status, const pmix_proc_t *source,
+                    pmix_info_t info[], size_t ninfo, pmix_info_t *results, size_t nresults,
+                    pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata) {
+  (void)ref;
+  (void)source;
+  (void)results;
+  (void)nresults;
+  struct ev e;
+  memset(&e, 0, sizeof e);
+  e.t_us = ep_now_us();
+  e.status = status;
+  for (size_t i = 0; i < ninfo; i++) {
+    const pmix_info_t *in = &info[i];
+    if (PMIX_CHECK_KEY(in, PMIX_EVENT_AFFECTED_PROC) && in->value.type == PMIX_PROC &&
+        in->value.data.proc != NULL) {
+      append_proc(e.affected, sizeof e.affected, in->value.data.proc);
+      if (PMIX_CHECK_PROCID(in->value.data.proc, &g_victim)) {
+        e.about_victim = true;
+      }
+    } else if (PMIX_CHECK_KEY(in, PMIX_EVENT_AFFECTED_PROCS) &&
+               in->value.type == PMIX_DATA_ARRAY && in->value.data.darray != NULL &&
+               in->value.data.darray->type == PMIX_PROC) {
+      const pmix_proc_t *procs = in->value.data.darray->array;
+      for (size_t k = 0; k < in->value.data.darray->size; k++) {
+        append_proc(e.affected, sizeof e.affected, &procs[k]);
+        if (PMIX_CHECK_PROCID(&procs[k], &g_victim)) {
+          e.about_victim = true;
+        }
+      }
+    } else if (PMIX_CHECK_KEY(in, PMIX_EXIT_CODE)) {
+      e.has_exit = ep_value_int(&in->value, &e.exit_code);
+    } else if (PMIX_CHECK_KEY(in, PMIX_PROC_TERM_STATUS)) {
+      e.has_term = ep_value_int(&in->value, &e.term_status);
+    }
+  }
+  if (e.affected[0] == '\0') {
+    strcpy(e.affected, "-");
+  }
+
+  pthread_mutex_lock(&mu);
+  if (nevents < MAX_EVENTS) {
+    events[nevents++] = e;
+    if (e.about_victim) {
+      nabout++;
+    }
+  } else {
+    ndropped++;
+  }
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&mu);
+
+  if (cbfunc != NULL) {
+    cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
+  }
+}
+
+static void print_event(uint32_t me, const struct ev *e) {
+  char exit_code[32] = "-", term[32] = "-";
+  if (e->has_exit) {
+    snprintf(exit_code, sizeof exit_code, "%lld", e->exit_code);
+  }
+  if (e->has_term) {
+    snprintf(term, sizeof term, "%lld", e->term_status);
+  }
+  ep_out("event rank=%u code=%s status=%d affected=%s exit_code=%s term_status=%s t_us=%lld",
+         me, PMIx_Error_string(e->status), e->status, e->affected, exit_code, term,
+         (long long)e->t_us);
+}
+
+static _Noreturn void die_as_victim(uint32_t me, bool finalize, long exit_code, long sig) {
+  if (finalize) {
+    ep_pmix_finalize();
+  }
+  ep_out("victim rank=%u t_us=%lld", me, (long long)ep_now_us());
+  fflush(NULL);
+  if (sig <= 0) {
+    _exit((int)exit_code);
+  }
+  signal((int)sig, SIG_DFL);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, (int)sig);
+  pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+  raise((int)sig);
+  ep_die(EP_EXIT_FAIL, "still alive after raising signal %ld (its default action is not to "
+                       "terminate?)",
+         sig);
+}
+
+int main(int argc, char **argv) {
+  ep_setup("ep_events");
+  long victim = -1, exit_code = -1, sig = -1, expect = 2;
+  bool finalize_victim = false;
+  static const struct option opts[] = {
+      {"victim", required_argument, NULL, 'v'},
+      {"exit", required_argument, NULL, 'x'},
+      {"signal", required_argument, NULL, 's'},
+      {"expect", required_argument, NULL, 'k'},
+      {"timeout", required_argument, NULL, 't'},
+      {"no-finalize-victim", no_argument, NULL, 'n'},
+      {"finalize-victim", no_argument, NULL, 'f'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  for (;;) {
+    int c = getopt_long(argc, argv, "", opts, NULL);
+    if (c == -1) {
+      break;
+    }
+    double t = 0;
+    switch (c) {
+    case 'v':
+      if (!ep_parse_long(optarg, 0, INT_MAX, &victim)) {
+        usage("bad --victim (a rank >= 0)");
+      }
+      break;
+    case 'x':
+      if (!ep_parse_long(optarg, 0, 255, &exit_code)) {
+        usage("bad --exit (0..255)");
+      }
+      break;
+    case 's':
+      if (!ep_parse_long(optarg, 1, SIGRTMAX, &sig) || sig == SIGSTOP || sig == SIGTSTP ||
+          sig == SIGTTIN || sig == SIGTTOU) {
+        usage("bad --signal (a signal number; not a stop signal)");
+      }
+      break;
+    case 'k':
+      if (!ep_parse_long(optarg, 0, 1000, &expect)) {
+        usage("bad --expect (0..1000)");
+      }
+      break;
+    case 't':
+      if (!ep_parse_seconds(optarg, &t)) {
+        usage("bad --timeout (seconds > 0)");
+      }
+      ep_set_timeout(t);
+      break;
+    case 'n': finalize_victim = false; break;
+    case 'f': finalize_victim = true; break;
+    case 'h': usage("help");
+    default: usage("bad option");
+    }
+  }
+  if (optind != argc) {
+    usage("unexpected argument");
+  }
+  if (victim < 0) {
+    usage("--victim is required");
+  }
+  if ((exit_code >= 0) == (sig > 0)) {
+    usage("give exactly one of --exit and --signal");
+  }
+  ep_cond_init(&cv);
+
+  pmix_proc_t me;
+  ep_pmix_init(&me);
+  uint32_t size = ep_job_size(&me);
+  if ((unsigned long)victim >= size) {
+    ep_diag("--victim %ld is not a rank of this job (size %u)", victim, size);
+    ep_pmix_finalize();
+    return EP_EXIT_USAGE;
+  }
+  g_victim = ep_proc(&me, (pmix_rank_t)victim);
+
+  /* One registration per code, non-blocking; then wait for all of them. */
+  ep_wait_begin("register");
+  for (size_t i = 0; i < NREGS; i++) {
+    pmix_info_t info;
+    char name[64];
+    snprintf(name, sizeof name, "ep_events:%s", regs[i].name);
+    PMIX_INFO_CONSTRUCT(&info);
+    PMIx_Info_load(&info, PMIX_EVENT_HDLR_NAME, name, PMIX_STRING);
+    pmix_status_t code = regs[i].code;
+    pmix_status_t rc = PMIx_Register_event_handler(&code, 1, &info, 1, handler, regcb, &regs[i]);
+    PMIX_INFO_DESTRUCT(&info);
+    if (rc != PMIX_SUCCESS) {
+      ep_pmix_fail(regs[i].name, rc);
+    }
+  }
+  pthread_mutex_lock(&mu);
+  while (nregs_done < NREGS) {
+    pthread_cond_wait(&cv, &mu);
+  }
+  pthread_mutex_unlock(&mu);
+  ep_wait_end();
+  int failed = 0;
+  for (size_t i = 0; i < NREGS; i++) {
+    if (regs[i].status != PMIX_SUCCESS) {
+      ep_diag("registration of a handler for %s (%d) failed: %s", regs[i].name, regs[i].code,
+              PMIx_Error_string(regs[i].status));
+      failed++;
+    }
+  }
+  if (failed > 0) {
+    return EP_EXIT_FAIL;
+  }
+
+  ep_fence(&me, false);
+
+  if ((long)me.rank == victim) {
+    die_as_victim(me.rank, finalize_victim, exit_code, sig);
+  }
+
+  /* Survivor: print events as they come, until K about the victim or the
+   * timeout. */
+  struct timespec deadline;
+  ep_deadline(ep_timeout(), &deadline);
+  size_t printed = 0;
+  bool timed_out = false;
+  pthread_mutex_lock(&mu);
+  for (;;) {
+    while (printed < nevents) {
+      struct ev e = events[printed++];
+      pthread_mutex_unlock(&mu);
+      print_event(me.rank, &e);
+      pthread_mutex_lock(&mu);
+    }
+    if (expect > 0 && nabout >= (size_t)expect) {
+      break;
+    }
+    if (timed_out) {
+      break;
+    }
+    if (pthread_cond_timedwait(&cv, &mu, &deadline) == ETIMEDOUT) {
+      timed_out = true; /* print what came meanwhile, then stop */
+    }
+  }
+  size_t about = nabout, dropped = ndropped;
+  pthread_mutex_unlock(&mu);
+
+  if (dropped > 0) {
+    ep_diag("%zu event(s) dropped (queue full)", dropped);
+  }
+  if (expect > 0 && about < (size_t)expect) {
+    ep_diag("timeout: %zu of %ld event(s) about rank %ld within %g s", about, expect, victim,
+            ep_timeout());
+  }
+  ep_pmix_finalize();
+  ep_out("survivor done rank=%u events=%zu", me.rank, about);
+  return about >= (size_t)expect ? EP_EXIT_OK : EP_EXIT_TIMEOUT;
+}

@@ -1,0 +1,128 @@
+/* ep_publish [--timeout S]
+ *
+ * rank 0:   PMIx_Publish "ep.service" = "service-of-<nspace>"
+ * all:      fence
+ * rank != 0: PMIx_Lookup "ep.service" (PMIX_WAIT, PMIX_TIMEOUT) and check the
+ *            value and the publisher (<nspace>:0)
+ * all:      fence
+ * rank 0:   PMIx_Unpublish "ep.service"
+ *
+ * stdout: publish ok rank=R */
+#include "ep_pmix.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static _Noreturn void usage(const char *why) {
+  ep_die(EP_EXIT_USAGE, "%s\nusage: ep_publish [--timeout S]", why);
+}
+
+int main(int argc, char **argv) {
+  ep_setup("ep_publish");
+  static const struct option opts[] = {
+      {"timeout", required_argument, NULL, 't'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  for (;;) {
+    int c = getopt_long(argc, argv, "", opts, NULL);
+    if (c == -1) {
+      break;
+    }
+    double t = 0;
+    switch (c) {
+    case 't':
+      if (!ep_parse_seconds(optarg, &t)) {
+        usage("bad --timeout (seconds > 0)");
+      }
+      ep_set_timeout(t);
+      break;
+    case 'h': usage("help");
+    default: usage("bad option");
+    }
+  }
+  if (optind != argc) {
+    usage("unexpected argument");
+  }
+
+  pmix_proc_t me;
+  ep_pmix_init(&me);
+  char service[PMIX_MAX_NSLEN + 32];
+  snprintf(service, sizeof service, "service-of-%s", me.nspace);
+
+  pmix_status_t rc;
+  if (me.rank == 0) {
+    pmix_info_t info;
+    PMIX_INFO_CONSTRUCT(&info);
+    PMIx_Info_load(&info, "ep.service", service, PMIX_STRING);
+    ep_wait_begin("publish");
+    rc = PMIx_Publish(&info, 1);
+    ep_wait_end();
+    PMIX_INFO_DESTRUCT(&info);
+    if (rc != PMIX_SUCCESS) {
+      ep_pmix_fail("PMIx_Publish(ep.service)", rc);
+    }
+  }
+
+  ep_fence(&me, false);
+
+  int failures = 0;
+  if (me.rank != 0) {
+    pmix_pdata_t pdata;
+    PMIX_PDATA_CONSTRUCT(&pdata);
+    PMIX_LOAD_KEY(pdata.key, "ep.service");
+    pmix_info_t info[2];
+    int wait_all = 0; /* 0: wait until every requested key is found */
+    int seconds = (int)ceil(ep_timeout());
+    PMIX_INFO_CONSTRUCT(&info[0]);
+    PMIX_INFO_CONSTRUCT(&info[1]);
+    PMIx_Info_load(&info[0], PMIX_WAIT, &wait_all, PMIX_INT);
+    PMIx_Info_load(&info[1], PMIX_TIMEOUT, &seconds, PMIX_INT);
+    ep_wait_begin("lookup");
+    rc = PMIx_Lookup(&pdata, 1, info, 2);
+    ep_wait_end();
+    PMIX_INFO_DESTRUCT(&info[0]);
+    PMIX_INFO_DESTRUCT(&info[1]);
+    if (rc != PMIX_SUCCESS) {
+      ep_pmix_fail("PMIx_Lookup(ep.service)", rc);
+    }
+    if (pdata.value.type != PMIX_STRING || pdata.value.data.string == NULL) {
+      ep_diag("ep.service has type %s, expected a string",
+              PMIx_Data_type_string(pdata.value.type));
+      failures++;
+    } else if (strcmp(pdata.value.data.string, service) != 0) {
+      ep_diag("ep.service is \"%s\", expected \"%s\"", pdata.value.data.string, service);
+      failures++;
+    }
+    if (!PMIX_CHECK_NSPACE(pdata.proc.nspace, me.nspace) || pdata.proc.rank != 0) {
+      ep_diag("ep.service was published by %s:%u, expected %s:0", pdata.proc.nspace,
+              pdata.proc.rank, me.nspace);
+      failures++;
+    }
+    PMIX_PDATA_DESTRUCT(&pdata);
+  }
+
+  ep_fence(&me, false);
+
+  if (me.rank == 0) {
+    char key[] = "ep.service";
+    char *keys[] = {key, NULL};
+    ep_wait_begin("unpublish");
+    rc = PMIx_Unpublish(keys, NULL, 0);
+    ep_wait_end();
+    if (rc != PMIX_SUCCESS) {
+      ep_pmix_fail("PMIx_Unpublish(ep.service)", rc);
+    }
+  }
+
+  if (failures > 0) {
+    ep_diag("%d check(s) failed", failures);
+    ep_pmix_finalize();
+    return EP_EXIT_FAIL;
+  }
+  ep_out("publish ok rank=%u", me.rank);
+  ep_pmix_finalize();
+  return EP_EXIT_OK;
+}
