@@ -27,11 +27,24 @@ std::string_view type_name(Type type) noexcept
     case Type::welcome: return "welcome";
     case Type::outcome: return "outcome";
     case Type::ack: return "ack";
+    case Type::enroll: return "enroll";
+    case Type::step_map: return "step map";
+    case Type::event: return "event";
+    case Type::fence_up: return "fence up";
+    case Type::fence_down: return "fence down";
+    case Type::dmodex_req: return "dmodex request";
+    case Type::dmodex_resp: return "dmodex response";
+    case Type::abort: return "abort";
+    case Type::terminate: return "terminate";
+    case Type::notice: return "notice";
+    case Type::env_request: return "environment request";
+    case Type::env_reply: return "environment reply";
+    case Type::stop: return "stop";
     }
     return "unknown";
 }
 
-Result<Header> decode_header(std::span<const std::uint8_t, header_size> b)
+Result<Header> decode_header(std::span<const std::uint8_t, header_size> b, std::uint32_t bound)
 {
     if (b[0] != magic0 || b[1] != magic1)
         return Result<Header>::fail("not an exitpolicy frame (bad magic)");
@@ -43,9 +56,9 @@ Result<Header> decode_header(std::span<const std::uint8_t, header_size> b)
         return Result<Header>::fail("unknown frame type " + std::to_string(b[3]));
     const std::uint32_t length = (std::uint32_t{b[4]} << 24) | (std::uint32_t{b[5]} << 16) |
                                  (std::uint32_t{b[6]} << 8) | std::uint32_t{b[7]};
-    if (length > max_body)
+    if (length > bound)
         return Result<Header>::fail("frame of " + std::to_string(length) + " bytes exceeds the bound of " +
-                                    std::to_string(max_body));
+                                    std::to_string(bound));
     return Result<Header>::ok({type, length});
 }
 
@@ -98,6 +111,20 @@ Writer& Writer::u32s(std::span<const std::uint32_t> v)
     return *this;
 }
 
+Writer& Writer::blob(std::span<const std::uint8_t> v)
+{
+    u32(static_cast<std::uint32_t>(v.size()));
+    return bytes(v);
+}
+
+Writer& Writer::strs(const std::vector<std::string>& v)
+{
+    u32(static_cast<std::uint32_t>(v.size()));
+    for (const auto& x : v)
+        str(x);
+    return *this;
+}
+
 Bytes Writer::finish()
 {
     const auto length = static_cast<std::uint32_t>(buf_.size() - header_size);
@@ -147,6 +174,33 @@ std::vector<std::uint32_t> Reader::u32s()
     std::vector<std::uint32_t> v(n);
     for (auto& x : v)
         x = u32();
+    return v;
+}
+
+Bytes Reader::blob()
+{
+    const std::uint32_t n = u32();
+    if (failed_ || body_.size() - pos_ < n) {
+        failed_ = true;
+        return {};
+    }
+    Bytes b(body_.begin() + static_cast<std::ptrdiff_t>(pos_), body_.begin() + static_cast<std::ptrdiff_t>(pos_ + n));
+    pos_ += n;
+    return b;
+}
+
+std::vector<std::string> Reader::strs()
+{
+    const std::uint32_t n = u32();
+    // Every string takes at least its 4-byte length.
+    if (failed_ || (body_.size() - pos_) / 4 < n) {
+        failed_ = true;
+        return {};
+    }
+    std::vector<std::string> v;
+    v.reserve(n);
+    for (std::uint32_t i = 0; i < n && !failed_; ++i)
+        v.push_back(str());
     return v;
 }
 
@@ -257,6 +311,222 @@ Result<Ack> Ack::decode(std::span<const std::uint8_t> body)
     m.rank = r.u32();
     m.epoch = r.u32();
     return finish_decode(r, m, Type::ack);
+}
+
+// ---- overlay messages ---------------------------------------------------------
+
+Bytes Enroll::encode() const
+{
+    return Writer(Type::enroll).str(host).u32(port).finish();
+}
+
+Result<Enroll> Enroll::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    Enroll m;
+    m.host = r.str();
+    m.port = r.u32();
+    return finish_decode(r, std::move(m), Type::enroll);
+}
+
+Bytes StepMap::encode() const
+{
+    Writer w(Type::step_map);
+    w.str(nspace).u32(fanout).strs(hostnames).strs(hosts);
+    w.u32(static_cast<std::uint32_t>(ports.size()));
+    for (auto p : ports)
+        w.u32(p);
+    w.u32(static_cast<std::uint32_t>(rank_node.size()));
+    for (auto n : rank_node)
+        w.u32(n);
+    return w.finish();
+}
+
+Result<StepMap> StepMap::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    StepMap m;
+    m.nspace = r.str();
+    m.fanout = r.u32();
+    m.hostnames = r.strs();
+    m.hosts = r.strs();
+    for (auto* v : {&m.ports, &m.rank_node}) {
+        const std::uint32_t n = r.u32();
+        if (r.failed() || n > body.size() / 4)
+            return Result<StepMap>::fail("malformed step map frame");
+        v->resize(n);
+        for (auto& x : *v)
+            x = r.u32();
+    }
+    if (m.hosts.size() != m.hostnames.size() || m.ports.size() != m.hostnames.size())
+        return Result<StepMap>::fail("malformed step map frame: node lists differ in length");
+    for (auto n : m.rank_node)
+        if (n >= m.hostnames.size())
+            return Result<StepMap>::fail("malformed step map frame: a rank on an unknown node");
+    return finish_decode(r, std::move(m), Type::step_map);
+}
+
+Bytes Event::encode() const
+{
+    return Writer(Type::event).u32(origin).u32(rank).i32(code).i32(exit_code).i32(wait_status).u8(node_down).finish();
+}
+
+Result<Event> Event::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    Event m;
+    m.origin = r.u32();
+    m.rank = r.u32();
+    m.code = r.i32();
+    m.exit_code = r.i32();
+    m.wait_status = r.i32();
+    m.node_down = r.u8();
+    return finish_decode(r, m, Type::event);
+}
+
+Bytes FenceUp::encode() const
+{
+    return Writer(Type::fence_up).str(key).u32(contributors).blob(data).finish();
+}
+
+Result<FenceUp> FenceUp::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    FenceUp m;
+    m.key = r.str();
+    m.contributors = r.u32();
+    m.data = r.blob();
+    return finish_decode(r, std::move(m), Type::fence_up);
+}
+
+Bytes FenceDown::encode() const
+{
+    return Writer(Type::fence_down).str(key).i32(status).blob(data).finish();
+}
+
+Result<FenceDown> FenceDown::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    FenceDown m;
+    m.key = r.str();
+    m.status = r.i32();
+    m.data = r.blob();
+    return finish_decode(r, std::move(m), Type::fence_down);
+}
+
+Bytes DmodexReq::encode() const
+{
+    return Writer(Type::dmodex_req).u64(id).u32(from).u32(to).u32(rank).finish();
+}
+
+Result<DmodexReq> DmodexReq::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    DmodexReq m;
+    m.id = r.u64();
+    m.from = r.u32();
+    m.to = r.u32();
+    m.rank = r.u32();
+    return finish_decode(r, m, Type::dmodex_req);
+}
+
+Bytes DmodexResp::encode() const
+{
+    return Writer(Type::dmodex_resp).u64(id).u32(from).u32(to).i32(status).blob(data).finish();
+}
+
+Result<DmodexResp> DmodexResp::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    DmodexResp m;
+    m.id = r.u64();
+    m.from = r.u32();
+    m.to = r.u32();
+    m.status = r.i32();
+    m.data = r.blob();
+    return finish_decode(r, std::move(m), Type::dmodex_resp);
+}
+
+Bytes Abort::encode() const
+{
+    return Writer(Type::abort).u32(rank).i32(status).str(message).finish();
+}
+
+Result<Abort> Abort::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    Abort m;
+    m.rank = r.u32();
+    m.status = r.i32();
+    m.message = r.str();
+    return finish_decode(r, std::move(m), Type::abort);
+}
+
+Bytes Terminate::encode() const
+{
+    return Writer(Type::terminate).str(reason).finish();
+}
+
+Result<Terminate> Terminate::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    Terminate m;
+    m.reason = r.str();
+    return finish_decode(r, std::move(m), Type::terminate);
+}
+
+Bytes EnvRequest::encode() const
+{
+    return Writer(Type::env_request).u32(rank).i64(pid).finish();
+}
+
+Result<EnvRequest> EnvRequest::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    EnvRequest m;
+    m.rank = r.u32();
+    m.pid = r.i64();
+    return finish_decode(r, m, Type::env_request);
+}
+
+Bytes EnvReply::encode() const
+{
+    return Writer(Type::env_reply).i32(status).str(error).strs(env).finish();
+}
+
+Result<EnvReply> EnvReply::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    EnvReply m;
+    m.status = r.i32();
+    m.error = r.str();
+    m.env = r.strs();
+    return finish_decode(r, std::move(m), Type::env_reply);
+}
+
+Bytes Stop::encode() const
+{
+    return Writer(Type::stop).finish();
+}
+
+Result<Stop> Stop::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    return finish_decode(r, Stop{}, Type::stop);
+}
+
+Bytes Notice::encode() const
+{
+    return Writer(Type::notice).u32(node).str(text).finish();
+}
+
+Result<Notice> Notice::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    Notice m;
+    m.node = r.u32();
+    m.text = r.str();
+    return finish_decode(r, std::move(m), Type::notice);
 }
 
 }  // namespace exitpolicy::wire

@@ -23,7 +23,8 @@ namespace exitpolicy::wire {
 
 inline constexpr std::uint8_t protocol_version = 1;
 inline constexpr std::size_t header_size = 8;
-inline constexpr std::uint32_t max_body = 64 * 1024;
+inline constexpr std::uint32_t max_body = 64 * 1024;           // before authentication
+inline constexpr std::uint32_t max_body_trusted = 256u << 20;  // after: fence data can be large
 inline constexpr std::size_t max_string = 4096;
 inline constexpr std::size_t max_ranks = 8192;  // tasks on one node
 
@@ -33,6 +34,21 @@ enum class Type : std::uint8_t {
     welcome = 3,    // server -> client: proof that the server holds it too
     outcome = 4,    // client -> server: one task's end
     ack = 5,        // server -> client: that outcome is recorded
+    // The overlay between the node daemons and the FE (pmix_server/).
+    enroll = 6,      // daemon -> FE: my listen address
+    step_map = 7,    // FE -> daemon: every node, every rank's node, the tree
+    event = 8,       // anyone -> everyone: a task ended abnormally
+    fence_up = 9,    // toward the FE: a subtree's fence contribution
+    fence_down = 10, // from the FE: a fence's result
+    dmodex_req = 11, // routed to the node owning a rank
+    dmodex_resp = 12,
+    abort = 13,      // daemon -> FE: a task called PMIx_Abort
+    terminate = 14,  // FE -> every daemon: kill the local tasks
+    notice = 15,     // daemon -> FE: a line for srun's stderr
+    // The node daemon's local socket (no HMAC: the kernel tells who is asking).
+    env_request = 16,  // a task, before exec: my rank and pid
+    env_reply = 17,    // the daemon: the PMIx environment for that rank
+    stop = 18,         // slurmstepd at step end: flush and exit
 };
 std::string_view type_name(Type type) noexcept;
 
@@ -41,7 +57,7 @@ struct Header {
     std::uint32_t length;
 };
 // Checks magic, version, type and the size bound.
-Result<Header> decode_header(std::span<const std::uint8_t, header_size> bytes);
+Result<Header> decode_header(std::span<const std::uint8_t, header_size> bytes, std::uint32_t bound = max_body);
 
 using Bytes = std::vector<std::uint8_t>;
 using Nonce = std::array<std::uint8_t, 32>;
@@ -59,6 +75,8 @@ public:
     Writer& bytes(std::span<const std::uint8_t> v);
     Writer& str(std::string_view v);  // u32 length + bytes
     Writer& u32s(std::span<const std::uint32_t> v);  // u32 count + values
+    Writer& blob(std::span<const std::uint8_t> v);    // u32 length + bytes, unbounded but by the frame
+    Writer& strs(const std::vector<std::string>& v);  // u32 count + strings
     // The frame, with the body length filled in.
     Bytes finish();
 
@@ -84,6 +102,8 @@ public:
     }
     std::string str();
     std::vector<std::uint32_t> u32s();
+    Bytes blob();
+    std::vector<std::string> strs();
     bool failed() const noexcept { return failed_; }
     // Everything read, nothing left over, nothing failed.
     bool complete() const noexcept { return !failed_ && pos_ == body_.size(); }
@@ -144,6 +164,117 @@ struct Ack {
     std::uint32_t epoch = 0;
     Bytes encode() const;
     static Result<Ack> decode(std::span<const std::uint8_t> body);
+};
+
+// ---- overlay messages ---------------------------------------------------------
+
+// An overlay node: the FE (none) or a node id. On the wire: 0xffffffff = FE.
+inline constexpr std::uint32_t fe_node = 0xffffffffu;
+
+struct Enroll {
+    std::string host;
+    std::uint32_t port = 0;
+    Bytes encode() const;
+    static Result<Enroll> decode(std::span<const std::uint8_t> body);
+};
+
+struct StepMap {
+    std::string nspace;
+    std::uint32_t fanout = 0;
+    std::vector<std::string> hostnames;  // by node id
+    std::vector<std::string> hosts;      // listen addresses, by node id
+    std::vector<std::uint32_t> ports;    // by node id
+    std::vector<std::uint32_t> rank_node;  // by rank
+    Bytes encode() const;
+    static Result<StepMap> decode(std::span<const std::uint8_t> body);
+};
+
+// A task's abnormal end, broadcast so that every daemon notifies its clients.
+struct Event {
+    std::uint32_t origin = 0;      // node that saw it
+    std::uint32_t rank = 0;
+    std::int32_t code = 0;         // the specific PMIx status (PMIX_ERR_...)
+    std::int32_t exit_code = 0;    // the task's code (128 + signal, abort status)
+    std::int32_t wait_status = 0;
+    std::uint8_t node_down = 0;    // the whole node was lost
+    Bytes encode() const;
+    static Result<Event> decode(std::span<const std::uint8_t> body);
+};
+
+struct FenceUp {
+    std::string key;               // the participant set, canonical
+    std::uint32_t contributors = 0;  // nodes whose data is in `data`
+    Bytes data;
+    Bytes encode() const;
+    static Result<FenceUp> decode(std::span<const std::uint8_t> body);
+};
+
+struct FenceDown {
+    std::string key;
+    std::int32_t status = 0;       // 0: success
+    Bytes data;
+    Bytes encode() const;
+    static Result<FenceDown> decode(std::span<const std::uint8_t> body);
+};
+
+struct DmodexReq {
+    std::uint64_t id = 0;
+    std::uint32_t from = 0;        // requesting node
+    std::uint32_t to = 0;          // owning node
+    std::uint32_t rank = 0;
+    Bytes encode() const;
+    static Result<DmodexReq> decode(std::span<const std::uint8_t> body);
+};
+
+struct DmodexResp {
+    std::uint64_t id = 0;
+    std::uint32_t from = 0;
+    std::uint32_t to = 0;
+    std::int32_t status = 0;
+    Bytes data;
+    Bytes encode() const;
+    static Result<DmodexResp> decode(std::span<const std::uint8_t> body);
+};
+
+struct Abort {
+    std::uint32_t rank = 0;
+    std::int32_t status = 0;
+    std::string message;
+    Bytes encode() const;
+    static Result<Abort> decode(std::span<const std::uint8_t> body);
+};
+
+struct Terminate {
+    std::string reason;
+    Bytes encode() const;
+    static Result<Terminate> decode(std::span<const std::uint8_t> body);
+};
+
+struct EnvRequest {
+    std::uint32_t rank = 0;
+    std::int64_t pid = 0;
+    Bytes encode() const;
+    static Result<EnvRequest> decode(std::span<const std::uint8_t> body);
+};
+
+struct EnvReply {
+    std::int32_t status = 0;         // 0: ok, else the error below
+    std::string error;
+    std::vector<std::string> env;    // KEY=VALUE
+    Bytes encode() const;
+    static Result<EnvReply> decode(std::span<const std::uint8_t> body);
+};
+
+struct Stop {
+    Bytes encode() const;
+    static Result<Stop> decode(std::span<const std::uint8_t> body);
+};
+
+struct Notice {
+    std::uint32_t node = 0;
+    std::string text;
+    Bytes encode() const;
+    static Result<Notice> decode(std::span<const std::uint8_t> body);
 };
 
 }  // namespace exitpolicy::wire

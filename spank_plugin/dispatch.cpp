@@ -41,6 +41,13 @@ int slurm_spank_local_user_init(spank_t sp, int, char**)
     return guarded("local_user_init", 0, [&] { return srun::local_user_init(sp); });
 }
 
+int slurm_spank_task_init(spank_t sp, int, char**)
+{
+    using namespace exitpolicy::plugin;
+    // In the task, as the job's user, before exec.
+    return guarded("task_init", 0, [&] { return slurmstepd::task_init(sp); });
+}
+
 int slurm_spank_task_exit(spank_t sp, int, char**)
 {
     using namespace exitpolicy::plugin;

@@ -1,6 +1,7 @@
 // front_end.cpp - the FE's libevent thread. See front_end.hpp.
 #include "front_end.hpp"
 
+#include "protocol/tree.hpp"
 #include "protocol/wire.hpp"
 
 #include <event2/buffer.h>
@@ -15,6 +16,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -36,7 +38,25 @@ struct BevDeleter {
 
 constexpr timeval handshake_timeout{10, 0};
 
-enum class NodeState : std::uint8_t { never, connected, closed };
+// A fence at the root of the overlay tree.
+struct RootFence {
+    std::uint32_t expected = 0;
+    std::uint32_t received = 0;
+    wire::Bytes data;
+};
+
+std::vector<std::uint32_t> parse_fence_key(const std::string& key)
+{
+    std::vector<std::uint32_t> ranks;
+    if (key == "*")
+        return ranks;
+    for (std::size_t pos = 0; pos < key.size();) {
+        const auto comma = key.find(',', pos);
+        ranks.push_back(static_cast<std::uint32_t>(std::stoul(key.substr(pos, comma - pos))));
+        pos = comma == std::string::npos ? key.size() : comma + 1;
+    }
+    return ranks;
+}
 
 }  // namespace
 
@@ -47,6 +67,8 @@ struct FrontEnd::Impl {
         std::unique_ptr<bufferevent, BevDeleter> bev;
         wire::Challenge challenge;
         std::optional<std::uint32_t> node;  // set once authenticated
+        wire::Role role = wire::Role::stepd;
+        std::string peer_address;           // numeric, for the step map
     };
 
     FrontEndSetup setup;
@@ -62,9 +84,19 @@ struct FrontEnd::Impl {
     std::condition_variable cv;
     OutcomeSet outcomes{0};
     std::vector<std::string> node_names;
-    std::vector<NodeState> node_states;
+    std::vector<bool> node_seen;   // a stepd link or a daemon of that node authenticated
+    std::uint32_t open_links = 0;  // authenticated links still open
     std::vector<std::uint32_t> node_of_rank;
     std::vector<std::string> problems;
+    std::vector<std::string> notices;
+    std::map<std::uint32_t, int> aborts;  // rank -> PMIx_Abort status
+
+    // The overlay root (FE thread only).
+    std::vector<std::optional<std::pair<std::string, std::uint32_t>>> enrolled;  // address, port
+    std::uint32_t enrolled_count = 0;
+    std::optional<wire::Tree> tree;
+    bool map_sent = false;
+    std::map<std::string, RootFence> fences;
 
     void problem(std::string text)
     {
@@ -77,8 +109,10 @@ struct FrontEnd::Impl {
     {
         if (outcomes.complete())
             return true;
-        for (NodeState s : node_states)
-            if (s != NodeState::closed)
+        if (open_links != 0)
+            return false;
+        for (bool seen : node_seen)
+            if (!seen)
                 return false;
         return true;
     }
@@ -87,10 +121,171 @@ struct FrontEnd::Impl {
     {
         if (c->node) {
             std::lock_guard lock(mu);
-            node_states[*c->node] = NodeState::closed;
+            --open_links;
         }
         cv.notify_all();
         conns.erase(c->bev.get());  // frees c
+    }
+
+    // ---- the overlay root: daemons below the FE ----
+
+    // The daemons linked to the FE that are its children in the tree.
+    std::vector<Conn*> children()
+    {
+        std::vector<Conn*> out;
+        for (auto& [bev, c] : conns)
+            if (c->node && c->role == wire::Role::daemon && tree && !tree->parent(*c->node))
+                out.push_back(c.get());
+        return out;
+    }
+
+    void broadcast(const wire::Bytes& frame)
+    {
+        for (Conn* c : children())
+            send(c, frame);
+    }
+
+    void route(std::uint32_t to, const wire::Bytes& frame)
+    {
+        const auto hop = tree ? tree->next_hop(std::nullopt, to) : std::nullopt;
+        for (Conn* c : children())
+            if (hop && *c->node == *hop)
+                send(c, frame);
+    }
+
+    bool subtree_has(std::uint32_t child, const std::vector<std::uint32_t>& ranks)
+    {
+        for (std::uint32_t r = 0; r < node_of_rank.size(); ++r)
+            if ((ranks.empty() || std::binary_search(ranks.begin(), ranks.end(), r)) &&
+                tree->in_subtree(node_of_rank[r], child))
+                return true;
+        return false;
+    }
+
+    void enroll(Conn* c, const wire::Enroll& e)
+    {
+        auto& slot = enrolled[*c->node];
+        if (!slot)
+            ++enrolled_count;
+        slot = std::make_pair(c->peer_address, e.port);
+        if (enrolled_count < setup.nnodes || map_sent)
+            return;
+        wire::StepMap map;
+        map.nspace = "exitpolicy." + std::to_string(setup.job_id) + "." + std::to_string(setup.step_id);
+        map.fanout = setup.fanout;
+        {
+            std::lock_guard lock(mu);
+            map.hostnames = node_names;
+            map.rank_node = node_of_rank;
+        }
+        for (const auto& slot_of : enrolled) {
+            map.hosts.push_back(slot_of->first);
+            map.ports.push_back(slot_of->second);
+        }
+        tree.emplace(setup.nnodes, setup.fanout);
+        map_sent = true;
+        const wire::Bytes frame = map.encode();
+        for (auto& [bev, other] : conns)
+            if (other->node && other->role == wire::Role::daemon)
+                send(other.get(), frame);
+    }
+
+    void fence_up(const wire::FenceUp& up)
+    {
+        RootFence& f = fences[up.key];
+        if (f.expected == 0) {
+            const auto ranks = parse_fence_key(up.key);
+            for (std::uint32_t child : tree->children(std::nullopt))
+                f.expected += subtree_has(child, ranks) ? 1 : 0;
+        }
+        f.data.insert(f.data.end(), up.data.begin(), up.data.end());
+        if (++f.received < f.expected)
+            return;
+        broadcast(wire::FenceDown{up.key, 0, std::move(f.data)}.encode());
+        fences.erase(up.key);
+    }
+
+    void event(const wire::Event& e)
+    {
+        broadcast(e.encode());
+        // A fence that loses a participant fails everywhere.
+        for (auto it = fences.begin(); it != fences.end();) {
+            const auto ranks = parse_fence_key(it->first);
+            if (ranks.empty() || std::binary_search(ranks.begin(), ranks.end(), e.rank)) {
+                broadcast(wire::FenceDown{it->first, -1, {}}.encode());
+                it = fences.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+
+    bool daemon_frame(Conn* c, wire::Type type, std::span<const std::uint8_t> body)
+    {
+        switch (type) {
+        case wire::Type::enroll: {
+            auto e = wire::Enroll::decode(body);
+            if (!e)
+                return reject(c, e.error());
+            enroll(c, *e);
+            return true;
+        }
+        case wire::Type::event: {
+            auto e = wire::Event::decode(body);
+            if (!e)
+                return reject(c, e.error());
+            event(*e);
+            return true;
+        }
+        case wire::Type::fence_up: {
+            auto f = wire::FenceUp::decode(body);
+            if (!f || !tree)
+                return reject(c, f ? "a fence before the step map" : f.error());
+            fence_up(*f);
+            return true;
+        }
+        case wire::Type::dmodex_req: {
+            auto r = wire::DmodexReq::decode(body);
+            if (!r)
+                return reject(c, r.error());
+            route(r->to, r->encode());
+            return true;
+        }
+        case wire::Type::dmodex_resp: {
+            auto r = wire::DmodexResp::decode(body);
+            if (!r)
+                return reject(c, r.error());
+            route(r->to, r->encode());
+            return true;
+        }
+        case wire::Type::abort: {
+            auto a = wire::Abort::decode(body);
+            if (!a)
+                return reject(c, a.error());
+            bool first = false;
+            {
+                std::lock_guard lock(mu);
+                first = aborts.empty();
+                aborts.emplace(a->rank, a->status);
+            }
+            if (first)
+                broadcast(wire::Terminate{"rank " + std::to_string(a->rank) + " called abort with status " +
+                                          std::to_string(a->status)}
+                              .encode());
+            return true;
+        }
+        case wire::Type::notice: {
+            auto n = wire::Notice::decode(body);
+            if (!n)
+                return reject(c, n.error());
+            std::lock_guard lock(mu);
+            if (notices.size() < 100)
+                notices.push_back(n->text);
+            return true;
+        }
+        default:
+            return reject(c, "unexpected " + std::string(wire::type_name(type)) + " frame");
+        }
     }
 
     void send(Conn* c, const wire::Bytes& frame)
@@ -115,18 +310,23 @@ struct FrontEnd::Impl {
             {
                 std::lock_guard lock(mu);
                 node_names[hello->node_id] = hello->hostname;
-                node_states[hello->node_id] = NodeState::connected;
+                node_seen[hello->node_id] = true;
+                ++open_links;
                 for (std::uint32_t rank : hello->ranks)
                     if (rank < node_of_rank.size())
                         node_of_rank[rank] = hello->node_id;
             }
             c->node = hello->node_id;
+            c->role = hello->role;
             bufferevent_set_timeouts(c->bev.get(), nullptr, nullptr);
             send(c, wire::Welcome{wire::server_proof(secret, c->challenge.nonce, hello->nonce)}.encode());
             return true;
         }
-        if (h.type != wire::Type::outcome)
+        if (h.type != wire::Type::outcome) {
+            if (c->role == wire::Role::daemon)
+                return daemon_frame(c, h.type, body);
             return reject(c, "unexpected " + std::string(wire::type_name(h.type)) + " frame");
+        }
         auto o = wire::Outcome::decode(body);
         if (!o)
             return reject(c, o.error());
@@ -170,7 +370,7 @@ struct FrontEnd::Impl {
             while (evbuffer_get_length(in) >= wire::header_size) {
                 std::array<std::uint8_t, wire::header_size> head{};
                 evbuffer_copyout(in, head.data(), head.size());
-                auto h = wire::decode_header(head);
+                auto h = wire::decode_header(head, c->node ? wire::max_body_trusted : wire::max_body);
                 if (!h) {
                     fe->reject(c, h.error());
                     return;
@@ -201,12 +401,16 @@ struct FrontEnd::Impl {
         }
     }
 
-    static void on_accept(evconnlistener*, evutil_socket_t fd, sockaddr*, int, void* arg) noexcept
+    static void on_accept(evconnlistener*, evutil_socket_t fd, sockaddr* addr, int, void* arg) noexcept
     {
         auto* fe = static_cast<Impl*>(arg);
         try {
             auto c = std::make_unique<Conn>();
             c->fe = fe;
+            char text[INET6_ADDRSTRLEN] = {};
+            if (addr && addr->sa_family == AF_INET)
+                inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(addr)->sin_addr, text, sizeof(text));
+            c->peer_address = text;
             c->bev.reset(bufferevent_socket_new(fe->base.get(), fd, BEV_OPT_CLOSE_ON_FREE));
             if (!c->bev) {
                 evutil_closesocket(fd);
@@ -295,7 +499,8 @@ Result<std::unique_ptr<FrontEnd>> FrontEnd::start(const FrontEndSetup& setup)
     impl->setup = setup;
     impl->outcomes = OutcomeSet(setup.ntasks);
     impl->node_names.assign(setup.nnodes, "?");
-    impl->node_states.assign(setup.nnodes, NodeState::never);
+    impl->node_seen.assign(setup.nnodes, false);
+    impl->enrolled.assign(setup.nnodes, std::nullopt);
     impl->node_of_rank.assign(setup.ntasks, setup.nnodes);  // unknown until a node says
     auto secret = wire::random_secret();
     if (!secret)
@@ -333,13 +538,19 @@ Collected FrontEnd::finish(std::chrono::milliseconds grace)
     impl_->stop();
     std::lock_guard lock(impl_->mu);
     out.nnodes = impl_->setup.nnodes;
-    for (NodeState s : impl_->node_states)
-        out.nodes_reporting += s != NodeState::never ? 1 : 0;
+    for (bool seen : impl_->node_seen)
+        out.nodes_reporting += seen ? 1 : 0;
     out.missing = impl_->outcomes.missing();
     out.step.nodes = impl_->node_names;
     out.step.nodes.push_back("?");  // where ranks of unknown nodes are placed
     out.step.tasks = impl_->outcomes.finish(impl_->node_of_rank);
+    // An abort the daemons reported stands even when the task's outcome
+    // came by the direct path, which cannot know it.
+    for (auto& t : out.step.tasks)
+        if (auto a = impl_->aborts.find(t.rank); a != impl_->aborts.end() && !t.abort_status)
+            t.abort_status = a->second;
     out.problems = impl_->problems;
+    out.notices = impl_->notices;
     return out;
 }
 

@@ -33,6 +33,7 @@ struct FrontEndSetup {
     std::uint32_t ntasks = 0;
     std::uint32_t nnodes = 0;
     std::optional<PortRange> ports;  // none: an ephemeral port
+    std::uint32_t fanout = 32;       // the overlay tree of the node daemons
 };
 
 // What finish() hands over.
@@ -42,6 +43,7 @@ struct Collected {
     std::uint32_t nodes_reporting = 0;  // nodes that connected and authenticated
     std::uint32_t nnodes = 0;
     std::vector<std::string> problems;  // what went wrong on the way (rejected peers, ...)
+    std::vector<std::string> notices;   // what the node daemons asked to tell the user
 };
 
 class FrontEnd {

@@ -1,6 +1,8 @@
 // node_link.cpp - the blocking node-side client. See node_link.hpp.
 #include "node_link.hpp"
 
+#include "blocking_io.hpp"
+
 #include <cerrno>
 #include <cstring>
 
@@ -13,87 +15,8 @@
 namespace exitpolicy::plugin {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-int remaining_ms(Clock::time_point deadline)
-{
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    return left > 0 ? static_cast<int>(left) : 0;
-}
-
-bool wait_fd(int fd, short events, Clock::time_point deadline)
-{
-    pollfd p{fd, events, 0};
-    while (true) {
-        const int n = ::poll(&p, 1, remaining_ms(deadline));
-        if (n > 0)
-            return true;
-        if (n == 0 || errno != EINTR)
-            return false;
-    }
-}
-
-Result<bool> write_all(int fd, const wire::Bytes& data, Clock::time_point deadline)
-{
-    std::size_t done = 0;
-    while (done < data.size()) {
-        const ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-        if (n > 0) {
-            done += static_cast<std::size_t>(n);
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (!wait_fd(fd, POLLOUT, deadline))
-                return Result<bool>::fail("timed out writing to the front end");
-            continue;
-        }
-        return Result<bool>::fail(std::string("cannot write to the front end: ") + std::strerror(errno));
-    }
-    return Result<bool>::ok(true);
-}
-
-Result<bool> read_exact(int fd, std::uint8_t* out, std::size_t size, Clock::time_point deadline)
-{
-    std::size_t done = 0;
-    while (done < size) {
-        const ssize_t n = ::recv(fd, out + done, size - done, 0);
-        if (n > 0) {
-            done += static_cast<std::size_t>(n);
-            continue;
-        }
-        if (n == 0)
-            return Result<bool>::fail("the front end closed the connection");
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            if (!wait_fd(fd, POLLIN, deadline))
-                return Result<bool>::fail("timed out waiting for the front end");
-            continue;
-        }
-        return Result<bool>::fail(std::string("cannot read from the front end: ") + std::strerror(errno));
-    }
-    return Result<bool>::ok(true);
-}
-
-// Reads one frame of the expected type.
-Result<wire::Bytes> read_frame(int fd, wire::Type expected, Clock::time_point deadline)
-{
-    std::array<std::uint8_t, wire::header_size> head{};
-    if (auto r = read_exact(fd, head.data(), head.size(), deadline); !r)
-        return Result<wire::Bytes>::fail(r.error());
-    auto h = wire::decode_header(head);
-    if (!h)
-        return Result<wire::Bytes>::fail(h.error());
-    if (h->type != expected)
-        return Result<wire::Bytes>::fail("expected a " + std::string(wire::type_name(expected)) + " frame, got " +
-                                         std::string(wire::type_name(h->type)));
-    wire::Bytes body(h->length);
-    if (auto r = read_exact(fd, body.data(), body.size(), deadline); !r)
-        return Result<wire::Bytes>::fail(r.error());
-    return Result<wire::Bytes>::ok(std::move(body));
-}
+using namespace io;
+constexpr const char* fe = "the front end";
 
 Result<int> open_socket(const std::string& host, std::uint16_t port, Clock::time_point deadline)
 {
@@ -171,7 +94,7 @@ Result<NodeLink> NodeLink::connect(const LinkSetup& setup, std::chrono::millisec
         return R::fail(fd.error());
     NodeLink link(*fd);
 
-    auto body = read_frame(link.fd_, wire::Type::challenge, deadline);
+    auto body = read_frame(link.fd_, wire::Type::challenge, deadline, fe);
     if (!body)
         return R::fail(body.error());
     auto challenge = wire::Challenge::decode(*body);
@@ -191,10 +114,10 @@ Result<NodeLink> NodeLink::connect(const LinkSetup& setup, std::chrono::millisec
     hello.ranks = setup.ranks;
     hello.nonce = *nonce;
     hello.mac = wire::client_proof(setup.secret, *challenge, hello);
-    if (auto w = write_all(link.fd_, hello.encode(), deadline); !w)
+    if (auto w = write_all(link.fd_, hello.encode(), deadline, fe); !w)
         return R::fail(w.error());
 
-    body = read_frame(link.fd_, wire::Type::welcome, deadline);
+    body = read_frame(link.fd_, wire::Type::welcome, deadline, fe);
     if (!body)
         return R::fail(body.error());
     auto welcome = wire::Welcome::decode(*body);
@@ -214,9 +137,9 @@ Result<bool> NodeLink::send_outcome(const wire::Outcome& outcome, std::chrono::m
         close();
         return Result<bool>::fail(why);
     };
-    if (auto w = write_all(fd_, outcome.encode(), deadline); !w)
+    if (auto w = write_all(fd_, outcome.encode(), deadline, fe); !w)
         return fail(w.error());
-    auto body = read_frame(fd_, wire::Type::ack, deadline);
+    auto body = read_frame(fd_, wire::Type::ack, deadline, fe);
     if (!body)
         return fail(body.error());
     auto ack = wire::Ack::decode(*body);

@@ -5,6 +5,7 @@
 #include "log.hpp"
 
 #include <cstdlib>
+#include <unistd.h>
 #include <string_view>
 #include <vector>
 
@@ -82,6 +83,16 @@ struct spank_option options[] = {
 State& state() noexcept
 {
     return the_state;
+}
+
+std::string daemon_path(const Config& config)
+{
+    if (!config.daemon.empty())
+        return config.daemon;
+    for (const char* candidate : {EXITPOLICY_INSTALLED_DAEMON, EXITPOLICY_BUILD_DAEMON})
+        if (::access(candidate, X_OK) == 0)
+            return candidate;
+    return EXITPOLICY_INSTALLED_DAEMON;
 }
 
 int init(spank_t sp, int ac, char** av)

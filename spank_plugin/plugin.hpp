@@ -21,6 +21,10 @@ struct State {
     RawOptions cli;         // what the option callbacks saw
     bool cli_warned = false;
 };
+
+// The daemon to start: the site's daemon=, else the installed one, else the
+// one of the build tree this plugin comes from.
+std::string daemon_path(const Config& config);
 State& state() noexcept;
 
 // Every context: parse plugstack.conf arguments, register the options.
@@ -38,7 +42,8 @@ RawOptions options_from_env(Lookup&& lookup)
     return env;
 }
 
-// The bootstrap variable srun hands to the step: "1:PORT:SECRET". Its name
+// The bootstrap variable srun hands to the step: "1:PORT:SECRET", plus
+// ":pmix:FANOUT" when the step gets exitpolicy's PMIx service. Its name
 // starts with SLURM_ because srun passes SLURM_* variables to the step
 // whatever --export says (--export=NONE, or a list of names).
 inline constexpr const char* bootstrap_env = "SLURM_EXITPOLICY_BOOTSTRAP";
@@ -51,6 +56,7 @@ int exit(spank_t sp);
 
 namespace slurmstepd {
 int init_post_opt(spank_t sp);
+int task_init(spank_t sp);
 int task_exit(spank_t sp);
 int exit(spank_t sp);
 }  // namespace slurmstepd

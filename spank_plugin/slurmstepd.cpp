@@ -8,12 +8,17 @@
 // connection and wait (bounded) for its acknowledgement. No threads; any
 // trouble is logged once and the step goes on as without us.
 #include "log.hpp"
+#include "daemon_link.hpp"
 #include "outcome_sink.hpp"
 #include "plugin.hpp"
 
 #include <slurm/slurm.h>
 
+#include <cerrno>
 #include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <sys/stat.h>
 #include <memory>
 #include <vector>
 #include <cstdlib>
@@ -30,6 +35,9 @@ constexpr std::chrono::milliseconds ack_timeout{2000};
 struct Remote {
     std::uint32_t job_id = 0;
     std::uint32_t step_id = 0;
+    // The node daemon, when this step gets exitpolicy's PMIx service.
+    std::string daemon_dir;
+    pid_t daemon_pid = -1;
     // Tried in order for each outcome; empty when no front end serves this step.
     std::vector<std::unique_ptr<OutcomeSink>> sinks;
     bool failure_logged = false;  // one error line per step, not one per task
@@ -50,21 +58,93 @@ bool item(spank_t sp, spank_item_t which, T& out)
     return spank_get_item(sp, which, &out) == ESPANK_SUCCESS;
 }
 
-// "1:PORT:SECRET"
-bool parse_bootstrap(const std::string& text, LinkSetup& setup)
+// "1:PORT:SECRET[:pmix:FANOUT]"
+bool parse_bootstrap(const std::string& text, LinkSetup& setup, std::optional<std::uint32_t>& pmix_fanout)
 {
-    const auto first = text.find(':');
-    const auto second = text.find(':', first + 1);
-    if (first == std::string::npos || second == std::string::npos || text.substr(0, first) != "1")
+    std::vector<std::string> fields;
+    for (std::size_t pos = 0; pos <= text.size();) {
+        const auto colon = text.find(':', pos);
+        fields.push_back(text.substr(pos, colon - pos));
+        if (colon == std::string::npos)
+            break;
+        pos = colon + 1;
+    }
+    if ((fields.size() != 3 && fields.size() != 5) || fields[0] != "1")
         return false;
-    const std::string port = text.substr(first + 1, second - first - 1);
+    const std::string& port = fields[1];
     auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), setup.port);
     if (ec != std::errc() || ptr != port.data() + port.size() || setup.port == 0)
         return false;
-    auto secret = wire::secret_from_hex(text.substr(second + 1));
+    auto secret = wire::secret_from_hex(fields[2]);
     if (!secret)
         return false;
     setup.secret = *secret;
+    if (fields.size() == 5) {
+        std::uint32_t fanout = 0;
+        auto [p2, e2] = std::from_chars(fields[4].data(), fields[4].data() + fields[4].size(), fanout);
+        if (fields[3] != "pmix" || e2 != std::errc() || p2 != fields[4].data() + fields[4].size() || fanout < 2)
+            return false;
+        pmix_fanout = fanout;
+    }
+    return true;
+}
+
+std::string join_ranks(const std::vector<std::uint32_t>& ranks)
+{
+    std::string out;
+    for (auto r : ranks)
+        out += (out.empty() ? "" : ",") + std::to_string(r);
+    return out;
+}
+
+// Starts this node's exitpolicy-pmixd for the step; false if it could not.
+bool start_daemon(spank_t sp, const LinkSetup& link, std::uint32_t fanout)
+{
+    std::uint32_t nnodes = 0, ntasks = 0;
+    uid_t uid = 0;
+    gid_t gid = 0;
+    gid_t* groups = nullptr;
+    int ngroups = 0;
+    if (!item(sp, S_JOB_NNODES, nnodes) || !item(sp, S_JOB_TOTAL_TASK_COUNT, ntasks) || !item(sp, S_JOB_UID, uid) ||
+        !item(sp, S_JOB_GID, gid)) {
+        log::error("step %u.%u: the step's size or user is unknown; no PMIx service", link.job_id, link.step_id);
+        return false;
+    }
+    DaemonLaunch launch;
+    if (spank_get_item(sp, S_JOB_SUPPLEMENTARY_GIDS, &groups, &ngroups) == ESPANK_SUCCESS && groups)
+        launch.groups.assign(groups, groups + ngroups);
+    const std::string dir = "/tmp/exitpolicy." + std::to_string(link.job_id) + "." + std::to_string(link.step_id) +
+                            "." + link.hostname;
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    if (::mkdir(dir.c_str(), 0700) != 0 || ::chown(dir.c_str(), uid, gid) != 0) {
+        log::error("step %u.%u: cannot create %s: %s; no PMIx service", link.job_id, link.step_id, dir.c_str(),
+                   std::strerror(errno));
+        return false;
+    }
+    const Config& config = state().config;
+    launch.path = daemon_path(config);
+    launch.uid = uid;
+    launch.gid = gid;
+    launch.secret_hex = wire::to_hex(link.secret);
+    launch.args = {"--job", std::to_string(link.job_id), "--step", std::to_string(link.step_id),
+                   "--node", std::to_string(link.node_id), "--nnodes", std::to_string(nnodes),
+                   "--ntasks", std::to_string(ntasks), "--ranks", join_ranks(link.ranks),
+                   "--hostname", link.hostname, "--fe", link.host + ":" + std::to_string(link.port),
+                   "--dir", dir, "--uid", std::to_string(uid), "--debug", std::to_string(config.debug)};
+    if (!config.log_dir.empty())
+        launch.args.insert(launch.args.end(), {"--log-dir", config.log_dir});
+    (void)fanout;  // the FE hands the fan-out to the daemons with the step map
+    auto pid = launch_daemon(launch);
+    if (!pid) {
+        log::error("step %u.%u: PMIx service failed on %s: %s (%s)", link.job_id, link.step_id,
+                   link.hostname.c_str(), pid.error().c_str(), launch.path.c_str());
+        std::filesystem::remove_all(dir, ec);
+        return false;
+    }
+    remote.daemon_dir = dir;
+    remote.daemon_pid = *pid;
+    log::debug("step %u.%u: node daemon %d serves PMIx in %s", link.job_id, link.step_id, *pid, dir.c_str());
     return true;
 }
 
@@ -106,7 +186,8 @@ int init_post_opt(spank_t sp)
     LinkSetup setup;
     setup.job_id = job_id;
     setup.step_id = step_id;
-    if (!parse_bootstrap(*bootstrap, setup)) {
+    std::optional<std::uint32_t> pmix_fanout;
+    if (!parse_bootstrap(*bootstrap, setup, pmix_fanout)) {
         log::error("step %u.%u: malformed %s; this node's exit codes are left to Slurm", job_id, step_id,
                    bootstrap_env);
         return 0;
@@ -136,14 +217,40 @@ int init_post_opt(spank_t sp)
     }
     remote.job_id = job_id;
     remote.step_id = step_id;
+    if (pmix_fanout && start_daemon(sp, setup, *pmix_fanout))
+        remote.sinks.push_back(std::make_unique<DaemonSink>(remote.daemon_dir, ack_timeout));
     const std::string fe = setup.host + ":" + std::to_string(setup.port);
     auto sink = std::make_unique<FrontEndSink>(std::move(setup), connect_timeout, ack_timeout);
-    if (auto opened = sink->open(); !opened)
-        log::error("step %u.%u: cannot reach srun at %s: %s; will retry at the first task exit", job_id, step_id,
-                   fe.c_str(), opened.error().c_str());
-    else
-        log::debug("step %u.%u: connected to srun's front end at %s", job_id, step_id, fe.c_str());
+    // With a daemon, the direct path is the fallback: opened only if needed.
+    if (remote.daemon_pid < 0) {
+        if (auto opened = sink->open(); !opened)
+            log::error("step %u.%u: cannot reach srun at %s: %s; will retry at the first task exit", job_id,
+                       step_id, fe.c_str(), opened.error().c_str());
+        else
+            log::debug("step %u.%u: connected to srun's front end at %s", job_id, step_id, fe.c_str());
+    }
     remote.sinks.push_back(std::move(sink));
+    return 0;
+}
+
+int task_init(spank_t sp)
+{
+    if (remote.daemon_pid < 0)
+        return 0;
+    std::uint32_t rank = 0;
+    if (!item(sp, S_TASK_GLOBAL_ID, rank))
+        return 0;
+    auto env = request_environment(remote.daemon_dir, rank, ::getpid(), std::chrono::milliseconds(10000));
+    if (!env) {
+        log::error("step %u.%u: rank %u gets no PMIx environment: %s", remote.job_id, remote.step_id, rank,
+                   env.error().c_str());
+        return 0;
+    }
+    for (const std::string& kv : *env) {
+        const auto eq = kv.find('=');
+        if (eq != std::string::npos)
+            spank_setenv(sp, kv.substr(0, eq).c_str(), kv.c_str() + eq + 1, 1);
+    }
     return 0;
 }
 
@@ -183,6 +290,12 @@ int task_exit(spank_t sp)
 int exit(spank_t)
 {
     remote.sinks.clear();
+    if (remote.daemon_pid > 0) {
+        stop_daemon(remote.daemon_dir, remote.daemon_pid, std::chrono::milliseconds(3000));
+        std::error_code ec;
+        std::filesystem::remove_all(remote.daemon_dir, ec);
+        remote.daemon_pid = -1;
+    }
     return 0;
 }
 

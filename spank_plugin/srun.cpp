@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <string_view>
 #include <unistd.h>
 
 namespace exitpolicy::plugin::srun {
@@ -27,6 +28,8 @@ struct Local {
     // A report was asked for without a policy: decide under max (Slurm's own
     // rule) for the report, and leave srun's exit code to Slurm.
     bool report_only = false;
+    // The step gets exitpolicy's PMIx service (no other PMIx server).
+    bool pmix = false;
     std::unique_ptr<FrontEnd> fe;
     std::uint32_t job_id = 0;
     std::uint32_t step_id = 0;
@@ -88,9 +91,20 @@ int init_post_opt(spank_t)
     return 0;
 }
 
+// Whether this step has a PMIx server of Slurm's own: srun's MPI plugin
+// (--mpi, SLURM_MPI_TYPE, MpiDefault) is in SLURM_MPI_TYPE by now.
+bool slurm_serves_pmix()
+{
+    const char* mpi = std::getenv("SLURM_MPI_TYPE");
+    return mpi && *mpi && std::string_view(mpi) != "none";
+}
+
 int local_user_init(spank_t sp)
 {
-    if (!local.options || !local.options->policy)
+    if (!local.options)
+        return 0;
+    local.pmix = state().config.pmix == PmixMode::automatic && !slurm_serves_pmix();
+    if (!local.options->policy && !local.pmix)
         return 0;
     std::uint32_t nnodes = 0;
     if (!item(sp, S_JOB_ID, local.job_id) || !item(sp, S_JOB_STEPID, local.step_id) ||
@@ -98,27 +112,29 @@ int local_user_init(spank_t sp)
         log::user("warning: the step's size is unknown; srun keeps Slurm's exit code");
         return 0;
     }
-    if (auto ok = check_main_rank(*local.options, local.ntasks); !ok) {
+    if (auto ok = check_main_rank(*local.options, local.ntasks); local.options->policy && !ok) {
         log::error("%s", ok.error().c_str());
         return -1;
     }
-    FrontEndSetup setup{local.job_id, local.step_id, local.ntasks, nnodes, state().config.port_range};
+    FrontEndSetup setup{local.job_id, local.step_id, local.ntasks, nnodes, state().config.port_range,
+                        state().config.fanout};
     auto fe = FrontEnd::start(setup);
     if (!fe) {
         log::user("warning: %s; srun keeps Slurm's exit code", fe.error().c_str());
         return 0;
     }
     local.fe = std::move(*fe);
-    const std::string bootstrap =
-        "1:" + std::to_string(local.fe->port()) + ":" + wire::to_hex(local.fe->secret());
+    std::string bootstrap = "1:" + std::to_string(local.fe->port()) + ":" + wire::to_hex(local.fe->secret());
+    if (local.pmix)
+        bootstrap += ":pmix:" + std::to_string(state().config.fanout);
     // srun copies its environment into the step's: spank_setenv is refused here.
     if (::setenv(bootstrap_env, bootstrap.c_str(), 1) != 0) {
         log::user("warning: cannot export the bootstrap variable; srun keeps Slurm's exit code");
         local.fe.reset();
         return 0;
     }
-    log::verbose("front end for step %u.%u on port %u, %u tasks on %u nodes", local.job_id, local.step_id,
-                 local.fe->port(), local.ntasks, nnodes);
+    log::verbose("front end for step %u.%u on port %u, %u tasks on %u nodes%s", local.job_id, local.step_id,
+                 local.fe->port(), local.ntasks, nnodes, local.pmix ? ", PMIx service" : "");
     return 0;
 }
 
@@ -132,6 +148,10 @@ int exit(spank_t)
     local.fe.reset();
     for (const auto& p : got.problems)
         log::verbose("front end: %s", p.c_str());
+    for (const auto& n : got.notices)
+        log::user("%s", n.c_str());
+    if (!opts.policy)
+        return 0;  // the PMIx service only: srun's code is Slurm's
 
     if (got.missing && got.nodes_reporting < got.nnodes) {
         log::user("warning: %u of %u nodes never reported (see the Slurm log of those nodes); "

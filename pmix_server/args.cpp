@@ -1,0 +1,79 @@
+// args.cpp - see args.hpp.
+#include "args.hpp"
+
+#include <charconv>
+#include <map>
+
+namespace exitpolicy::pmixd {
+namespace {
+
+template <typename T>
+bool number(const std::string& text, T& out)
+{
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    return !text.empty() && ec == std::errc() && ptr == text.data() + text.size();
+}
+
+}  // namespace
+
+Result<Args> parse_args(const std::vector<std::string>& argv)
+{
+    using R = Result<Args>;
+    std::map<std::string, std::string> v;
+    for (std::size_t i = 0; i < argv.size(); ++i) {
+        const std::string& a = argv[i];
+        if (a.rfind("--", 0) != 0 || i + 1 >= argv.size())
+            return R::fail("unexpected argument '" + a + "'");
+        v[a.substr(2)] = argv[++i];
+    }
+    Args args;
+    auto need = [&](const char* key) -> const std::string* {
+        auto it = v.find(key);
+        return it == v.end() ? nullptr : &it->second;
+    };
+    const std::pair<const char*, std::uint32_t*> numbers[] = {
+        {"job", &args.job_id}, {"step", &args.step_id}, {"node", &args.node_id},
+        {"nnodes", &args.nnodes}, {"ntasks", &args.ntasks}, {"uid", &args.uid},
+    };
+    for (const auto& [key, out] : numbers) {
+        const std::string* s = need(key);
+        if (!s || !number(*s, *out))
+            return R::fail(std::string("missing or bad --") + key);
+    }
+    for (const auto& [key, out] : {std::pair{"secret-fd", &args.secret_fd}, std::pair{"ready-fd", &args.ready_fd}}) {
+        const std::string* s = need(key);
+        if (!s || !number(*s, *out) || *out < 0)
+            return R::fail(std::string("missing or bad --") + key);
+    }
+    const std::string* ranks = need("ranks");
+    if (!ranks)
+        return R::fail("missing --ranks");
+    for (std::size_t pos = 0; pos < ranks->size();) {
+        const auto comma = ranks->find(',', pos);
+        std::uint32_t r = 0;
+        if (!number(ranks->substr(pos, comma - pos), r) || r >= args.ntasks)
+            return R::fail("bad --ranks " + *ranks);
+        args.ranks.push_back(r);
+        pos = comma == std::string::npos ? ranks->size() : comma + 1;
+    }
+    const std::string* fe = need("fe");
+    const auto colon = fe ? fe->rfind(':') : std::string::npos;
+    if (!fe || colon == std::string::npos || !number(fe->substr(colon + 1), args.fe_port))
+        return R::fail("missing or bad --fe HOST:PORT");
+    args.fe_host = fe->substr(0, colon);
+    for (const auto& [key, out] : {std::pair{"hostname", &args.hostname}, std::pair{"dir", &args.dir}}) {
+        const std::string* s = need(key);
+        if (!s || s->empty())
+            return R::fail(std::string("missing --") + key);
+        *out = *s;
+    }
+    if (const std::string* s = need("log-dir"))
+        args.log_dir = *s;
+    if (const std::string* s = need("debug"); s && (!number(*s, args.debug) || args.debug < 0 || args.debug > 3))
+        return R::fail("bad --debug");
+    if (args.node_id >= args.nnodes)
+        return R::fail("--node is not below --nnodes");
+    return R::ok(std::move(args));
+}
+
+}  // namespace exitpolicy::pmixd

@@ -1,0 +1,37 @@
+// args.hpp - the daemon's bootstrap arguments, as the plugin passes them on
+// exitpolicy-pmixd's command line. The secret never travels on argv: it is
+// read from an inherited file descriptor.
+#pragma once
+
+#include "exitpolicy/result.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace exitpolicy::pmixd {
+
+struct Args {
+    std::uint32_t job_id = 0;
+    std::uint32_t step_id = 0;
+    std::uint32_t node_id = 0;
+    std::uint32_t nnodes = 0;
+    std::uint32_t ntasks = 0;
+    std::vector<std::uint32_t> ranks;  // this node's tasks
+    std::string hostname;              // this node's name
+    std::string fe_host;
+    std::uint16_t fe_port = 0;
+    int secret_fd = -1;
+    int ready_fd = -1;                 // write "ready\n" here once serving
+    std::string dir;                   // private directory: local socket, PMIx rendezvous
+    std::uint32_t uid = 0;             // the job's user (accepted on the local socket)
+    std::string log_dir;               // empty: syslog
+    int debug = 0;
+};
+
+// --job J --step S --node N --nnodes M --ntasks T --ranks 0,1 --hostname H
+// --fe HOST:PORT --secret-fd FD --ready-fd FD --dir DIR --uid U
+// [--log-dir DIR] [--debug L]
+Result<Args> parse_args(const std::vector<std::string>& argv);
+
+}  // namespace exitpolicy::pmixd

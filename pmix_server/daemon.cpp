@@ -1,0 +1,768 @@
+// daemon.cpp - the daemon's loop: overlay links, routing, fences, direct
+// modex, events, outcomes and the local socket. See daemon.hpp.
+#include "daemon.hpp"
+
+#include "exitpolicy/outcome.hpp"
+#include "log.hpp"
+#include "pmix_host.hpp"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <event2/thread.h>
+
+#include <pmix_common.h>
+
+#include <algorithm>
+#include <arpa/inet.h>
+#include <csignal>
+#include <cstring>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+namespace exitpolicy::pmixd {
+namespace {
+
+// The canonical name of a participant set: "*" for everybody.
+std::string fence_key(const std::vector<std::uint32_t>& ranks)
+{
+    if (ranks.empty())
+        return "*";
+    std::string key;
+    for (std::uint32_t r : ranks)
+        key += std::to_string(r) + ",";
+    return key;
+}
+
+bool has_rank(const std::vector<std::uint32_t>& ranks, std::uint32_t rank)
+{
+    return ranks.empty() || std::binary_search(ranks.begin(), ranks.end(), rank);
+}
+
+// The specific PMIx code for a task's abnormal end; 0 when it ended well.
+int termination_code(const wire::Outcome& o, bool aborted, bool unfinalized)
+{
+    if (aborted)
+        return PMIX_ERR_PROC_REQUESTED_ABORT;
+    const WaitStatus s = WaitStatus::decode(o.wait_status);
+    if (s.kind == WaitStatus::Kind::signaled)
+        return PMIX_ERR_PROC_ABORTED_BY_SIG;
+    if (s.kind == WaitStatus::Kind::exited && s.exit_code != 0)
+        return PMIX_ERR_EXIT_NONZERO_TERM;
+    if (unfinalized)
+        return PMIX_ERR_PROC_TERM_WO_SYNC;
+    return 0;
+}
+
+}  // namespace
+
+// One connection on the local socket.
+struct Daemon::Local {
+    Daemon* d = nullptr;
+    bufferevent* bev = nullptr;
+    uid_t uid = static_cast<uid_t>(-1);
+    ~Local()
+    {
+        if (bev)
+            bufferevent_free(bev);
+    }
+};
+
+Daemon::Daemon(Args args, wire::Secret secret) : args_(std::move(args)), secret_(secret) {}
+
+Daemon::~Daemon()
+{
+    pmix_.reset();
+    children_.clear();
+    up_.reset();
+    fe_.reset();
+    locals_.clear();
+    if (child_listener_)
+        evconnlistener_free(child_listener_);
+    if (local_listener_)
+        evconnlistener_free(local_listener_);
+    if (wake_)
+        event_free(wake_);
+    if (base_)
+        event_base_free(base_);
+}
+
+void Daemon::post(std::function<void()> fn)
+{
+    {
+        std::lock_guard lock(posted_mu_);
+        posted_.push_back(std::move(fn));
+    }
+    event_active(wake_, EV_READ, 0);
+}
+
+int Daemon::run()
+{
+    evthread_use_pthreads();
+    base_ = event_base_new();
+    if (!base_)
+        return 1;
+    wake_ = event_new(
+        base_, -1, EV_PERSIST,
+        [](evutil_socket_t, short, void* arg) {
+            auto* d = static_cast<Daemon*>(arg);
+            std::deque<std::function<void()>> work;
+            {
+                std::lock_guard lock(d->posted_mu_);
+                work.swap(d->posted_);
+            }
+            for (auto& fn : work) {
+                try {
+                    fn();
+                } catch (const std::exception& e) {
+                    log::error("internal error: %s", e.what());
+                }
+            }
+        },
+        this);
+    pmix_ = std::make_unique<PmixHost>(*this);
+    if (auto ok = pmix_->init(args_.dir); !ok) {
+        log::error("PMIx server: %s", ok.error().c_str());
+        return 1;
+    }
+    listen_local();
+    listen_children();
+    start_fe_link();
+    event_base_loop(base_, EVLOOP_NO_EXIT_ON_EMPTY);
+    return exit_code_;
+}
+
+// ---- overlay -------------------------------------------------------------------
+
+wire::Channel::Handlers Daemon::overlay_handlers()
+{
+    wire::Channel::Handlers h;
+    h.frame = [this](wire::Channel& c, wire::Type t, std::span<const std::uint8_t> b) {
+        return on_overlay_frame(c, t, b);
+    };
+    return h;
+}
+
+void Daemon::start_fe_link()
+{
+    wire::Hello me;
+    me.role = wire::Role::daemon;
+    me.node_id = args_.node_id;
+    me.hostname = args_.hostname;
+    me.ranks = args_.ranks;
+    auto h = overlay_handlers();
+    h.ready = [this](wire::Channel& c) {
+        char host[256] = {};
+        ::gethostname(host, sizeof(host) - 1);
+        c.send(wire::Enroll{args_.hostname, child_port_}.encode());
+        log::debug("enrolled with the front end at %s:%u", args_.fe_host.c_str(), args_.fe_port);
+    };
+    h.closed = [this](wire::Channel&, const std::string& why) {
+        if (!map_ || !up_) {
+            log::error("lost the front end: %s", why.c_str());
+            // Without the FE the step's PMIx service is gone; stop (the
+            // plugin's fallback still reports this node's exits).
+            post([this] { stop(1); });
+        }
+    };
+    auto c = wire::Channel::connect(base_, args_.fe_host, args_.fe_port, secret_, args_.job_id, args_.step_id, me,
+                                    std::move(h));
+    if (!c) {
+        log::error("front end: %s", c.error().c_str());
+        stop(1);
+        return;
+    }
+    fe_ = std::move(*c);
+}
+
+void Daemon::listen_children()
+{
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_ANY);
+    child_listener_ = evconnlistener_new_bind(
+        base_,
+        [](evconnlistener*, evutil_socket_t fd, sockaddr*, int, void* arg) {
+            auto* d = static_cast<Daemon*>(arg);
+            auto h = d->overlay_handlers();
+            h.ready = [d](wire::Channel& c) {
+                c.tag = c.peer().node_id;
+                log::debug("child node %u connected", c.tag);
+            };
+            h.closed = [d](wire::Channel& c, const std::string& why) {
+                log::debug("child link closed: %s", why.c_str());
+                wire::Channel* gone = &c;
+                d->post([d, gone] {
+                    std::erase_if(d->children_, [gone](const auto& p) { return p.get() == gone; });
+                });
+            };
+            if (auto c = wire::Channel::accept(d->base_, fd, d->secret_, d->args_.job_id, d->args_.step_id, h))
+                d->children_.push_back(std::move(c));
+        },
+        this, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE, 64,
+        reinterpret_cast<sockaddr*>(&sin), sizeof(sin));
+    if (!child_listener_) {
+        log::error("cannot listen for child daemons: %s", std::strerror(errno));
+        return;
+    }
+    sockaddr_in bound{};
+    socklen_t len = sizeof(bound);
+    getsockname(evconnlistener_get_fd(child_listener_), reinterpret_cast<sockaddr*>(&bound), &len);
+    child_port_ = ntohs(bound.sin_port);
+}
+
+void Daemon::send_up(const wire::Bytes& frame)
+{
+    wire::Channel* up = up_ ? up_.get() : fe_.get();
+    if (up && up->is_ready())
+        up->send(frame);
+    else
+        log::error("no link toward the front end; a message is lost");
+}
+
+void Daemon::send_down(std::optional<std::uint32_t> to, const wire::Bytes& frame)
+{
+    for (auto& c : children_) {
+        if (!c->is_ready())
+            continue;
+        if (!to || tree_->in_subtree(*to, c->tag))
+            c->send(frame);
+    }
+}
+
+void Daemon::route(std::uint32_t to, const wire::Bytes& frame)
+{
+    if (tree_->next_hop(args_.node_id, to))
+        send_down(to, frame);
+    else
+        send_up(frame);
+}
+
+void Daemon::on_map(const wire::StepMap& map)
+{
+    map_ = map;
+    tree_.emplace(static_cast<std::uint32_t>(map.hostnames.size()), map.fanout);
+    if (const auto parent = tree_->parent(args_.node_id)) {
+        wire::Hello me;
+        me.role = wire::Role::daemon;
+        me.node_id = args_.node_id;
+        me.hostname = args_.hostname;
+        auto h = overlay_handlers();
+        h.ready = [this](wire::Channel&) {
+            log::debug("linked to the parent daemon");
+            fe_.reset();  // the parent is our way up from now on
+            flush_outcomes();
+        };
+        h.closed = [this](wire::Channel&, const std::string& why) {
+            log::error("lost the parent daemon: %s", why.c_str());
+            post([this] { stop(1); });
+        };
+        auto c = wire::Channel::connect(base_, map.hosts[*parent], static_cast<std::uint16_t>(map.ports[*parent]),
+                                        secret_, args_.job_id, args_.step_id, me, std::move(h));
+        if (!c) {
+            log::error("parent daemon on %s: %s", map.hostnames[*parent].c_str(), c.error().c_str());
+            stop(1);
+            return;
+        }
+        up_ = std::move(*c);
+    }
+    auto registered = pmix_->register_namespace([this](int status) {
+        if (status != 0) {
+            log::error("registering the namespace failed: %d", status);
+            stop(1);
+            return;
+        }
+        ready();
+    });
+    if (!registered) {
+        log::error("%s", registered.error().c_str());
+        stop(1);
+    }
+}
+
+void Daemon::ready()
+{
+    if (ready_sent_ || args_.ready_fd < 0)
+        return;
+    ready_sent_ = true;
+    const std::string line = "ready " + std::to_string(::getpid()) + "\n";
+    [[maybe_unused]] auto n = ::write(args_.ready_fd, line.data(), line.size());
+    ::close(args_.ready_fd);
+    args_.ready_fd = -1;
+    log::info("serving %zu local ranks of %s", args_.ranks.size(), pmix_->nspace().c_str());
+}
+
+Result<bool> Daemon::on_overlay_frame(wire::Channel& from, wire::Type type, std::span<const std::uint8_t> body)
+{
+    using R = Result<bool>;
+    const bool from_above = &from == fe_.get() || &from == up_.get();
+    switch (type) {
+    case wire::Type::step_map: {
+        auto m = wire::StepMap::decode(body);
+        if (!m)
+            return R::fail(m.error());
+        if (!map_)
+            on_map(*m);
+        return R::ok(true);
+    }
+    case wire::Type::ack: {
+        auto a = wire::Ack::decode(body);
+        if (!a)
+            return R::fail(a.error());
+        std::erase_if(unacked_, [&](const wire::Outcome& o) { return o.rank == a->rank && o.epoch == a->epoch; });
+        if (draining_ && unacked_.empty())
+            stop(0);
+        return R::ok(true);
+    }
+    case wire::Type::outcome: {  // from a child, on its way to the FE
+        auto o = wire::Outcome::decode(body);
+        if (!o)
+            return R::fail(o.error());
+        from.send(wire::Ack{o->rank, o->epoch}.encode());
+        unacked_.push_back(*o);
+        send_up(o->encode());
+        return R::ok(true);
+    }
+    case wire::Type::event: {
+        auto e = wire::Event::decode(body);
+        if (!e)
+            return R::fail(e.error());
+        on_event(*e, from_above);
+        return R::ok(true);
+    }
+    case wire::Type::fence_up: {
+        auto f = wire::FenceUp::decode(body);
+        if (!f)
+            return R::fail(f.error());
+        on_fence_up(*f);
+        return R::ok(true);
+    }
+    case wire::Type::fence_down: {
+        auto f = wire::FenceDown::decode(body);
+        if (!f)
+            return R::fail(f.error());
+        on_fence_down(*f);
+        return R::ok(true);
+    }
+    case wire::Type::dmodex_req: {
+        auto r = wire::DmodexReq::decode(body);
+        if (!r)
+            return R::fail(r.error());
+        on_dmodex_req(*r);
+        return R::ok(true);
+    }
+    case wire::Type::dmodex_resp: {
+        auto r = wire::DmodexResp::decode(body);
+        if (!r)
+            return R::fail(r.error());
+        on_dmodex_resp(*r);
+        return R::ok(true);
+    }
+    case wire::Type::abort: {  // from below, for the FE
+        auto a = wire::Abort::decode(body);
+        if (!a)
+            return R::fail(a.error());
+        send_up(a->encode());
+        return R::ok(true);
+    }
+    case wire::Type::notice: {
+        auto n = wire::Notice::decode(body);
+        if (!n)
+            return R::fail(n.error());
+        send_up(n->encode());
+        return R::ok(true);
+    }
+    case wire::Type::terminate: {
+        auto t = wire::Terminate::decode(body);
+        if (!t)
+            return R::fail(t.error());
+        send_down(std::nullopt, t->encode());
+        terminate_local(t->reason);
+        return R::ok(true);
+    }
+    default:
+        return R::fail("unexpected " + std::string(wire::type_name(type)) + " frame");
+    }
+}
+
+// ---- events --------------------------------------------------------------------
+
+void Daemon::on_event(const wire::Event& e, bool from_above)
+{
+    if (!from_above) {  // on its way up to the FE, which sends it to everyone
+        send_up(e.encode());
+        return;
+    }
+    send_down(std::nullopt, e.encode());
+    fail_fences_with(e.rank);
+    if (e.origin != args_.node_id)  // the origin told its own clients already
+        pmix_->notify_terminated(e.rank, e.code, e.exit_code, e.node_down != 0);
+}
+
+// ---- fences ----------------------------------------------------------------------
+
+bool Daemon::subtree_has(std::uint32_t child, const std::vector<std::uint32_t>& ranks) const
+{
+    for (std::uint32_t rank = 0; rank < map_->rank_node.size(); ++rank)
+        if (has_rank(ranks, rank) && tree_->in_subtree(map_->rank_node[rank], child))
+            return true;
+    return false;
+}
+
+std::uint32_t Daemon::fence_expected(const std::vector<std::uint32_t>& ranks) const
+{
+    std::uint32_t n = 0;
+    for (std::uint32_t r : args_.ranks)
+        if (has_rank(ranks, r)) {
+            n = 1;
+            break;
+        }
+    for (std::uint32_t child : tree_->children(args_.node_id))
+        n += subtree_has(child, ranks) ? 1 : 0;
+    return n;
+}
+
+void Daemon::fence(std::vector<std::uint32_t> ranks, wire::Bytes data, Done done)
+{
+    std::sort(ranks.begin(), ranks.end());
+    const std::string key = fence_key(ranks);
+    FenceState& f = fences_[key];
+    if (f.expected == 0) {
+        f.ranks = ranks;
+        f.expected = fence_expected(ranks);
+    }
+    f.local = std::move(done);
+    f.data.insert(f.data.end(), data.begin(), data.end());
+    ++f.received;
+    fence_arrived(key);
+}
+
+void Daemon::on_fence_up(const wire::FenceUp& up)
+{
+    FenceState& f = fences_[up.key];
+    if (f.expected == 0) {
+        // The key names the participants.
+        std::vector<std::uint32_t> ranks;
+        if (up.key != "*") {
+            for (std::size_t pos = 0; pos < up.key.size();) {
+                const auto comma = up.key.find(',', pos);
+                ranks.push_back(static_cast<std::uint32_t>(std::stoul(up.key.substr(pos, comma - pos))));
+                pos = comma + 1;
+            }
+        }
+        f.ranks = ranks;
+        f.expected = fence_expected(ranks);
+    }
+    f.data.insert(f.data.end(), up.data.begin(), up.data.end());
+    ++f.received;
+    fence_arrived(up.key);
+}
+
+void Daemon::fence_arrived(const std::string& key)
+{
+    FenceState& f = fences_[key];
+    if (f.received < f.expected)
+        return;
+    send_up(wire::FenceUp{key, f.received, f.data}.encode());
+    f.data.clear();  // the result comes back down with everyone's data
+}
+
+void Daemon::on_fence_down(const wire::FenceDown& down)
+{
+    send_down(std::nullopt, down.encode());
+    auto it = fences_.find(down.key);
+    if (it == fences_.end())
+        return;
+    auto local = std::move(it->second.local);
+    fences_.erase(it);
+    if (local)
+        (*local)(down.status, down.data);
+}
+
+void Daemon::fail_fences_with(std::uint32_t rank)
+{
+    for (auto it = fences_.begin(); it != fences_.end();) {
+        if (!has_rank(it->second.ranks, rank)) {
+            ++it;
+            continue;
+        }
+        auto local = std::move(it->second.local);
+        it = fences_.erase(it);
+        if (local)
+            (*local)(PMIX_ERR_PROC_TERM_WO_SYNC, {});
+    }
+}
+
+// ---- direct modex ------------------------------------------------------------------
+
+void Daemon::direct_modex(std::uint32_t rank, Done done)
+{
+    if (rank >= map_->rank_node.size()) {
+        done(PMIX_ERR_NOT_FOUND, {});
+        return;
+    }
+    const std::uint64_t id = next_dmodex_++;
+    dmodex_waiting_.emplace(id, std::move(done));
+    route(map_->rank_node[rank], wire::DmodexReq{id, args_.node_id, map_->rank_node[rank], rank}.encode());
+    // Bounded: a request nobody answers fails after 30 s.
+    struct Timeout {
+        Daemon* d;
+        std::uint64_t id;
+        event* ev;
+    };
+    auto* t = new Timeout{this, id, nullptr};
+    t->ev = evtimer_new(
+        base_,
+        [](evutil_socket_t, short, void* arg) {
+            auto* t = static_cast<Timeout*>(arg);
+            auto it = t->d->dmodex_waiting_.find(t->id);
+            if (it != t->d->dmodex_waiting_.end()) {
+                auto done = std::move(it->second);
+                t->d->dmodex_waiting_.erase(it);
+                done(PMIX_ERR_TIMEOUT, {});
+            }
+            event_free(t->ev);
+            delete t;
+        },
+        t);
+    const timeval limit{30, 0};
+    evtimer_add(t->ev, &limit);
+}
+
+void Daemon::on_dmodex_req(const wire::DmodexReq& r)
+{
+    if (r.to != args_.node_id) {
+        route(r.to, r.encode());
+        return;
+    }
+    pmix_->dmodex(r.rank, [this, r](int status, wire::Bytes data) {
+        route(r.from, wire::DmodexResp{r.id, args_.node_id, r.from, status, std::move(data)}.encode());
+    });
+}
+
+void Daemon::on_dmodex_resp(const wire::DmodexResp& r)
+{
+    if (r.to != args_.node_id) {
+        route(r.to, r.encode());
+        return;
+    }
+    auto it = dmodex_waiting_.find(r.id);
+    if (it == dmodex_waiting_.end())
+        return;  // timed out already
+    auto done = std::move(it->second);
+    dmodex_waiting_.erase(it);
+    done(r.status, r.data);
+}
+
+// ---- abort, clients ----------------------------------------------------------------
+
+void Daemon::abort(std::uint32_t rank, int status, std::string message)
+{
+    aborts_[rank] = status;
+    log::info("rank %u called abort with status %d: %s", rank, status, message.c_str());
+    send_up(wire::Abort{rank, status, std::move(message)}.encode());
+}
+
+void Daemon::client_connected(std::uint32_t rank)
+{
+    connected_.insert(rank);
+}
+
+void Daemon::client_finalized(std::uint32_t rank)
+{
+    finalized_.insert(rank);
+}
+
+void Daemon::terminate_local(const std::string& why)
+{
+    log::info("terminating local tasks: %s", why.c_str());
+    for (const auto& [rank, pid] : pids_)
+        if (!ended_.count(rank) && pid > 0)
+            ::kill(static_cast<pid_t>(pid), SIGKILL);
+}
+
+// ---- outcomes ----------------------------------------------------------------------
+
+void Daemon::outcome(const wire::Outcome& in)
+{
+    wire::Outcome o = in;
+    ended_.insert(o.rank);
+    const auto aborted = aborts_.find(o.rank);
+    if (aborted != aborts_.end()) {
+        o.flags |= wire::Outcome::flag_aborted;
+        o.abort_status = aborted->second;
+    }
+    const bool was_client = connected_.count(o.rank) != 0;
+    if (was_client) {
+        o.flags |= wire::Outcome::flag_finalized_known;
+        if (finalized_.count(o.rank))
+            o.flags |= wire::Outcome::flag_finalized;
+    }
+    const int code = termination_code(o, aborted != aborts_.end(), was_client && !finalized_.count(o.rank));
+    if (code != 0) {
+        const int exit_code = exitpolicy::task_code(
+            TaskOutcome{o.rank, o.epoch, 0, o.pid, false, o.wait_status,
+                        aborted != aborts_.end() ? std::optional<int>(aborted->second) : std::nullopt,
+                        std::nullopt, o.end_time_us},
+            1);
+        // Our own clients first, then everyone else through the FE.
+        pmix_->notify_terminated(o.rank, code, exit_code, false);
+        fail_fences_with(o.rank);
+        send_up(wire::Event{args_.node_id, o.rank, code, exit_code, o.wait_status, 0}.encode());
+    }
+    unacked_.push_back(o);
+    send_up(o.encode());
+}
+
+void Daemon::flush_outcomes()
+{
+    for (const auto& o : unacked_)
+        send_up(o.encode());
+}
+
+void Daemon::drain()
+{
+    // Every outcome acknowledged upstream first, within a bound.
+    draining_ = true;
+    if (unacked_.empty()) {
+        stop(0);
+        return;
+    }
+    const timeval limit{2, 0};
+    event_base_once(
+        base_, -1, EV_TIMEOUT,
+        [](evutil_socket_t, short, void* arg) {
+            auto* d = static_cast<Daemon*>(arg);
+            if (!d->unacked_.empty())
+                log::error("%zu outcomes not acknowledged at exit", d->unacked_.size());
+            d->stop(0);
+        },
+        this, &limit);
+}
+
+void Daemon::stop(int code)
+{
+    if (stopping_)
+        return;
+    stopping_ = true;
+    exit_code_ = code;
+    if (args_.ready_fd >= 0) {  // never became ready: the plugin reads EOF
+        ::close(args_.ready_fd);
+        args_.ready_fd = -1;
+    }
+    event_base_loopexit(base_, nullptr);
+}
+
+// ---- local socket --------------------------------------------------------------------
+
+void Daemon::listen_local()
+{
+    const std::string path = args_.dir + "/daemon.sock";
+    sockaddr_un sun{};
+    sun.sun_family = AF_UNIX;
+    if (path.size() >= sizeof(sun.sun_path)) {
+        log::error("socket path too long: %s", path.c_str());
+        return;
+    }
+    std::strcpy(sun.sun_path, path.c_str());
+    ::unlink(path.c_str());
+    local_listener_ = evconnlistener_new_bind(
+        base_,
+        [](evconnlistener*, evutil_socket_t fd, sockaddr*, int, void* arg) {
+            auto* d = static_cast<Daemon*>(arg);
+            ucred cred{};
+            socklen_t len = sizeof(cred);
+            if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+                (cred.uid != 0 && cred.uid != d->args_.uid)) {
+                ::close(fd);
+                return;
+            }
+            auto l = std::make_unique<Local>();
+            l->d = d;
+            l->uid = cred.uid;
+            l->bev = bufferevent_socket_new(d->base_, fd, BEV_OPT_CLOSE_ON_FREE);
+            bufferevent_setcb(
+                l->bev,
+                [](bufferevent* bev, void* arg) {
+                    auto* l = static_cast<Local*>(arg);
+                    evbuffer* in = bufferevent_get_input(bev);
+                    while (evbuffer_get_length(in) >= wire::header_size) {
+                        std::array<std::uint8_t, wire::header_size> head{};
+                        evbuffer_copyout(in, head.data(), head.size());
+                        auto h = wire::decode_header(head);
+                        if (!h || evbuffer_get_length(in) < wire::header_size + h->length) {
+                            if (!h)
+                                bufferevent_disable(bev, EV_READ);
+                            return;
+                        }
+                        evbuffer_drain(in, wire::header_size);
+                        wire::Bytes body(h->length);
+                        evbuffer_remove(in, body.data(), body.size());
+                        try {
+                            l->d->on_local_frame(*l, h->type, body);
+                        } catch (const std::exception& e) {
+                            log::error("local request: %s", e.what());
+                        }
+                    }
+                },
+                nullptr,
+                [](bufferevent*, short, void* arg) {
+                    auto* l = static_cast<Local*>(arg);
+                    Daemon* d = l->d;
+                    std::erase_if(d->locals_, [l](const auto& p) { return p.get() == l; });
+                },
+                l.get());
+            bufferevent_enable(l->bev, EV_READ | EV_WRITE);
+            d->locals_.push_back(std::move(l));
+        },
+        this, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 64, reinterpret_cast<sockaddr*>(&sun), sizeof(sun));
+    if (!local_listener_)
+        log::error("cannot listen on %s: %s", path.c_str(), std::strerror(errno));
+}
+
+void Daemon::on_local_frame(Local& l, wire::Type type, std::span<const std::uint8_t> body)
+{
+    auto reply = [&](const wire::Bytes& frame) { bufferevent_write(l.bev, frame.data(), frame.size()); };
+    switch (type) {
+    case wire::Type::env_request: {
+        auto r = wire::EnvRequest::decode(body);
+        wire::EnvReply out;
+        if (!r || std::find(args_.ranks.begin(), args_.ranks.end(), r->rank) == args_.ranks.end()) {
+            out.status = 1;
+            out.error = r ? "rank " + std::to_string(r->rank) + " is not a task of this node" : r.error();
+        } else if (auto env = pmix_->environment(r->rank); !env) {
+            out.status = 1;
+            out.error = env.error();
+        } else {
+            pids_[r->rank] = r->pid;
+            out.env = std::move(*env);
+        }
+        reply(out.encode());
+        return;
+    }
+    case wire::Type::outcome: {
+        if (l.uid != 0)
+            return;  // only slurmstepd reports exits
+        auto o = wire::Outcome::decode(body);
+        if (!o)
+            return;
+        outcome(*o);
+        reply(wire::Ack{o->rank, o->epoch}.encode());
+        return;
+    }
+    case wire::Type::stop:
+        if (l.uid != 0)
+            return;
+        log::debug("stopping at the step's end (%zu outcomes to flush)", unacked_.size());
+        reply(wire::Ack{}.encode());
+        drain();
+        return;
+    default:
+        return;
+    }
+}
+
+}  // namespace exitpolicy::pmixd

@@ -1,0 +1,128 @@
+// daemon.hpp - exitpolicy-pmixd: one per node per step, as the job's user.
+//
+// One libevent loop thread owns all state. It holds the overlay links (up
+// to the parent in the tree: srun's front end or another daemon; down to its
+// children), the local socket (exit reports from slurmstepd, environment
+// requests from tasks) and the PMIx server (pmix_host.cpp), whose upcalls
+// arrive on the PMIx progress thread and are posted to this loop.
+#pragma once
+
+#include "args.hpp"
+#include "protocol/channel.hpp"
+#include "protocol/tree.hpp"
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+struct event;
+struct event_base;
+struct evconnlistener;
+
+namespace exitpolicy::pmixd {
+
+class PmixHost;
+
+class Daemon {
+public:
+    Daemon(Args args, wire::Secret secret);
+    ~Daemon();
+    // Runs until stopped; returns the process exit code.
+    int run();
+
+    // Any thread: run fn on the loop thread.
+    void post(std::function<void()> fn);
+
+    // ---- loop thread: what the PMIx side asks of the overlay ----
+    using Done = std::function<void(int status, wire::Bytes data)>;
+    // A fence over `ranks` (empty: all) with this node's data.
+    void fence(std::vector<std::uint32_t> ranks, wire::Bytes data, Done done);
+    // The data `rank` committed, from the node that owns it.
+    void direct_modex(std::uint32_t rank, Done done);
+    // A local task called PMIx_Abort.
+    void abort(std::uint32_t rank, int status, std::string message);
+    void client_connected(std::uint32_t rank);
+    void client_finalized(std::uint32_t rank);
+
+    const Args& args() const noexcept { return args_; }
+    const wire::StepMap& map() const noexcept { return *map_; }
+
+private:
+    struct Local;
+    struct FenceState {
+        std::vector<std::uint32_t> ranks;  // empty: all
+        std::uint32_t expected = 0;        // contributions awaited here
+        std::uint32_t received = 0;
+        wire::Bytes data;
+        std::optional<Done> local;         // the PMIx callback on this node
+    };
+
+    void start_fe_link();
+    void on_map(const wire::StepMap& map);
+    void send_up(const wire::Bytes& frame);
+    void send_down(std::optional<std::uint32_t> to, const wire::Bytes& frame);  // none: every child
+    wire::Channel::Handlers overlay_handlers();
+    Result<bool> on_overlay_frame(wire::Channel& from, wire::Type type, std::span<const std::uint8_t> body);
+    void on_event(const wire::Event& e, bool from_above);
+    void on_fence_up(const wire::FenceUp& f);
+    void on_fence_down(const wire::FenceDown& f);
+    void fence_arrived(const std::string& key);
+    std::uint32_t fence_expected(const std::vector<std::uint32_t>& ranks) const;
+    bool subtree_has(std::uint32_t child, const std::vector<std::uint32_t>& ranks) const;
+    void fail_fences_with(std::uint32_t rank);
+    void on_dmodex_req(const wire::DmodexReq& r);
+    void on_dmodex_resp(const wire::DmodexResp& r);
+    void route(std::uint32_t to, const wire::Bytes& frame);
+    void outcome(const wire::Outcome& o);
+    void flush_outcomes();
+    void terminate_local(const std::string& why);
+    void listen_children();
+    void listen_local();
+    void on_local_frame(Local& l, wire::Type type, std::span<const std::uint8_t> body);
+    void ready();
+    void drain();
+    void stop(int code);
+
+    Args args_;
+    wire::Secret secret_;
+    event_base* base_ = nullptr;
+    event* wake_ = nullptr;
+    std::mutex posted_mu_;
+    std::deque<std::function<void()>> posted_;
+
+    std::unique_ptr<wire::Channel> fe_;  // enrollment; the up-link when the FE is our parent
+    std::unique_ptr<wire::Channel> up_;  // the parent daemon, when there is one
+    std::vector<std::unique_ptr<wire::Channel>> children_;
+    evconnlistener* child_listener_ = nullptr;
+    std::uint16_t child_port_ = 0;
+    std::optional<wire::StepMap> map_;
+    std::optional<wire::Tree> tree_;
+
+    evconnlistener* local_listener_ = nullptr;
+    std::vector<std::unique_ptr<Local>> locals_;
+
+    std::unique_ptr<PmixHost> pmix_;
+    bool ready_sent_ = false;
+    bool stopping_ = false;
+    bool draining_ = false;
+    int exit_code_ = 0;
+
+    std::deque<wire::Outcome> unacked_;  // sent up, not yet acknowledged
+    std::map<std::uint32_t, std::int64_t> pids_;
+    std::map<std::uint32_t, int> aborts_;
+    std::set<std::uint32_t> connected_;
+    std::set<std::uint32_t> finalized_;
+    std::set<std::uint32_t> ended_;  // local ranks whose outcome arrived
+    std::map<std::string, FenceState> fences_;
+    std::uint64_t next_dmodex_ = 1;
+    std::map<std::uint64_t, Done> dmodex_waiting_;
+};
+
+}  // namespace exitpolicy::pmixd

@@ -1,0 +1,80 @@
+// log.cpp - see log.hpp.
+#include "log.hpp"
+
+#include <cstdarg>
+#include <cstdio>
+#include <ctime>
+#include <mutex>
+#include <string>
+#include <syslog.h>
+
+namespace exitpolicy::pmixd::log {
+namespace {
+
+std::mutex mu;
+FILE* file = nullptr;
+int level = 0;
+std::string tag;
+std::string ident;  // syslog keeps the pointer
+
+void emit(int prio, const char* what, const char* fmt, va_list ap) noexcept
+{
+    char buf[2048];
+    std::vsnprintf(buf, sizeof(buf), fmt, ap);
+    std::lock_guard lock(mu);
+    if (file) {
+        timespec now{};
+        clock_gettime(CLOCK_REALTIME, &now);
+        tm t{};
+        localtime_r(&now.tv_sec, &t);
+        char when[32];
+        std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &t);
+        std::fprintf(file, "%s.%06ld %s %s: %s\n", when, now.tv_nsec / 1000, tag.c_str(), what, buf);
+        std::fflush(file);
+    } else {
+        syslog(prio, "%s: %s", what, buf);
+    }
+}
+
+}  // namespace
+
+void open(const char* t, const char* log_dir, int l) noexcept
+{
+    tag = t;
+    level = l;
+    if (log_dir && *log_dir) {
+        const std::string path = std::string(log_dir) + "/exitpolicy-pmixd." + tag + ".log";
+        file = std::fopen(path.c_str(), "a");
+    }
+    if (!file) {
+        ident = "exitpolicy-pmixd[" + tag + "]";
+        openlog(ident.c_str(), LOG_PID, LOG_USER);
+    }
+}
+
+#define EXITPOLICY_EMIT(prio, what) \
+    do {                            \
+        va_list ap;                 \
+        va_start(ap, fmt);          \
+        emit(prio, what, fmt, ap);  \
+        va_end(ap);                 \
+    } while (0)
+
+void error(const char* fmt, ...) noexcept
+{
+    EXITPOLICY_EMIT(LOG_ERR, "error");
+}
+
+void info(const char* fmt, ...) noexcept
+{
+    if (level >= 1)
+        EXITPOLICY_EMIT(LOG_INFO, "info");
+}
+
+void debug(const char* fmt, ...) noexcept
+{
+    if (level >= 2)
+        EXITPOLICY_EMIT(LOG_DEBUG, "debug");
+}
+
+}  // namespace exitpolicy::pmixd::log

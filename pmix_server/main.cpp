@@ -1,0 +1,49 @@
+// main.cpp - exitpolicy-pmixd: the per-node PMIx server and overlay agent of
+// one Slurm job step. Started by the plugin in slurmstepd (see
+// spank_plugin/daemon_launch.cpp), never by hand.
+#include "args.hpp"
+#include "daemon.hpp"
+#include "log.hpp"
+
+#include "protocol/auth.hpp"
+
+#include <cstdio>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+int main(int argc, char** argv)
+{
+    using namespace exitpolicy;
+    std::vector<std::string> words(argv + 1, argv + argc);
+    auto args = pmixd::parse_args(words);
+    if (!args) {
+        std::fprintf(stderr, "exitpolicy-pmixd: %s\n", args.error().c_str());
+        return 2;
+    }
+    const std::string tag = std::to_string(args->job_id) + "." + std::to_string(args->step_id) + " " +
+                            args->hostname;
+    pmixd::log::open(tag.c_str(), args->log_dir.c_str(), args->debug);
+
+    char hex[65] = {};
+    std::size_t got = 0;
+    while (got < 64) {
+        const ssize_t n = ::read(args->secret_fd, hex + got, 64 - got);
+        if (n <= 0)
+            break;
+        got += static_cast<std::size_t>(n);
+    }
+    ::close(args->secret_fd);
+    auto secret = wire::secret_from_hex(std::string(hex, got));
+    if (!secret) {
+        pmixd::log::error("bad secret on fd %d: %s", args->secret_fd, secret.error().c_str());
+        return 2;
+    }
+    try {
+        pmixd::Daemon daemon(std::move(*args), *secret);
+        return daemon.run();
+    } catch (const std::exception& e) {
+        pmixd::log::error("fatal: %s", e.what());
+        return 1;
+    }
+}

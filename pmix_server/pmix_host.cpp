@@ -1,0 +1,372 @@
+// pmix_host.cpp - the PMIx server module and the library calls.
+//
+// The module table is at the top; each upcall is a few lines that copy the
+// request, post it to the daemon's loop and return PMIX_SUCCESS; the loop
+// calls the upcall's cbfunc exactly once. Upcalls run on PMIx's progress
+// thread and never block.
+#include "pmix_host.hpp"
+
+#include "daemon.hpp"
+#include "log.hpp"
+
+#include <pmix.h>
+#include <pmix_server.h>
+
+#include <cstring>
+#include <map>
+#include <unistd.h>
+
+namespace exitpolicy::pmixd {
+namespace {
+
+Daemon* the_daemon = nullptr;  // one daemon per process
+
+// Data handed to PMIx's modex callbacks stays alive until PMIx releases it.
+void release_bytes(void* cbdata)
+{
+    delete static_cast<wire::Bytes*>(cbdata);
+}
+
+void answer_modex(pmix_modex_cbfunc_t cbfunc, void* cbdata, int status, wire::Bytes data)
+{
+    if (!cbfunc)
+        return;
+    auto* keep = new wire::Bytes(std::move(data));
+    cbfunc(status, reinterpret_cast<const char*>(keep->data()), keep->size(), cbdata, release_bytes, keep);
+}
+
+// ---- the upcalls ---------------------------------------------------------------
+
+pmix_status_t on_client_connected(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t cbfunc, void* cbdata)
+{
+    const std::uint32_t rank = proc->rank;
+    the_daemon->post([rank, cbfunc, cbdata] {
+        the_daemon->client_connected(rank);
+        if (cbfunc)
+            cbfunc(PMIX_SUCCESS, cbdata);
+    });
+    return PMIX_SUCCESS;
+}
+
+pmix_status_t on_client_finalized(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t cbfunc, void* cbdata)
+{
+    const std::uint32_t rank = proc->rank;
+    the_daemon->post([rank, cbfunc, cbdata] {
+        the_daemon->client_finalized(rank);
+        if (cbfunc)
+            cbfunc(PMIX_SUCCESS, cbdata);
+    });
+    return PMIX_SUCCESS;
+}
+
+pmix_status_t on_abort(const pmix_proc_t* proc, void*, int status, const char msg[], pmix_proc_t[], size_t,
+                       pmix_op_cbfunc_t cbfunc, void* cbdata)
+{
+    const std::uint32_t rank = proc->rank;
+    std::string message = msg ? msg : "";
+    the_daemon->post([rank, status, message = std::move(message), cbfunc, cbdata]() mutable {
+        the_daemon->abort(rank, status, std::move(message));
+        if (cbfunc)
+            cbfunc(PMIX_SUCCESS, cbdata);
+    });
+    return PMIX_SUCCESS;
+}
+
+pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t[], size_t, char* data,
+                       size_t ndata, pmix_modex_cbfunc_t cbfunc, void* cbdata)
+{
+    std::vector<std::uint32_t> ranks;
+    for (size_t i = 0; i < nprocs; ++i) {
+        if (procs[i].rank == PMIX_RANK_WILDCARD) {
+            ranks.clear();
+            break;
+        }
+        ranks.push_back(procs[i].rank);
+    }
+    wire::Bytes bytes(data, data + ndata);
+    the_daemon->post([ranks = std::move(ranks), bytes = std::move(bytes), cbfunc, cbdata]() mutable {
+        the_daemon->fence(std::move(ranks), std::move(bytes), [cbfunc, cbdata](int status, wire::Bytes all) {
+            answer_modex(cbfunc, cbdata, status, std::move(all));
+        });
+    });
+    return PMIX_SUCCESS;
+}
+
+pmix_status_t on_direct_modex(const pmix_proc_t* proc, const pmix_info_t[], size_t, pmix_modex_cbfunc_t cbfunc,
+                              void* cbdata)
+{
+    const std::uint32_t rank = proc->rank;
+    the_daemon->post([rank, cbfunc, cbdata] {
+        the_daemon->direct_modex(rank, [cbfunc, cbdata](int status, wire::Bytes data) {
+            answer_modex(cbfunc, cbdata, status, std::move(data));
+        });
+    });
+    return PMIX_SUCCESS;
+}
+
+pmix_status_t not_supported_spawn(const pmix_proc_t*, const pmix_info_t[], size_t, const pmix_app_t[], size_t,
+                                  pmix_spawn_cbfunc_t, void*)
+{
+    return PMIX_ERR_NOT_SUPPORTED;
+}
+
+pmix_status_t not_supported_connect(const pmix_proc_t[], size_t, const pmix_info_t[], size_t, pmix_op_cbfunc_t,
+                                    void*)
+{
+    return PMIX_ERR_NOT_SUPPORTED;
+}
+
+pmix_server_module_t module = [] {
+    pmix_server_module_t m;
+    std::memset(&m, 0, sizeof(m));
+    m.client_connected = on_client_connected;
+    m.client_finalized = on_client_finalized;
+    m.abort = on_abort;
+    m.fence_nb = on_fence;
+    m.direct_modex = on_direct_modex;
+    m.spawn = not_supported_spawn;
+    m.connect = not_supported_connect;
+    return m;
+}();
+
+// ---- helpers ---------------------------------------------------------------------
+
+struct InfoArray {
+    pmix_info_t* info = nullptr;
+    size_t n = 0;
+    explicit InfoArray(size_t count) : n(count) { PMIX_INFO_CREATE(info, n); }
+    ~InfoArray() { PMIX_INFO_FREE(info, n); }
+    InfoArray(const InfoArray&) = delete;
+    InfoArray& operator=(const InfoArray&) = delete;
+};
+
+std::string join(const std::vector<std::string>& parts, const char* sep)
+{
+    std::string out;
+    for (const auto& p : parts) {
+        if (!out.empty())
+            out += sep;
+        out += p;
+    }
+    return out;
+}
+
+}  // namespace
+
+PmixHost::PmixHost(Daemon& daemon) : daemon_(daemon)
+{
+    the_daemon = &daemon;
+}
+
+PmixHost::~PmixHost()
+{
+    if (initialized_)
+        PMIx_server_finalize();
+}
+
+Result<bool> PmixHost::init(const std::string& tmpdir)
+{
+    InfoArray info(3);
+    PMIX_INFO_LOAD(&info.info[0], PMIX_SERVER_TMPDIR, tmpdir.c_str(), PMIX_STRING);
+    PMIX_INFO_LOAD(&info.info[1], PMIX_SYSTEM_TMPDIR, tmpdir.c_str(), PMIX_STRING);
+    const std::uint32_t node = daemon_.args().node_id;
+    PMIX_INFO_LOAD(&info.info[2], PMIX_SERVER_RANK, &node, PMIX_PROC_RANK);
+    const pmix_status_t rc = PMIx_server_init(&module, info.info, info.n);
+    if (rc != PMIX_SUCCESS)
+        return Result<bool>::fail(std::string("PMIx_server_init: ") + PMIx_Error_string(rc));
+    initialized_ = true;
+    return Result<bool>::ok(true);
+}
+
+Result<bool> PmixHost::register_namespace(std::function<void(int status)> done)
+{
+    const wire::StepMap& map = daemon_.map();
+    const Args& args = daemon_.args();
+    nspace_ = map.nspace;
+    const auto ntasks = static_cast<std::uint32_t>(map.rank_node.size());
+    const auto nnodes = map.hostnames.size();
+
+    // Ranks by node, in rank order: local and node ranks follow from it.
+    std::vector<std::vector<std::uint32_t>> by_node(nnodes);
+    for (std::uint32_t r = 0; r < ntasks; ++r)
+        by_node[map.rank_node[r]].push_back(r);
+    std::vector<std::uint16_t> local_rank(ntasks);
+    for (const auto& ranks : by_node)
+        for (std::size_t i = 0; i < ranks.size(); ++i)
+            local_rank[ranks[i]] = static_cast<std::uint16_t>(i);
+
+    char* node_regex = nullptr;
+    char* proc_regex = nullptr;
+    std::vector<std::string> per_node;
+    for (const auto& ranks : by_node) {
+        std::vector<std::string> r;
+        for (auto x : ranks)
+            r.push_back(std::to_string(x));
+        per_node.push_back(join(r, ","));
+    }
+    if (PMIx_generate_regex(join(map.hostnames, ",").c_str(), &node_regex) != PMIX_SUCCESS ||
+        PMIx_generate_ppn(join(per_node, ";").c_str(), &proc_regex) != PMIX_SUCCESS)
+        return Result<bool>::fail("cannot generate the node and proc maps");
+
+    const auto& mine = by_node[args.node_id];
+    const std::uint32_t local_size = static_cast<std::uint32_t>(mine.size());
+    const std::uint32_t leader = mine.empty() ? 0 : mine.front();
+    const std::uint32_t appnum = 0;
+    const std::uint32_t nodeid = args.node_id;
+    std::vector<std::string> peers;
+    for (auto r : mine)
+        peers.push_back(std::to_string(r));
+    const std::string local_peers = join(peers, ",");
+
+    // Job info, then one PMIX_PROC_DATA array per rank (local and node rank
+    // for every process: with any per-process data OpenPMIx derives nothing).
+    auto* info = new InfoArray(13 + ntasks);
+    pmix_info_t* i = info->info;
+    PMIX_INFO_LOAD(&i[0], PMIX_UNIV_SIZE, &ntasks, PMIX_UINT32);
+    PMIX_INFO_LOAD(&i[1], PMIX_JOB_SIZE, &ntasks, PMIX_UINT32);
+    PMIX_INFO_LOAD(&i[2], PMIX_MAX_PROCS, &ntasks, PMIX_UINT32);
+    PMIX_INFO_LOAD(&i[3], PMIX_LOCAL_SIZE, &local_size, PMIX_UINT32);
+    PMIX_INFO_LOAD(&i[4], PMIX_NODE_SIZE, &local_size, PMIX_UINT32);
+    PMIX_INFO_LOAD(&i[5], PMIX_NODE_MAP, node_regex, PMIX_STRING);
+    PMIX_INFO_LOAD(&i[6], PMIX_PROC_MAP, proc_regex, PMIX_STRING);
+    PMIX_INFO_LOAD(&i[7], PMIX_LOCAL_PEERS, local_peers.c_str(), PMIX_STRING);
+    PMIX_INFO_LOAD(&i[8], PMIX_LOCALLDR, &leader, PMIX_PROC_RANK);
+    PMIX_INFO_LOAD(&i[9], PMIX_APPNUM, &appnum, PMIX_UINT32);
+    PMIX_INFO_LOAD(&i[10], PMIX_NODEID, &nodeid, PMIX_UINT32);
+    PMIX_INFO_LOAD(&i[11], PMIX_HOSTNAME, args.hostname.c_str(), PMIX_STRING);
+    const std::string jobid = std::to_string(args.job_id) + "." + std::to_string(args.step_id);
+    PMIX_INFO_LOAD(&i[12], PMIX_JOBID, jobid.c_str(), PMIX_STRING);
+    std::free(node_regex);
+    std::free(proc_regex);
+    for (std::uint32_t r = 0; r < ntasks; ++r) {
+        pmix_data_array_t* arr = nullptr;
+        PMIX_DATA_ARRAY_CREATE(arr, 5, PMIX_INFO);
+        auto* p = static_cast<pmix_info_t*>(arr->array);
+        const std::uint32_t node = map.rank_node[r];
+        PMIX_INFO_LOAD(&p[0], PMIX_RANK, &r, PMIX_PROC_RANK);
+        PMIX_INFO_LOAD(&p[1], PMIX_LOCAL_RANK, &local_rank[r], PMIX_UINT16);
+        PMIX_INFO_LOAD(&p[2], PMIX_NODE_RANK, &local_rank[r], PMIX_UINT16);
+        PMIX_INFO_LOAD(&p[3], PMIX_NODEID, &node, PMIX_UINT32);
+        PMIX_INFO_LOAD(&p[4], PMIX_HOSTNAME, map.hostnames[node].c_str(), PMIX_STRING);
+        PMIX_INFO_LOAD(&i[13 + r], PMIX_PROC_DATA, arr, PMIX_DATA_ARRAY);
+        PMIX_DATA_ARRAY_FREE(arr);
+    }
+
+    struct Pending {
+        InfoArray* info;
+        std::function<void(int)> done;
+        std::size_t clients_left;
+        int status = PMIX_SUCCESS;
+    };
+    auto* pending = new Pending{info, std::move(done), mine.size()};
+    // The namespace first; the clients once it is in.
+    const pmix_status_t rc = PMIx_server_register_nspace(
+        nspace_.c_str(), static_cast<int>(local_size), info->info, info->n,
+        [](pmix_status_t status, void* cbdata) {
+            auto* pending = static_cast<Pending*>(cbdata);
+            the_daemon->post([pending, status] {
+                delete pending->info;
+                pending->info = nullptr;
+                PmixHost* self = nullptr;
+                (void)self;
+                if (status != PMIX_SUCCESS || pending->clients_left == 0) {
+                    pending->done(status);
+                    delete pending;
+                    return;
+                }
+                const Args& args = the_daemon->args();
+                for (std::uint32_t rank : args.ranks) {
+                    pmix_proc_t proc;
+                    PMIX_PROC_LOAD(&proc, the_daemon->map().nspace.c_str(), rank);
+                    PMIx_server_register_client(
+                        &proc, ::getuid(), ::getgid(), nullptr,
+                        [](pmix_status_t st, void* cbdata) {
+                            auto* pending = static_cast<Pending*>(cbdata);
+                            the_daemon->post([pending, st] {
+                                if (st != PMIX_SUCCESS)
+                                    pending->status = st;
+                                if (--pending->clients_left == 0) {
+                                    pending->done(pending->status);
+                                    delete pending;
+                                }
+                            });
+                        },
+                        pending);
+                }
+            });
+        },
+        pending);
+    if (rc != PMIX_SUCCESS) {
+        delete pending->info;
+        delete pending;
+        return Result<bool>::fail(std::string("PMIx_server_register_nspace: ") + PMIx_Error_string(rc));
+    }
+    return Result<bool>::ok(true);
+}
+
+Result<std::vector<std::string>> PmixHost::environment(std::uint32_t rank)
+{
+    pmix_proc_t proc;
+    PMIX_PROC_LOAD(&proc, nspace_.c_str(), rank);
+    char** env = nullptr;
+    const pmix_status_t rc = PMIx_server_setup_fork(&proc, &env);
+    if (rc != PMIX_SUCCESS)
+        return Result<std::vector<std::string>>::fail(std::string("PMIx_server_setup_fork: ") +
+                                                      PMIx_Error_string(rc));
+    std::vector<std::string> out;
+    for (char** e = env; e && *e; ++e) {
+        out.emplace_back(*e);
+        std::free(*e);
+    }
+    std::free(env);
+    return Result<std::vector<std::string>>::ok(std::move(out));
+}
+
+void PmixHost::dmodex(std::uint32_t rank, std::function<void(int status, wire::Bytes data)> done)
+{
+    pmix_proc_t proc;
+    PMIX_PROC_LOAD(&proc, nspace_.c_str(), rank);
+    auto* keep = new std::function<void(int, wire::Bytes)>(std::move(done));
+    const pmix_status_t rc = PMIx_server_dmodex_request(
+        &proc,
+        [](pmix_status_t status, char* data, size_t size, void* cbdata) {
+            auto* done = static_cast<std::function<void(int, wire::Bytes)>*>(cbdata);
+            wire::Bytes bytes(data, data + size);
+            the_daemon->post([done, status, bytes = std::move(bytes)]() mutable {
+                (*done)(status, std::move(bytes));
+                delete done;
+            });
+        },
+        keep);
+    if (rc != PMIX_SUCCESS) {
+        (*keep)(rc, {});
+        delete keep;
+    }
+}
+
+void PmixHost::notify_terminated(std::uint32_t rank, int code, int exit_code, bool node_down)
+{
+    for (const int status : {static_cast<int>(PMIX_EVENT_PROC_TERMINATED), code}) {
+        auto* info = new InfoArray(3);
+        pmix_proc_t affected;
+        PMIX_PROC_LOAD(&affected, nspace_.c_str(), rank);
+        PMIX_INFO_LOAD(&info->info[0], PMIX_EVENT_AFFECTED_PROC, &affected, PMIX_PROC);
+        PMIX_INFO_LOAD(&info->info[1], PMIX_EXIT_CODE, &exit_code, PMIX_INT);
+        const pmix_status_t term = code;
+        PMIX_INFO_LOAD(&info->info[2], PMIX_PROC_TERM_STATUS, &term, PMIX_STATUS);
+        pmix_proc_t source;
+        PMIX_PROC_LOAD(&source, nspace_.c_str(), rank);
+        const pmix_status_t rc = PMIx_Notify_event(
+            node_down ? static_cast<pmix_status_t>(PMIX_EVENT_NODE_DOWN) : status, &source, PMIX_RANGE_LOCAL,
+            info->info, info->n, [](pmix_status_t, void* cbdata) { delete static_cast<InfoArray*>(cbdata); }, info);
+        if (rc != PMIX_SUCCESS) {
+            if (rc != PMIX_OPERATION_SUCCEEDED)
+                log::error("PMIx_Notify_event for rank %u: %s", rank, PMIx_Error_string(rc));
+            delete info;
+        }
+        if (node_down)
+            break;
+    }
+}
+
+}  // namespace exitpolicy::pmixd

@@ -1,0 +1,46 @@
+// pmix_host.hpp - the PMIx server of the node: OpenPMIx's server library
+// with our module (upcalls), the namespace of the step, the tasks'
+// environment, direct-modex answers and termination events.
+//
+// Threads: the PMIx_* calls here run on the daemon's loop thread. The
+// upcalls (pmix_host.cpp) run on PMIx's progress thread; each copies what
+// it needs, posts the work to the loop and returns; the loop ends it by
+// calling the upcall's cbfunc exactly once.
+#pragma once
+
+#include "exitpolicy/result.hpp"
+#include "protocol/wire.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace exitpolicy::pmixd {
+
+class Daemon;
+
+class PmixHost {
+public:
+    explicit PmixHost(Daemon& daemon);
+    ~PmixHost();
+
+    Result<bool> init(const std::string& tmpdir);
+    // Registers the step's namespace and this node's clients; `done` runs
+    // on the loop once the library has them.
+    Result<bool> register_namespace(std::function<void(int status)> done);
+    Result<std::vector<std::string>> environment(std::uint32_t rank);
+    // The data a local rank committed, for a peer node's direct modex.
+    void dmodex(std::uint32_t rank, std::function<void(int status, wire::Bytes data)> done);
+    // Tells every local client that `rank` ended abnormally: the standard
+    // PMIX_EVENT_PROC_TERMINATED and the specific code.
+    void notify_terminated(std::uint32_t rank, int code, int exit_code, bool node_down);
+    const std::string& nspace() const noexcept { return nspace_; }
+
+private:
+    Daemon& daemon_;
+    std::string nspace_;
+    bool initialized_ = false;
+};
+
+}  // namespace exitpolicy::pmixd

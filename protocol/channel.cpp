@@ -1,0 +1,188 @@
+// channel.cpp - see channel.hpp.
+#include "channel.hpp"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include <cerrno>
+#include <cstring>
+#include <netdb.h>
+#include <sys/socket.h>
+
+namespace exitpolicy::wire {
+namespace {
+
+constexpr timeval handshake_timeout{10, 0};
+
+}  // namespace
+
+Channel::Channel(bufferevent* bev, const Secret& secret, Handlers handlers, bool server)
+    : bev_(bev), secret_(secret), handlers_(std::move(handlers)), server_(server)
+{
+    bufferevent_setcb(bev_, on_read, nullptr, on_event, this);
+    bufferevent_set_timeouts(bev_, &handshake_timeout, nullptr);
+    bufferevent_enable(bev_, EV_READ | EV_WRITE);
+}
+
+Channel::~Channel()
+{
+    if (bev_)
+        bufferevent_free(bev_);
+}
+
+std::unique_ptr<Channel> Channel::accept(event_base* base, int fd, const Secret& secret, std::uint32_t job_id,
+                                         std::uint32_t step_id, Handlers handlers)
+{
+    bufferevent* bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!bev) {
+        evutil_closesocket(fd);
+        return nullptr;
+    }
+    std::unique_ptr<Channel> c(new Channel(bev, secret, std::move(handlers), true));
+    auto nonce = random_nonce();
+    if (!nonce)
+        return nullptr;
+    c->challenge_ = {*nonce, job_id, step_id};
+    c->send(c->challenge_.encode());
+    return c;
+}
+
+Result<std::unique_ptr<Channel>> Channel::connect(event_base* base, const std::string& host, std::uint16_t port,
+                                                  const Secret& secret, std::uint32_t job_id,
+                                                  std::uint32_t step_id, Hello identity, Handlers handlers)
+{
+    using R = Result<std::unique_ptr<Channel>>;
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const std::string service = std::to_string(port);
+    if (const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0)
+        return R::fail("cannot resolve " + host + ": " + ::gai_strerror(rc));
+    bufferevent* bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    const int rc = bev ? bufferevent_socket_connect(bev, found->ai_addr, static_cast<int>(found->ai_addrlen)) : -1;
+    ::freeaddrinfo(found);
+    if (rc != 0) {
+        if (bev)
+            bufferevent_free(bev);
+        return R::fail("cannot connect to " + host + ":" + service + ": " + std::strerror(errno));
+    }
+    std::unique_ptr<Channel> c(new Channel(bev, secret, std::move(handlers), false));
+    c->challenge_.job_id = job_id;  // what we expect the server to serve
+    c->challenge_.step_id = step_id;
+    c->hello_ = std::move(identity);
+    return R::ok(std::move(c));
+}
+
+void Channel::send(const Bytes& frame)
+{
+    if (bev_ && !closing_)
+        bufferevent_write(bev_, frame.data(), frame.size());
+}
+
+void Channel::close(const std::string& why)
+{
+    if (closing_)
+        return;
+    closing_ = true;
+    bufferevent_disable(bev_, EV_READ | EV_WRITE);
+    auto closed = handlers_.closed;  // the owner may destroy us inside
+    if (closed)
+        closed(*this, why);
+}
+
+Result<bool> Channel::handle(Type type, std::span<const std::uint8_t> body)
+{
+    using R = Result<bool>;
+    if (ready_)
+        return handlers_.frame ? handlers_.frame(*this, type, body) : R::ok(true);
+    if (server_) {
+        if (type != Type::hello)
+            return R::fail("expected hello, got " + std::string(type_name(type)));
+        auto hello = Hello::decode(body);
+        if (!hello)
+            return R::fail(hello.error());
+        if (!proofs_equal(hello->mac, client_proof(secret_, challenge_, *hello)))
+            return R::fail("a peer failed authentication");
+        peer_ = std::move(*hello);
+        send(Welcome{server_proof(secret_, challenge_.nonce, peer_.nonce)}.encode());
+    } else if (type == Type::challenge) {
+        auto c = Challenge::decode(body);
+        if (!c)
+            return R::fail(c.error());
+        if (c->job_id != challenge_.job_id || c->step_id != challenge_.step_id)
+            return R::fail("the peer serves step " + std::to_string(c->job_id) + "." + std::to_string(c->step_id) +
+                           ", not this one");
+        challenge_ = *c;
+        auto nonce = random_nonce();
+        if (!nonce)
+            return R::fail(nonce.error());
+        hello_.nonce = *nonce;
+        hello_.mac = client_proof(secret_, challenge_, hello_);
+        send(hello_.encode());
+        return R::ok(true);
+    } else {
+        if (type != Type::welcome)
+            return R::fail("expected welcome, got " + std::string(type_name(type)));
+        auto w = Welcome::decode(body);
+        if (!w)
+            return R::fail(w.error());
+        if (!proofs_equal(w->mac, server_proof(secret_, challenge_.nonce, hello_.nonce)))
+            return R::fail("the peer failed authentication");
+    }
+    ready_ = true;
+    bufferevent_set_timeouts(bev_, nullptr, nullptr);
+    if (handlers_.ready)
+        handlers_.ready(*this);
+    return R::ok(true);
+}
+
+void Channel::on_read(bufferevent* bev, void* arg) noexcept
+{
+    auto* c = static_cast<Channel*>(arg);
+    try {
+        evbuffer* in = bufferevent_get_input(bev);
+        while (!c->closing_ && evbuffer_get_length(in) >= header_size) {
+            std::array<std::uint8_t, header_size> head{};
+            evbuffer_copyout(in, head.data(), head.size());
+            auto h = decode_header(head, c->ready_ ? max_body_trusted : max_body);
+            if (!h) {
+                c->close(h.error());
+                return;
+            }
+            if (evbuffer_get_length(in) < header_size + h->length)
+                return;  // the rest is on its way
+            evbuffer_drain(in, header_size);
+            Bytes body(h->length);
+            evbuffer_remove(in, body.data(), body.size());
+            auto handled = c->handle(h->type, body);
+            if (!handled) {
+                c->close(handled.error());
+                return;
+            }
+        }
+    } catch (const std::exception& e) {
+        c->close(std::string("internal error: ") + e.what());
+    } catch (...) {
+        c->close("internal error");
+    }
+}
+
+void Channel::on_event(bufferevent*, short events, void* arg) noexcept
+{
+    auto* c = static_cast<Channel*>(arg);
+    try {
+        if (events & BEV_EVENT_CONNECTED)
+            return;
+        if (events & BEV_EVENT_TIMEOUT)
+            c->close("the peer did not authenticate in time");
+        else if (events & BEV_EVENT_EOF)
+            c->close("the peer closed the connection");
+        else if (events & BEV_EVENT_ERROR)
+            c->close(std::string("connection error: ") + evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    } catch (...) {
+    }
+}
+
+}  // namespace exitpolicy::wire

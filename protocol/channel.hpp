@@ -1,0 +1,77 @@
+// channel.hpp - one authenticated, framed overlay connection on a libevent
+// loop: srun's front end and the node daemons use it for every link.
+//
+// A server-side channel (accept) sends the Challenge, checks the peer's
+// Hello and answers with its Welcome; a client-side channel (connect)
+// answers the Challenge and checks the Welcome. Only then is `ready` called,
+// and every later frame goes to `frame`. Anything malformed, a failed proof
+// or a handshake that takes longer than the timeout closes the channel and
+// calls `closed` once with the reason.
+//
+// Thread: everything runs on the loop's thread. Ownership: the owner holds
+// the unique_ptr; `closed` is the channel's last callback, and the owner may
+// destroy the channel inside it.
+#pragma once
+
+#include "auth.hpp"
+#include "wire.hpp"
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+struct event_base;
+struct bufferevent;
+
+namespace exitpolicy::wire {
+
+class Channel {
+public:
+    struct Handlers {
+        std::function<void(Channel&)> ready;
+        // false: the frame was bad; the channel closes with that reason.
+        std::function<Result<bool>(Channel&, Type, std::span<const std::uint8_t>)> frame;
+        std::function<void(Channel&, const std::string& why)> closed;
+    };
+
+    // The server side of an accepted socket (takes the fd).
+    static std::unique_ptr<Channel> accept(event_base* base, int fd, const Secret& secret, std::uint32_t job_id,
+                                           std::uint32_t step_id, Handlers handlers);
+    // The client side: connects to host:port and proves `identity` (its
+    // nonce and mac are filled in here).
+    static Result<std::unique_ptr<Channel>> connect(event_base* base, const std::string& host, std::uint16_t port,
+                                                    const Secret& secret, std::uint32_t job_id,
+                                                    std::uint32_t step_id, Hello identity, Handlers handlers);
+    ~Channel();
+    Channel(const Channel&) = delete;
+    Channel& operator=(const Channel&) = delete;
+
+    void send(const Bytes& frame);
+    bool is_ready() const noexcept { return ready_; }
+    // Server side: who the peer proved to be.
+    const Hello& peer() const noexcept { return peer_; }
+    // Closes now; `closed` is called with why.
+    void close(const std::string& why);
+
+    // Any owner data (the FE keeps the node id here, for instance).
+    std::uint32_t tag = fe_node;
+
+private:
+    Channel(bufferevent* bev, const Secret& secret, Handlers handlers, bool server);
+    static void on_read(bufferevent* bev, void* arg) noexcept;
+    static void on_event(bufferevent* bev, short events, void* arg) noexcept;
+    Result<bool> handle(Type type, std::span<const std::uint8_t> body);
+
+    bufferevent* bev_;
+    Secret secret_;
+    Handlers handlers_;
+    bool server_;
+    bool ready_ = false;
+    bool closing_ = false;
+    Challenge challenge_;  // server: the one sent; client: the one received
+    Hello hello_;          // client: our identity
+    Hello peer_;           // server: the peer's identity
+};
+
+}  // namespace exitpolicy::wire

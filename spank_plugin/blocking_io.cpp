@@ -1,0 +1,94 @@
+// blocking_io.cpp - see blocking_io.hpp.
+#include "blocking_io.hpp"
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <poll.h>
+#include <sys/socket.h>
+
+namespace exitpolicy::plugin::io {
+
+using Clock = std::chrono::steady_clock;
+
+int remaining_ms(Clock::time_point deadline)
+{
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    return left > 0 ? static_cast<int>(left) : 0;
+}
+
+bool wait_fd(int fd, short events, Clock::time_point deadline)
+{
+    pollfd p{fd, events, 0};
+    while (true) {
+        const int n = ::poll(&p, 1, remaining_ms(deadline));
+        if (n > 0)
+            return true;
+        if (n == 0 || errno != EINTR)
+            return false;
+    }
+}
+
+Result<bool> write_all(int fd, const wire::Bytes& data, Clock::time_point deadline, const char* peer)
+{
+    std::size_t done = 0;
+    while (done < data.size()) {
+        const ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+        if (n > 0) {
+            done += static_cast<std::size_t>(n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (!wait_fd(fd, POLLOUT, deadline))
+                return Result<bool>::fail(std::string("timed out writing to ") + peer);
+            continue;
+        }
+        return Result<bool>::fail(std::string("cannot write to ") + peer + ": " + std::strerror(errno));
+    }
+    return Result<bool>::ok(true);
+}
+
+Result<bool> read_exact(int fd, std::uint8_t* out, std::size_t size, Clock::time_point deadline, const char* peer)
+{
+    std::size_t done = 0;
+    while (done < size) {
+        const ssize_t n = ::recv(fd, out + done, size - done, 0);
+        if (n > 0) {
+            done += static_cast<std::size_t>(n);
+            continue;
+        }
+        if (n == 0)
+            return Result<bool>::fail(std::string(peer) + " closed the connection");
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            if (!wait_fd(fd, POLLIN, deadline))
+                return Result<bool>::fail(std::string("timed out waiting for ") + peer);
+            continue;
+        }
+        return Result<bool>::fail(std::string("cannot read from ") + peer + ": " + std::strerror(errno));
+    }
+    return Result<bool>::ok(true);
+}
+
+// Reads one frame of the expected type.
+Result<wire::Bytes> read_frame(int fd, wire::Type expected, Clock::time_point deadline, const char* peer)
+{
+    std::array<std::uint8_t, wire::header_size> head{};
+    if (auto r = read_exact(fd, head.data(), head.size(), deadline, peer); !r)
+        return Result<wire::Bytes>::fail(r.error());
+    auto h = wire::decode_header(head);
+    if (!h)
+        return Result<wire::Bytes>::fail(h.error());
+    if (h->type != expected)
+        return Result<wire::Bytes>::fail("expected a " + std::string(wire::type_name(expected)) + " frame, got " +
+                                         std::string(wire::type_name(h->type)));
+    wire::Bytes body(h->length);
+    if (auto r = read_exact(fd, body.data(), body.size(), deadline, peer); !r)
+        return Result<wire::Bytes>::fail(r.error());
+    return Result<wire::Bytes>::ok(std::move(body));
+}
+
+}  // namespace exitpolicy::plugin::io

@@ -1,0 +1,22 @@
+// blocking_io.hpp - framed I/O on a non-blocking socket with poll()
+// deadlines, for the plugin's blocking sides (slurmstepd, tasks). `peer`
+// names the other side in error messages ("the front end").
+#pragma once
+
+#include "exitpolicy/result.hpp"
+#include "protocol/wire.hpp"
+
+#include <chrono>
+
+namespace exitpolicy::plugin::io {
+
+using Clock = std::chrono::steady_clock;
+
+int remaining_ms(Clock::time_point deadline);
+bool wait_fd(int fd, short events, Clock::time_point deadline);
+Result<bool> write_all(int fd, const wire::Bytes& data, Clock::time_point deadline, const char* peer);
+Result<bool> read_exact(int fd, std::uint8_t* out, std::size_t size, Clock::time_point deadline, const char* peer);
+// One frame of the expected type.
+Result<wire::Bytes> read_frame(int fd, wire::Type expected, Clock::time_point deadline, const char* peer);
+
+}  // namespace exitpolicy::plugin::io
