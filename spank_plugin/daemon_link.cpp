@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <grp.h>
@@ -41,9 +42,25 @@ Result<int> connect_local(const std::string& dir)
     return Result<int>::ok(fd);
 }
 
+// Running: a zombie waiting for init to reap it counts as gone.
 bool alive(pid_t pid)
 {
-    return ::kill(pid, 0) == 0 || errno == EPERM;
+    if (::kill(pid, 0) != 0 && errno != EPERM)
+        return false;
+    char path[64];
+    std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+    FILE* f = std::fopen(path, "re");
+    if (!f)
+        return false;
+    char state = '?';
+    // pid (comm) state ...: comm may hold spaces, so find its closing paren.
+    char buf[512];
+    const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+    std::fclose(f);
+    buf[n] = 0;
+    if (const char* close = std::strrchr(buf, ')'); close && close[1] == ' ')
+        state = close[2];
+    return state != 'Z' && state != 'X';
 }
 
 }  // namespace
@@ -164,8 +181,13 @@ void stop_daemon(const std::string& dir, pid_t pid, std::chrono::milliseconds ti
 {
     const auto deadline = Clock::now() + timeout;
     if (auto fd = connect_local(dir)) {
-        if (write_all(*fd, wire::Stop{}.encode(), deadline, daemon_name))
-            (void)read_frame(*fd, wire::Type::ack, deadline, daemon_name);
+        if (write_all(*fd, wire::Stop{}.encode(), deadline, daemon_name) &&
+            read_frame(*fd, wire::Type::ack, deadline, daemon_name)) {
+            // EOF: the daemon has closed everything on its way out.
+            char byte;
+            while (wait_fd(*fd, POLLIN, deadline) && ::recv(*fd, &byte, 1, 0) > 0) {
+            }
+        }
         ::close(*fd);
     }
     while (pid > 0 && alive(pid) && Clock::now() < deadline)
