@@ -561,7 +561,9 @@ void Daemon::on_dmodex_resp(const wire::DmodexResp& r)
 
 void Daemon::abort(std::uint32_t rank, int status, std::string message)
 {
-    aborts_[rank] = status;
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    aborts_[rank] = {status, std::int64_t{now.tv_sec} * 1'000'000 + now.tv_nsec / 1000};
     log::info("rank %u called abort with status %d: %s", rank, status, message.c_str());
     send_up(wire::Abort{rank, status, std::move(message)}.encode());
 }
@@ -593,7 +595,8 @@ void Daemon::outcome(const wire::Outcome& in)
     const auto aborted = aborts_.find(o.rank);
     if (aborted != aborts_.end()) {
         o.flags |= wire::Outcome::flag_aborted;
-        o.abort_status = aborted->second;
+        o.abort_status = aborted->second.status;
+        o.end_time_us = std::min(o.end_time_us, aborted->second.when_us);
     }
     const bool was_client = connected_.count(o.rank) != 0;
     if (was_client) {
@@ -605,7 +608,7 @@ void Daemon::outcome(const wire::Outcome& in)
     if (code != 0) {
         const int exit_code = exitpolicy::task_code(
             TaskOutcome{o.rank, o.epoch, 0, o.pid, false, o.wait_status,
-                        aborted != aborts_.end() ? std::optional<int>(aborted->second) : std::nullopt,
+                        aborted != aborts_.end() ? std::optional<int>(aborted->second.status) : std::nullopt,
                         std::nullopt, o.end_time_us},
             1);
         // Our own clients first, then everyone else through the FE.

@@ -116,7 +116,11 @@ private:
 
     std::deque<wire::Outcome> unacked_;  // sent up, not yet acknowledged
     std::map<std::uint32_t, std::int64_t> pids_;
-    std::map<std::uint32_t, int> aborts_;
+    struct AbortCall {
+        int status = 0;
+        std::int64_t when_us = 0;  // the failure's moment: the kill comes later
+    };
+    std::map<std::uint32_t, AbortCall> aborts_;
     std::set<std::uint32_t> connected_;
     std::set<std::uint32_t> finalized_;
     std::set<std::uint32_t> ended_;  // local ranks whose outcome arrived

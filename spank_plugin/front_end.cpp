@@ -333,7 +333,12 @@ struct FrontEnd::Impl {
         TaskOutcome t;
         t.rank = o->rank;
         t.epoch = o->epoch;
-        t.node = *c->node;
+        t.node = *c->node;  // the sender: its own task, unless relayed up the tree
+        {
+            std::lock_guard lock(mu);
+            if (o->rank < node_of_rank.size() && node_of_rank[o->rank] < setup.nnodes)
+                t.node = node_of_rank[o->rank];
+        }
         t.pid = o->pid;
         t.wait_status = o->wait_status;
         t.end_time_us = o->end_time_us;
