@@ -116,6 +116,17 @@ pmix_status_t not_supported_connect(const pmix_proc_t[], size_t, const pmix_info
     return PMIX_ERR_NOT_SUPPORTED;
 }
 
+// Clients register for events we generate ourselves: nothing to set up.
+pmix_status_t on_register_events(pmix_status_t*, size_t, const pmix_info_t[], size_t, pmix_op_cbfunc_t, void*)
+{
+    return PMIX_OPERATION_SUCCEEDED;
+}
+
+pmix_status_t on_deregister_events(pmix_status_t*, size_t, pmix_op_cbfunc_t, void*)
+{
+    return PMIX_OPERATION_SUCCEEDED;
+}
+
 pmix_server_module_t module = [] {
     pmix_server_module_t m;
     std::memset(&m, 0, sizeof(m));
@@ -126,6 +137,8 @@ pmix_server_module_t module = [] {
     m.direct_modex = on_direct_modex;
     m.spawn = not_supported_spawn;
     m.connect = not_supported_connect;
+    m.register_events = on_register_events;
+    m.deregister_events = on_deregister_events;
     return m;
 }();
 
