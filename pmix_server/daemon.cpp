@@ -361,6 +361,28 @@ Result<bool> Daemon::on_overlay_frame(wire::Channel& from, wire::Type type, std:
         on_dmodex_resp(*r);
         return R::ok(true);
     }
+    case wire::Type::data_request: {  // from below, for the FE
+        auto r = wire::DataRequest::decode(body);
+        if (!r)
+            return R::fail(r.error());
+        send_up(r->encode());
+        return R::ok(true);
+    }
+    case wire::Type::data_reply: {
+        auto r = wire::DataReply::decode(body);
+        if (!r)
+            return R::fail(r.error());
+        if (r->node != args_.node_id) {
+            route(r->node, r->encode());
+            return R::ok(true);
+        }
+        if (auto it = data_waiting_.find(r->id); it != data_waiting_.end()) {
+            auto done = std::move(it->second);
+            data_waiting_.erase(it);
+            done(*r);
+        }
+        return R::ok(true);
+    }
     case wire::Type::abort: {  // from below, for the FE
         auto a = wire::Abort::decode(body);
         if (!a)
@@ -566,6 +588,14 @@ void Daemon::abort(std::uint32_t rank, int status, std::string message)
     aborts_[rank] = {status, std::int64_t{now.tv_sec} * 1'000'000 + now.tv_nsec / 1000};
     log::info("rank %u called abort with status %d: %s", rank, status, message.c_str());
     send_up(wire::Abort{rank, status, std::move(message)}.encode());
+}
+
+void Daemon::data_request(wire::DataRequest request, DataDone done)
+{
+    request.id = next_data_++;
+    request.node = args_.node_id;
+    data_waiting_.emplace(request.id, std::move(done));
+    send_up(request.encode());
 }
 
 void Daemon::client_connected(std::uint32_t rank)

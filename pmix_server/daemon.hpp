@@ -48,6 +48,9 @@ public:
     void direct_modex(std::uint32_t rank, Done done);
     // A local task called PMIx_Abort.
     void abort(std::uint32_t rank, int status, std::string message);
+    // PMIx_Publish / Lookup / Unpublish: to the FE and back.
+    using DataDone = std::function<void(const wire::DataReply& reply)>;
+    void data_request(wire::DataRequest request, DataDone done);
     void client_connected(std::uint32_t rank);
     void client_finalized(std::uint32_t rank);
 
@@ -127,6 +130,8 @@ private:
     std::map<std::string, FenceState> fences_;
     std::uint64_t next_dmodex_ = 1;
     std::map<std::uint64_t, Done> dmodex_waiting_;
+    std::uint64_t next_data_ = 1;
+    std::map<std::uint64_t, DataDone> data_waiting_;
 };
 
 }  // namespace exitpolicy::pmixd

@@ -104,6 +104,130 @@ pmix_status_t on_direct_modex(const pmix_proc_t* proc, const pmix_info_t[], size
     return PMIX_SUCCESS;
 }
 
+// ---- publish, lookup, unpublish: kept at the FE ----
+
+bool is_directive(const char* key)
+{
+    return std::strncmp(key, "pmix.", 5) == 0;  // PMIX_RANGE, PMIX_PERSISTENCE, PMIX_TIMEOUT, ...
+}
+
+Result<wire::Bytes> pack_info(const pmix_info_t& info)
+{
+    pmix_data_buffer_t buf;
+    PMIX_DATA_BUFFER_CONSTRUCT(&buf);
+    pmix_status_t rc = PMIx_Data_pack(nullptr, &buf, const_cast<pmix_info_t*>(&info), 1, PMIX_INFO);
+    pmix_byte_object_t payload{nullptr, 0};
+    if (rc == PMIX_SUCCESS)
+        rc = PMIx_Data_unload(&buf, &payload);
+    PMIX_DATA_BUFFER_DESTRUCT(&buf);
+    if (rc != PMIX_SUCCESS)
+        return Result<wire::Bytes>::fail(PMIx_Error_string(rc));
+    wire::Bytes out(payload.bytes, payload.bytes + payload.size);
+    PMIX_BYTE_OBJECT_DESTRUCT(&payload);
+    return Result<wire::Bytes>::ok(std::move(out));
+}
+
+bool unpack_info(const wire::Bytes& bytes, pmix_info_t& info)
+{
+    pmix_data_buffer_t buf;
+    PMIX_DATA_BUFFER_CONSTRUCT(&buf);
+    pmix_byte_object_t payload;
+    payload.bytes = static_cast<char*>(std::malloc(bytes.size() ? bytes.size() : 1));
+    payload.size = bytes.size();
+    std::memcpy(payload.bytes, bytes.data(), bytes.size());
+    PMIx_Data_load(&buf, &payload);  // the buffer owns the bytes now
+    std::int32_t n = 1;
+    const pmix_status_t rc = PMIx_Data_unpack(nullptr, &buf, &info, &n, PMIX_INFO);
+    PMIX_DATA_BUFFER_DESTRUCT(&buf);
+    return rc == PMIX_SUCCESS;
+}
+
+std::vector<std::string> key_list(char** keys)
+{
+    std::vector<std::string> out;
+    for (char** k = keys; k && *k; ++k)
+        out.emplace_back(*k);
+    return out;
+}
+
+pmix_status_t on_publish(const pmix_proc_t* proc, const pmix_info_t info[], size_t ninfo, pmix_op_cbfunc_t cbfunc,
+                         void* cbdata)
+{
+    wire::DataRequest r;
+    r.op = wire::DataRequest::Op::publish;
+    r.rank = proc->rank;
+    for (size_t i = 0; i < ninfo; ++i) {
+        if (is_directive(info[i].key))
+            continue;
+        auto packed = pack_info(info[i]);
+        if (!packed)
+            return PMIX_ERR_BAD_PARAM;
+        r.keys.emplace_back(info[i].key);
+        r.values.push_back(std::move(*packed));
+    }
+    the_daemon->post([r = std::move(r), cbfunc, cbdata]() mutable {
+        the_daemon->data_request(std::move(r), [cbfunc, cbdata](const wire::DataReply& reply) {
+            if (cbfunc)
+                cbfunc(reply.status, cbdata);
+        });
+    });
+    return PMIX_SUCCESS;
+}
+
+pmix_status_t on_lookup(const pmix_proc_t* proc, char** keys, const pmix_info_t info[], size_t ninfo,
+                        pmix_lookup_cbfunc_t cbfunc, void* cbdata)
+{
+    wire::DataRequest r;
+    r.op = wire::DataRequest::Op::lookup;
+    r.rank = proc->rank;
+    r.keys = key_list(keys);
+    for (size_t i = 0; i < ninfo; ++i)
+        if (PMIX_CHECK_KEY(&info[i], PMIX_WAIT) && PMIX_INFO_TRUE(&info[i]))
+            r.wait = 1;
+    the_daemon->post([r = std::move(r), cbfunc, cbdata]() mutable {
+        the_daemon->data_request(std::move(r), [cbfunc, cbdata](const wire::DataReply& reply) {
+            if (!cbfunc)
+                return;
+            pmix_pdata_t* data = nullptr;
+            size_t n = 0;
+            if (!reply.keys.empty()) {
+                PMIX_PDATA_CREATE(data, reply.keys.size());
+                for (size_t i = 0; i < reply.keys.size(); ++i) {
+                    pmix_info_t info;
+                    PMIX_INFO_CONSTRUCT(&info);
+                    if (!unpack_info(reply.values[i], info))
+                        continue;
+                    PMIX_PROC_LOAD(&data[n].proc, the_daemon->map().nspace.c_str(), reply.ranks[i]);
+                    PMIX_LOAD_KEY(data[n].key, reply.keys[i].c_str());
+                    PMIx_Value_xfer(&data[n].value, &info.value);
+                    PMIX_INFO_DESTRUCT(&info);
+                    ++n;
+                }
+            }
+            cbfunc(reply.status, data, n, cbdata);
+            if (data)
+                PMIX_PDATA_FREE(data, reply.keys.size());
+        });
+    });
+    return PMIX_SUCCESS;
+}
+
+pmix_status_t on_unpublish(const pmix_proc_t* proc, char** keys, const pmix_info_t[], size_t,
+                           pmix_op_cbfunc_t cbfunc, void* cbdata)
+{
+    wire::DataRequest r;
+    r.op = wire::DataRequest::Op::unpublish;
+    r.rank = proc->rank;
+    r.keys = key_list(keys);
+    the_daemon->post([r = std::move(r), cbfunc, cbdata]() mutable {
+        the_daemon->data_request(std::move(r), [cbfunc, cbdata](const wire::DataReply& reply) {
+            if (cbfunc)
+                cbfunc(reply.status, cbdata);
+        });
+    });
+    return PMIX_SUCCESS;
+}
+
 pmix_status_t not_supported_spawn(const pmix_proc_t*, const pmix_info_t[], size_t, const pmix_app_t[], size_t,
                                   pmix_spawn_cbfunc_t, void*)
 {
@@ -137,6 +261,9 @@ pmix_server_module_t module = [] {
     m.direct_modex = on_direct_modex;
     m.spawn = not_supported_spawn;
     m.connect = not_supported_connect;
+    m.publish = on_publish;
+    m.lookup = on_lookup;
+    m.unpublish = on_unpublish;
     m.register_events = on_register_events;
     m.deregister_events = on_deregister_events;
     return m;

@@ -40,6 +40,8 @@ std::string_view type_name(Type type) noexcept
     case Type::env_request: return "environment request";
     case Type::env_reply: return "environment reply";
     case Type::stop: return "stop";
+    case Type::data_request: return "data request";
+    case Type::data_reply: return "data reply";
     }
     return "unknown";
 }
@@ -473,6 +475,79 @@ Result<Terminate> Terminate::decode(std::span<const std::uint8_t> body)
     Terminate m;
     m.reason = r.str();
     return finish_decode(r, std::move(m), Type::terminate);
+}
+
+namespace {
+
+void write_blobs(Writer& w, const std::vector<Bytes>& blobs)
+{
+    w.u32(static_cast<std::uint32_t>(blobs.size()));
+    for (const auto& b : blobs)
+        w.blob(b);
+}
+
+std::vector<Bytes> read_blobs(Reader& r, std::size_t body_size)
+{
+    const std::uint32_t n = r.u32();
+    std::vector<Bytes> out;
+    if (r.failed() || n > body_size / 4)
+        return out;
+    for (std::uint32_t i = 0; i < n && !r.failed(); ++i)
+        out.push_back(r.blob());
+    return out;
+}
+
+}  // namespace
+
+Bytes DataRequest::encode() const
+{
+    Writer w(Type::data_request);
+    w.u8(static_cast<std::uint8_t>(op)).u64(id).u32(node).u32(rank).u8(wait).strs(keys);
+    write_blobs(w, values);
+    return w.finish();
+}
+
+Result<DataRequest> DataRequest::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    DataRequest m;
+    const std::uint8_t op = r.u8();
+    m.id = r.u64();
+    m.node = r.u32();
+    m.rank = r.u32();
+    m.wait = r.u8();
+    m.keys = r.strs();
+    m.values = read_blobs(r, body.size());
+    if (op < 1 || op > 3)
+        return Result<DataRequest>::fail("data request with unknown operation " + std::to_string(op));
+    m.op = static_cast<Op>(op);
+    if (m.op == Op::publish && m.values.size() != m.keys.size())
+        return Result<DataRequest>::fail("publish request with " + std::to_string(m.keys.size()) + " keys and " +
+                                         std::to_string(m.values.size()) + " values");
+    return finish_decode(r, std::move(m), Type::data_request);
+}
+
+Bytes DataReply::encode() const
+{
+    Writer w(Type::data_reply);
+    w.u64(id).u32(node).i32(status).strs(keys).u32s(ranks);
+    write_blobs(w, values);
+    return w.finish();
+}
+
+Result<DataReply> DataReply::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    DataReply m;
+    m.id = r.u64();
+    m.node = r.u32();
+    m.status = r.i32();
+    m.keys = r.strs();
+    m.ranks = r.u32s();
+    m.values = read_blobs(r, body.size());
+    if (m.ranks.size() != m.keys.size() || m.values.size() != m.keys.size())
+        return Result<DataReply>::fail("malformed data reply frame");
+    return finish_decode(r, std::move(m), Type::data_reply);
 }
 
 Bytes EnvRequest::encode() const

@@ -49,6 +49,9 @@ enum class Type : std::uint8_t {
     env_request = 16,  // a task, before exec: my rank and pid
     env_reply = 17,    // the daemon: the PMIx environment for that rank
     stop = 18,         // slurmstepd at step end: flush and exit
+    // Publish / lookup / unpublish, kept at the FE.
+    data_request = 19,  // daemon -> FE
+    data_reply = 20,    // FE -> the requesting daemon
 };
 std::string_view type_name(Type type) noexcept;
 
@@ -248,6 +251,33 @@ struct Terminate {
     std::string reason;
     Bytes encode() const;
     static Result<Terminate> decode(std::span<const std::uint8_t> body);
+};
+
+// PMIx_Publish, PMIx_Lookup, PMIx_Unpublish of a task, on their way to the
+// FE, which keeps the published data. Values travel as opaque blobs packed
+// by the PMIx library (the FE never looks inside).
+struct DataRequest {
+    enum class Op : std::uint8_t { publish = 1, lookup = 2, unpublish = 3 };
+    Op op = Op::lookup;
+    std::uint64_t id = 0;
+    std::uint32_t node = 0;   // requesting node
+    std::uint32_t rank = 0;   // requesting task
+    std::uint8_t wait = 0;    // lookup: wait until published
+    std::vector<std::string> keys;
+    std::vector<Bytes> values;  // publish: one per key
+    Bytes encode() const;
+    static Result<DataRequest> decode(std::span<const std::uint8_t> body);
+};
+
+struct DataReply {
+    std::uint64_t id = 0;
+    std::uint32_t node = 0;   // the requesting node, for routing
+    std::int32_t status = 0;  // a PMIx status
+    std::vector<std::string> keys;   // lookup: what was found
+    std::vector<std::uint32_t> ranks;  // the publishers
+    std::vector<Bytes> values;
+    Bytes encode() const;
+    static Result<DataReply> decode(std::span<const std::uint8_t> body);
 };
 
 struct EnvRequest {

@@ -97,6 +97,9 @@ struct FrontEnd::Impl {
     std::optional<wire::Tree> tree;
     bool map_sent = false;
     std::map<std::string, RootFence> fences;
+    // Published data (PMIx_Publish), and lookups waiting for it.
+    std::map<std::string, std::pair<std::uint32_t, wire::Bytes>> published;
+    std::vector<wire::DataRequest> waiting_lookups;
 
     void problem(std::string text)
     {
@@ -220,9 +223,66 @@ struct FrontEnd::Impl {
         }
     }
 
+    // Answers a lookup if it can: true when answered.
+    bool try_lookup(const wire::DataRequest& r)
+    {
+        wire::DataReply reply{r.id, r.node, 0, {}, {}, {}};
+        for (const auto& key : r.keys) {
+            auto it = published.find(key);
+            if (it == published.end())
+                continue;
+            reply.keys.push_back(key);
+            reply.ranks.push_back(it->second.first);
+            reply.values.push_back(it->second.second);
+        }
+        const bool all = reply.keys.size() == r.keys.size();
+        if (!all && r.wait)
+            return false;
+        if (reply.keys.empty())
+            reply.status = -46;  // PMIX_ERR_NOT_FOUND
+        route(r.node, reply.encode());
+        return true;
+    }
+
+    void data_request(const wire::DataRequest& r)
+    {
+        using Op = wire::DataRequest::Op;
+        wire::DataReply reply{r.id, r.node, 0, {}, {}, {}};
+        switch (r.op) {
+        case Op::publish:
+            for (std::size_t i = 0; i < r.keys.size(); ++i)
+                if (published.count(r.keys[i]))
+                    reply.status = -4;  // PMIX_ERR_DUPLICATE_KEY
+            if (reply.status == 0)
+                for (std::size_t i = 0; i < r.keys.size(); ++i)
+                    published[r.keys[i]] = {r.rank, r.values[i]};
+            route(r.node, reply.encode());
+            std::erase_if(waiting_lookups, [this](const wire::DataRequest& w) { return try_lookup(w); });
+            return;
+        case Op::lookup:
+            if (!try_lookup(r))
+                waiting_lookups.push_back(r);
+            return;
+        case Op::unpublish:
+            std::erase_if(published, [&](const auto& kv) {
+                return kv.second.first == r.rank &&
+                       (r.keys.empty() || std::find(r.keys.begin(), r.keys.end(), kv.first) != r.keys.end());
+            });
+            route(r.node, reply.encode());
+            return;
+        }
+    }
+
     bool daemon_frame(Conn* c, wire::Type type, std::span<const std::uint8_t> body)
     {
         switch (type) {
+        case wire::Type::data_request: {
+            auto r = wire::DataRequest::decode(body);
+            if (!r)
+                return reject(c, r.error());
+            data_request(*r);
+            return true;
+        }
         case wire::Type::enroll: {
             auto e = wire::Enroll::decode(body);
             if (!e)
