@@ -401,6 +401,10 @@ Result<bool> Daemon::on_overlay_frame(wire::Channel& from, wire::Type type, std:
         auto t = wire::Terminate::decode(body);
         if (!t)
             return R::fail(t.error());
+        if (!from_above) {  // a request from below, for the FE
+            send_up(t->encode());
+            return R::ok(true);
+        }
         send_down(std::nullopt, t->encode());
         terminate_local(t->reason);
         return R::ok(true);
@@ -596,6 +600,16 @@ void Daemon::data_request(wire::DataRequest request, DataDone done)
     request.node = args_.node_id;
     data_waiting_.emplace(request.id, std::move(done));
     send_up(request.encode());
+}
+
+void Daemon::terminate_step(const std::string& why)
+{
+    send_up(wire::Terminate{why}.encode());
+}
+
+void Daemon::notice(const std::string& text)
+{
+    send_up(wire::Notice{args_.node_id, text}.encode());
 }
 
 void Daemon::client_connected(std::uint32_t rank)

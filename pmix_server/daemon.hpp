@@ -51,6 +51,10 @@ public:
     // PMIx_Publish / Lookup / Unpublish: to the FE and back.
     using DataDone = std::function<void(const wire::DataReply& reply)>;
     void data_request(wire::DataRequest request, DataDone done);
+    // The whole step ends (PMIx_Job_control terminate): through the FE.
+    void terminate_step(const std::string& why);
+    // A line for srun's stderr.
+    void notice(const std::string& text);
     void client_connected(std::uint32_t rank);
     void client_finalized(std::uint32_t rank);
 

@@ -228,6 +228,56 @@ pmix_status_t on_unpublish(const pmix_proc_t* proc, char** keys, const pmix_info
     return PMIX_SUCCESS;
 }
 
+// ---- job control, log ----
+
+// Terminating or killing the whole job (no targets, or the namespace's
+// wildcard) ends the step on every node through the FE; single processes
+// are not supported.
+pmix_status_t on_job_control(const pmix_proc_t* requestor, const pmix_proc_t targets[], size_t ntargets,
+                             const pmix_info_t directives[], size_t ndirs, pmix_info_cbfunc_t cbfunc, void* cbdata)
+{
+    bool end = false;
+    for (size_t i = 0; i < ndirs; ++i)
+        if ((PMIX_CHECK_KEY(&directives[i], PMIX_JOB_CTRL_TERMINATE) ||
+             PMIX_CHECK_KEY(&directives[i], PMIX_JOB_CTRL_KILL)) &&
+            PMIX_INFO_TRUE(&directives[i]))
+            end = true;
+    if (!end)
+        return PMIX_ERR_NOT_SUPPORTED;
+    for (size_t i = 0; i < ntargets; ++i)
+        if (targets[i].rank != PMIX_RANK_WILDCARD)
+            return PMIX_ERR_NOT_SUPPORTED;
+    const std::uint32_t rank = requestor->rank;
+    the_daemon->post([rank, cbfunc, cbdata] {
+        the_daemon->terminate_step("rank " + std::to_string(rank) + " asked to terminate the job");
+        if (cbfunc)
+            cbfunc(PMIX_SUCCESS, nullptr, 0, cbdata, nullptr, nullptr);
+    });
+    return PMIX_SUCCESS;
+}
+
+// PMIx_Log: stderr/stdout lines go to srun's stderr, the rest to our log.
+void on_log(const pmix_proc_t* client, const pmix_info_t data[], size_t ndata, const pmix_info_t[], size_t,
+            pmix_op_cbfunc_t cbfunc, void* cbdata)
+{
+    std::vector<std::string> lines;
+    for (size_t i = 0; i < ndata; ++i) {
+        if (data[i].value.type != PMIX_STRING || !data[i].value.data.string)
+            continue;
+        const std::string text = data[i].value.data.string;
+        if (PMIX_CHECK_KEY(&data[i], PMIX_LOG_STDERR) || PMIX_CHECK_KEY(&data[i], PMIX_LOG_STDOUT))
+            lines.push_back("rank " + std::to_string(client->rank) + ": " + text);
+        else
+            log::info("rank %u logs %s: %s", client->rank, data[i].key, text.c_str());
+    }
+    the_daemon->post([lines = std::move(lines), cbfunc, cbdata] {
+        for (const auto& line : lines)
+            the_daemon->notice(line);
+        if (cbfunc)
+            cbfunc(PMIX_SUCCESS, cbdata);
+    });
+}
+
 pmix_status_t not_supported_spawn(const pmix_proc_t*, const pmix_info_t[], size_t, const pmix_app_t[], size_t,
                                   pmix_spawn_cbfunc_t, void*)
 {
@@ -264,6 +314,8 @@ pmix_server_module_t module = [] {
     m.publish = on_publish;
     m.lookup = on_lookup;
     m.unpublish = on_unpublish;
+    m.job_control = on_job_control;
+    m.log = on_log;
     m.register_events = on_register_events;
     m.deregister_events = on_deregister_events;
     return m;

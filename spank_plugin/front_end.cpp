@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -88,7 +89,6 @@ struct FrontEnd::Impl {
     std::uint32_t open_links = 0;  // authenticated links still open
     std::vector<std::uint32_t> node_of_rank;
     std::vector<std::string> problems;
-    std::vector<std::string> notices;
     std::map<std::uint32_t, int> aborts;  // rank -> PMIx_Abort status
 
     // The overlay root (FE thread only).
@@ -338,9 +338,16 @@ struct FrontEnd::Impl {
             auto n = wire::Notice::decode(body);
             if (!n)
                 return reject(c, n.error());
-            std::lock_guard lock(mu);
-            if (notices.size() < 100)
-                notices.push_back(n->text);
+            // Straight to srun's stderr, as it happens.
+            const std::string node = n->node < node_names.size() ? node_names[n->node] : "?";
+            std::fprintf(stderr, "exitpolicy: %s: %s\n", node.c_str(), n->text.c_str());
+            return true;
+        }
+        case wire::Type::terminate: {
+            auto t = wire::Terminate::decode(body);
+            if (!t)
+                return reject(c, t.error());
+            broadcast(t->encode());
             return true;
         }
         default:
@@ -615,7 +622,6 @@ Collected FrontEnd::finish(std::chrono::milliseconds grace)
         if (auto a = impl_->aborts.find(t.rank); a != impl_->aborts.end() && !t.abort_status)
             t.abort_status = a->second;
     out.problems = impl_->problems;
-    out.notices = impl_->notices;
     return out;
 }
 

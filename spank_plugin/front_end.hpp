@@ -43,7 +43,6 @@ struct Collected {
     std::uint32_t nodes_reporting = 0;  // nodes that connected and authenticated
     std::uint32_t nnodes = 0;
     std::vector<std::string> problems;  // what went wrong on the way (rejected peers, ...)
-    std::vector<std::string> notices;   // what the node daemons asked to tell the user
 };
 
 class FrontEnd {

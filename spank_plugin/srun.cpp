@@ -148,8 +148,6 @@ int exit(spank_t)
     local.fe.reset();
     for (const auto& p : got.problems)
         log::verbose("front end: %s", p.c_str());
-    for (const auto& n : got.notices)
-        log::user("%s", n.c_str());
     if (!opts.policy)
         return 0;  // the PMIx service only: srun's code is Slurm's
 
