@@ -358,11 +358,15 @@ PmixHost::~PmixHost()
 
 Result<bool> PmixHost::init(const std::string& tmpdir)
 {
-    InfoArray info(3);
+    // PMIX_HOSTNAME: clients look node-level data (local peers) up under
+    // their server's host name, which must be the Slurm node's, not the
+    // machine's (several nodes may share one machine).
+    InfoArray info(4);
     PMIX_INFO_LOAD(&info.info[0], PMIX_SERVER_TMPDIR, tmpdir.c_str(), PMIX_STRING);
     PMIX_INFO_LOAD(&info.info[1], PMIX_SYSTEM_TMPDIR, tmpdir.c_str(), PMIX_STRING);
     const std::uint32_t node = daemon_.args().node_id;
     PMIX_INFO_LOAD(&info.info[2], PMIX_SERVER_RANK, &node, PMIX_PROC_RANK);
+    PMIX_INFO_LOAD(&info.info[3], PMIX_HOSTNAME, daemon_.args().hostname.c_str(), PMIX_STRING);
     const pmix_status_t rc = PMIx_server_init(&module, info.info, info.n);
     if (rc != PMIX_SUCCESS)
         return Result<bool>::fail(std::string("PMIx_server_init: ") + PMIx_Error_string(rc));

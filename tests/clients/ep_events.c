@@ -21,7 +21,7 @@
  *
  * stdout:
  *   victim rank=R t_us=T
- *   event rank=<me> code=<PMIx_Error_string> status=<int> affected=<ns>:<rank>|-
+ *   event rank=<me> code=<PMIx_Error_string, blanks as '_'> status=<int> affected=<ns>:<rank>|-
  *         exit_code=<int>|- term_status=<int>|- t_us=<handler entry, CLOCK_REALTIME us>
  *   survivor done rank=R events=E */
 #include "ep_pmix.h"
@@ -79,7 +79,7 @@ static struct reg regs[] = {
 /* An event as the handler saw it. */
 struct ev {
   pmix_status_t status;
-  char affected[256];
+  char affected[1024];
   bool about_victim;
   bool has_exit;
   long long exit_code;
@@ -110,17 +110,23 @@ static void regcb(pmix_status_t status, size_t refid, void *cbdata) {
   pthread_mutex_unlock(&mu);
 }
 
+/* Append "<nspace>:<rank>" to the comma-separated list in buf (dropped if it
+ * does not fit). */
 static void append_proc(char *buf, size_t len, const pmix_proc_t *p) {
-  size_t used = strlen(buf);
-  if (used >= len - 1) {
+  char one[PMIX_MAX_NSLEN + 32];
+  if (p->rank == PMIX_RANK_WILDCARD) {
+    snprintf(one, sizeof one, "%.*s:wildcard", PMIX_MAX_NSLEN, p->nspace);
+  } else {
+    snprintf(one, sizeof one, "%.*s:%u", PMIX_MAX_NSLEN, p->nspace, p->rank);
+  }
+  size_t used = strlen(buf), n = strlen(one);
+  if (used + n + 2 > len) {
     return;
   }
-  const char *sep = used > 0 ? "," : "";
-  if (p->rank == PMIX_RANK_WILDCARD) {
-    snprintf(buf + used, len - used, "%s%s:wildcard", sep, p->nspace);
-  } else {
-    snprintf(buf + used, len - used, "%s%s:%u", sep, p->nspace, p->rank);
+  if (used > 0) {
+    buf[used++] = ',';
   }
+  memcpy(buf + used, one, n + 1);
 }
 
 static void handler(size_t ref, pmix_status_t status, const pmix_proc_t *source,
@@ -179,8 +185,20 @@ static void handler(size_t ref, pmix_status_t status, const pmix_proc_t *source,
   }
 }
 
+/* PMIx_Error_string names contain spaces ("PROC TERMINATED"): print them
+ * with '_' so that every field stays one whitespace-free token. */
+static void code_name(pmix_status_t code, char *buf, size_t len) {
+  snprintf(buf, len, "%s", PMIx_Error_string(code));
+  for (char *p = buf; *p != '\0'; p++) {
+    if (*p == ' ' || *p == '\t' || *p == '=') {
+      *p = '_';
+    }
+  }
+}
+
 static void print_event(uint32_t me, const struct ev *e) {
-  char exit_code[32] = "-", term[32] = "-";
+  char exit_code[32] = "-", term[32] = "-", name[128];
+  code_name(e->status, name, sizeof name);
   if (e->has_exit) {
     snprintf(exit_code, sizeof exit_code, "%lld", e->exit_code);
   }
@@ -188,7 +206,7 @@ static void print_event(uint32_t me, const struct ev *e) {
     snprintf(term, sizeof term, "%lld", e->term_status);
   }
   ep_out("event rank=%u code=%s status=%d affected=%s exit_code=%s term_status=%s t_us=%lld",
-         me, PMIx_Error_string(e->status), e->status, e->affected, exit_code, term,
+         me, name, e->status, e->affected, exit_code, term,
          (long long)e->t_us);
 }
 

@@ -14,7 +14,8 @@
  *                owner's server (direct modex).
  * Each value is checked exactly against "v<r>@<PMIX_HOSTNAME of r>"; if the
  * peer's PMIX_HOSTNAME is not known only the "v<r>@" part is checked.
- * "ep.local" is read and checked for the peers on my node (PMIX_LOCAL_PEERS).
+ * "ep.local" is read and checked for the peers on my node (PMIX_LOCAL_PEERS),
+ * and PMIX_LOCAL_PEERS must agree with the peers' PMIX_HOSTNAME.
  *
  * stdout: putget ok rank=R peers=N mode=M   (N = number of other ranks checked) */
 #include "ep_pmix.h"
@@ -105,7 +106,9 @@ int main(int argc, char **argv) {
   uint32_t size = ep_job_size(&me);
 
   char *myhost = NULL;
+  bool myhost_known = true; /* from PMIX_HOSTNAME */
   if (ep_get_string(&me, PMIX_HOSTNAME, false, &myhost) != PMIX_SUCCESS) {
+    myhost_known = false;
     char buf[256] = "";
     gethostname(buf, sizeof buf - 1);
     myhost = strdup(buf);
@@ -116,7 +119,6 @@ int main(int argc, char **argv) {
   put_string(PMIX_GLOBAL, "ep.value", value);
   snprintf(value, sizeof value, "l%u@%s", me.rank, myhost);
   put_string(PMIX_LOCAL, "ep.local", value);
-  free(myhost);
   ep_wait_begin("commit");
   pmix_status_t rc = PMIx_Commit();
   ep_wait_end();
@@ -169,7 +171,18 @@ int main(int argc, char **argv) {
     }
     free(got);
 
-    if (local_peers != NULL && in_list(local_peers, r)) {
+    /* The server's two statements of locality must agree: PMIX_LOCAL_PEERS
+     * (node level, which the client library resolves for the node named by
+     * its own hostname) and the peer's PMIX_HOSTNAME. */
+    bool listed_local = local_peers != NULL && in_list(local_peers, r);
+    if (local_peers != NULL && host != NULL && myhost_known &&
+        listed_local != (strcmp(host, myhost) == 0)) {
+      ep_diag("inconsistent locality of rank %u: %s=\"%s\" %s it, but its %s is \"%s\" and "
+              "mine is \"%s\"",
+              r, PMIX_LOCAL_PEERS, local_peers, listed_local ? "lists" : "does not list",
+              PMIX_HOSTNAME, host, myhost);
+      failures++;
+    } else if (listed_local) {
       got = NULL;
       rc = ep_get_string(&peer, "ep.local", false, &got);
       if (rc != PMIX_SUCCESS) {
@@ -191,6 +204,7 @@ int main(int argc, char **argv) {
     }
   }
   free(local_peers);
+  free(myhost);
 
   if (failures > 0) {
     ep_diag("%d check(s) failed", failures);

@@ -1,0 +1,242 @@
+"""exitpolicy's PMIx service end to end: real srun --mpi=none steps on the
+4-node cluster whose tasks are real PMIx clients (tests/clients) and a real
+Open MPI program, served by one exitpolicy-pmixd per node, with fanout=2 so
+that fences, direct modex, events and outcomes are relayed through daemons
+(FE -> node1, node2; node1 -> node3, node4).
+
+See DESIGN.md, "PMIx service" and "The overlay".
+"""
+
+import os
+import pathlib
+import re
+import subprocess
+import threading
+import time
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BUILD = pathlib.Path(os.environ.get("EXITPOLICY_BUILD_DIR") or REPO / "build")
+CLIENTS = BUILD / "tests" / "clients"
+N4N8 = ["--mpi=none", "-N4", "-n8"]
+SURVIVORS = 7
+
+# Open MPI on virtual nodes of one machine: TCP over loopback only (shared
+# memory segments of different "nodes" would collide).
+OMPI_ENV = {
+    "OMPI_MCA_btl": "self,tcp",
+    "OMPI_MCA_btl_tcp_if_include": "lo",
+    "OMPI_MCA_oob_tcp_if_include": "lo",
+    "OMPI_MCA_pml": "ob1",
+}
+
+
+def client(name):
+    path = CLIENTS / name
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: build the project first", pytrace=False)
+    return str(path)
+
+
+@pytest.fixture
+def pmix(plugstack):
+    plugstack.enable("fanout=2", "grace_ms=3000")
+    return plugstack
+
+
+def srun(cluster, workdir, *args, env=None, timeout=120, user=None):
+    return cluster.exec("srun", *args, cwd=workdir, env=env, timeout=timeout, user=user)
+
+
+def lines(text, prefix):
+    return [l for l in text.splitlines() if l.startswith(prefix)]
+
+
+def daemons():
+    """Pids of running exitpolicy-pmixd processes (zombies excluded)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            exe = os.readlink(f"/proc/{entry}/exe")
+            with open(f"/proc/{entry}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if exe.endswith("/exitpolicy-pmixd") and state not in ("Z", "X"):
+            out.append(int(entry))
+    return out
+
+
+def leftovers():
+    return sorted(p.name for p in pathlib.Path("/tmp").glob("exitpolicy.*.*.*"))
+
+
+# --- wire-up across nodes ------------------------------------------------------
+
+def test_job_info_on_every_node(cluster, workdir, pmix):
+    rc, out, err = srun(cluster, workdir, *N4N8, client("ep_hello"))
+    assert rc == 0, err
+    hello = sorted(lines(out, "hello "))
+    assert len(hello) == 8, out + err
+    for rank in range(8):
+        line = next(l for l in hello if f"rank={rank} " in l)
+        assert "size=8" in line
+        assert f"local_rank={rank % 2}" in line and f"node_rank={rank % 2}" in line
+        assert f"hostname=node{rank // 2 + 1}" in line
+        assert re.search(r"nspace=exitpolicy\.\d+\.0", line), line
+
+
+@pytest.mark.parametrize("args", [["--data"], []], ids=["with-data", "without-data"])
+def test_fence_across_nodes(cluster, workdir, pmix, args):
+    rc, out, err = srun(cluster, workdir, *N4N8, client("ep_fence"), *args)
+    assert rc == 0, err
+    assert len(lines(out, "fence ok ")) == 8, out + err
+
+
+@pytest.mark.parametrize("mode", ["fence", "dmodex"])
+def test_put_get_across_nodes(cluster, workdir, pmix, mode):
+    rc, out, err = srun(cluster, workdir, *N4N8, client("ep_putget"), f"--mode={mode}")
+    assert rc == 0, err
+    ok = lines(out, "putget ok ")
+    assert len(ok) == 8 and all(f"peers=7 mode={mode}" in l for l in ok), out + err
+
+
+def test_publish_lookup_across_nodes(cluster, workdir, pmix):
+    rc, out, err = srun(cluster, workdir, *N4N8, client("ep_publish"))
+    assert rc == 0, err
+    assert len(lines(out, "publish ok ")) == 8, out + err
+
+
+def test_open_mpi_program_completes(cluster, workdir, pmix):
+    rc, out, err = srun(cluster, workdir, *N4N8, client("ep_mpi_ring"), env=OMPI_ENV)
+    assert rc == 0, err
+    assert sorted(lines(out, "mpi ok ")) == sorted(f"mpi ok rank={r} size=8" for r in range(8)), out + err
+
+
+def test_open_mpi_as_an_ordinary_user(cluster, workdir, pmix):
+    rc, out, err = srun(cluster, workdir, *N4N8, client("ep_mpi_ring"), env=OMPI_ENV, user=cluster.NOBODY)
+    assert rc == 0, err
+    assert len(lines(out, "mpi ok ")) == 8, out + err
+
+
+# --- abort -------------------------------------------------------------------------
+
+def test_mpi_abort_status_is_sruns_code(cluster, workdir, pmix):
+    rc, out, err = srun(cluster, workdir, *N4N8, "--exit-policy=main-rank", client("ep_mpi_ring"), "--abort", "5:7",
+                        env=OMPI_ENV)
+    assert rc == 7, err
+    report = lines(err, "exitpolicy:")
+    assert report[0] == ("exitpolicy: exit code 7 under policy main-rank: rank 5 on node3 aborted with status 7; "
+                         "an abort decides the step's code"), err
+    assert "exitpolicy: first failure: rank 5 on node3, aborted with status 7" in report, err
+
+
+def test_pmix_abort_ends_the_step_promptly(cluster, workdir, pmix):
+    t0 = time.monotonic()
+    rc, out, err = srun(cluster, workdir, *N4N8, "--exit-policy=lowest-rank", client("ep_abort"),
+                        "--status", "42", "--rank", "3", "--timeout", "60")
+    elapsed = time.monotonic() - t0
+    assert rc == 42, err
+    # The others wait up to 60 s: only the abort can end the step this soon.
+    assert elapsed < 30, f"the step took {elapsed:.1f} s"
+    assert "exitpolicy:   ranks 0-2,4-7 on node[1-4]: killed by SIGKILL (collateral: torn down after rank 3 failed)" \
+        in lines(err, "exitpolicy:"), err
+
+
+# --- failure events to every survivor on every node ------------------------------
+
+def parse_events(out):
+    events = []
+    for line in lines(out, "event "):
+        fields = dict(kv.split("=", 1) for kv in line.split()[1:])
+        events.append(fields)
+    return events
+
+
+@pytest.mark.parametrize("victim, how, code, specific", [
+    ("0", ["--exit", "1"], 1, "-404"),    # PMIX_ERR_EXIT_NONZERO_TERM, rank 0 on node1
+    ("4", ["--signal", "11"], 139, "-402"),  # PMIX_ERR_PROC_ABORTED_BY_SIG, rank 4 on node3
+], ids=["rank0-exits-1", "node3-segfaults"])
+def test_every_survivor_gets_both_events(cluster, workdir, pmix, victim, how, code, specific):
+    rc, out, err = srun(cluster, workdir, *N4N8, "--exit-policy=main-rank", client("ep_events"),
+                        "--victim", victim, *how, "--timeout", "20")
+    assert rc == (1 if victim == "0" else 0), err
+    victim_line = lines(out, f"victim rank={victim} ")
+    assert len(victim_line) == 1, out + err
+    died = int(victim_line[0].split("t_us=")[1])
+    events = parse_events(out)
+    survivors = [r for r in range(8) if str(r) != victim]
+    for rank in survivors:
+        mine = [e for e in events if e["rank"] == str(rank)]
+        statuses = sorted(e["status"] for e in mine)
+        assert statuses == sorted(["-201", specific]), f"rank {rank}: {mine}\n{err}"
+        for e in mine:
+            assert e["affected"].endswith(f":{victim}"), e
+            assert e["exit_code"] == str(code), e
+            assert e["term_status"] == specific, e
+            # A functional bound, not a benchmark: the event comes while the
+            # survivors still run, not when the step ends (bench/ has figures).
+            assert int(e["t_us"]) - died < 1_000_000, e
+        assert f"survivor done rank={rank} events=2" in out, out
+    assert len(events) == 2 * SURVIVORS, out
+
+
+# --- delivery, lifecycle -----------------------------------------------------------
+
+def test_outcomes_survive_a_killed_daemon(cluster, workdir, pmix):
+    """Outcomes normally travel through the daemons; with one of them killed
+    mid-step, that node's tasks still reach srun by the direct path."""
+    result = {}
+
+    def run():
+        result["r"] = srun(cluster, workdir, *N4N8, "--exit-policy=lowest-rank", "sh", "-c",
+                           'sleep 3; [ "$SLURM_PROCID" = 5 ] && exit 6; exit 0')
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 10
+    victim = None
+    while victim is None and time.monotonic() < deadline:
+        for pid in daemons():
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+            if b"--hostname" in args and args[args.index(b"--hostname") + 1] == b"node3":
+                victim = pid
+        time.sleep(0.05)
+    assert victim, "no daemon for node3 appeared"
+    os.kill(victim, 9)
+    t.join(60)
+    rc, out, err = result["r"]
+    assert rc == 6, err
+    assert "exitpolicy:   rank 5 on node3: exited with code 6" in lines(err, "exitpolicy:"), err
+
+
+def test_fifty_steps_leave_nothing_behind(cluster, workdir, pmix):
+    before = leftovers()
+    for i in range(50):
+        rc, out, err = srun(cluster, workdir, *N4N8, client("ep_hello"))
+        assert rc == 0, f"step {i}: {err}"
+    deadline = time.monotonic() + 10
+    while (daemons() or leftovers() != before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert daemons() == [], "exitpolicy-pmixd left running"
+    assert leftovers() == before, "temporary directories left behind"
+
+
+def test_steps_with_slurms_own_pmix_are_left_alone(cluster, workdir, pmix):
+    rc, out, err = srun(cluster, workdir, "--mpi=pmix", "-N2", "-n2", "sh", "-c", 'echo "ns=$PMIX_NAMESPACE"')
+    assert rc == 0, err
+    namespaces = lines(out, "ns=")
+    assert len(namespaces) == 2 and all(not l.startswith("ns=exitpolicy.") for l in namespaces), out
+
+
+def test_pmix_never_serves_nothing(cluster, workdir, plugstack):
+    plugstack.enable("pmix=never", "grace_ms=3000")
+    rc, out, err = srun(cluster, workdir, *N4N8, "sh", "-c", 'echo "ns=${PMIX_NAMESPACE:-none}"')
+    assert rc == 0, err
+    assert lines(out, "ns=") == ["ns=none"] * 8, out
