@@ -87,6 +87,58 @@ TEST(WireTest, EveryMessageRoundTrips)
     EXPECT_EQ(Ack::decode(body(Ack{3, 4}.encode()))->epoch, 4u);
 }
 
+TEST(WireTest, OverlayMessagesRoundTrip)
+{
+    StepMap m;
+    m.nspace = "exitpolicy.42.0";
+    m.fanout = 2;
+    m.hostnames = {"node1", "node2"};
+    m.hosts = {"127.0.0.1", "127.0.0.1"};
+    m.ports = {40001, 40002};
+    m.rank_node = {0, 0, 1, 1};
+    const auto m2 = StepMap::decode(body(m.encode()));
+    ASSERT_TRUE(m2) << m2.error();
+    EXPECT_EQ(m2->nspace, m.nspace);
+    EXPECT_EQ(m2->fanout, 2u);
+    EXPECT_EQ(m2->hostnames, m.hostnames);
+    EXPECT_EQ(m2->ports, m.ports);
+    EXPECT_EQ(m2->rank_node, m.rank_node);
+    m.rank_node.push_back(2);  // a rank on a node that does not exist
+    EXPECT_EQ(StepMap::decode(body(m.encode())).error(), "malformed step map frame: a rank on an unknown node");
+
+    const Event e{3, 5, -402, 139, 11, 0};
+    const auto e2 = Event::decode(body(e.encode()));
+    ASSERT_TRUE(e2);
+    EXPECT_EQ(e2->origin, 3u);
+    EXPECT_EQ(e2->rank, 5u);
+    EXPECT_EQ(e2->code, -402);
+    EXPECT_EQ(e2->exit_code, 139);
+
+    const FenceUp f{"*", 2, Bytes(100000, 7)};  // fence data beyond the pre-authentication bound
+    const Bytes frame = f.encode();
+    EXPECT_FALSE(decode_header(head(frame)));
+    EXPECT_TRUE(decode_header(head(frame), max_body_trusted));
+    EXPECT_EQ(FenceUp::decode(body(frame))->data, f.data);
+    EXPECT_EQ(FenceDown::decode(body(FenceDown{"0,1,", -1, {}}.encode()))->status, -1);
+
+    const DmodexResp d{9, 1, 0, 0, Bytes{1, 2, 3}};
+    EXPECT_EQ(DmodexResp::decode(body(d.encode()))->data, d.data);
+
+    DataRequest p;
+    p.op = DataRequest::Op::publish;
+    p.keys = {"a", "b"};
+    p.values = {Bytes{1}, Bytes{2, 3}};
+    EXPECT_EQ(DataRequest::decode(body(p.encode()))->values, p.values);
+    p.values.pop_back();
+    EXPECT_EQ(DataRequest::decode(body(p.encode())).error(), "publish request with 2 keys and 1 values");
+    const DataReply reply{1, 2, 0, {"a"}, {7}, {Bytes{9}}};
+    EXPECT_EQ(DataReply::decode(body(reply.encode()))->ranks, reply.ranks);
+
+    const EnvReply env{0, "", {"PMIX_RANK=3", "PMIX_NAMESPACE=x"}};
+    EXPECT_EQ(EnvReply::decode(body(env.encode()))->env, env.env);
+    EXPECT_EQ(Abort::decode(body(Abort{5, 7, "bye"}.encode()))->message, "bye");
+}
+
 TEST(WireTest, BadHeadersAreErrors)
 {
     Bytes frame = Ack{1, 0}.encode();

@@ -1,0 +1,67 @@
+// daemon_args_test.cpp - exitpolicy-pmixd's bootstrap arguments.
+#include "pmix_server/args.hpp"
+
+#include <gtest/gtest.h>
+
+namespace exitpolicy::pmixd {
+namespace {
+
+std::vector<std::string> good()
+{
+    return {"--job", "42", "--step", "3", "--node", "1", "--nnodes", "4", "--ntasks", "8", "--ranks", "2,3",
+            "--hostname", "node2", "--fe", "10.0.0.1:60001", "--secret-fd", "3", "--ready-fd", "4",
+            "--dir", "/tmp/exitpolicy.42.3.node2", "--uid", "1000", "--debug", "2"};
+}
+
+TEST(DaemonArgsTest, EveryArgument)
+{
+    const auto a = parse_args(good());
+    ASSERT_TRUE(a) << a.error();
+    EXPECT_EQ(a->job_id, 42u);
+    EXPECT_EQ(a->step_id, 3u);
+    EXPECT_EQ(a->node_id, 1u);
+    EXPECT_EQ(a->nnodes, 4u);
+    EXPECT_EQ(a->ntasks, 8u);
+    EXPECT_EQ(a->ranks, (std::vector<std::uint32_t>{2, 3}));
+    EXPECT_EQ(a->hostname, "node2");
+    EXPECT_EQ(a->fe_host, "10.0.0.1");
+    EXPECT_EQ(a->fe_port, 60001);
+    EXPECT_EQ(a->secret_fd, 3);
+    EXPECT_EQ(a->ready_fd, 4);
+    EXPECT_EQ(a->dir, "/tmp/exitpolicy.42.3.node2");
+    EXPECT_EQ(a->uid, 1000u);
+    EXPECT_EQ(a->debug, 2);
+    EXPECT_TRUE(a->log_dir.empty());
+}
+
+TEST(DaemonArgsTest, BadArgumentsAreNamed)
+{
+    auto with = [](const std::string& key, const std::string& value) {
+        auto v = good();
+        for (std::size_t i = 0; i + 1 < v.size(); i += 2)
+            if (v[i] == key)
+                v[i + 1] = value;
+        return v;
+    };
+    const std::pair<std::vector<std::string>, std::string> cases[] = {
+        {with("--job", "x"), "missing or bad --job"},
+        {with("--ranks", "2,9"), "bad --ranks 2,9"},
+        {with("--ranks", "2,,3"), "bad --ranks 2,,3"},
+        {with("--fe", "nohost"), "missing or bad --fe HOST:PORT"},
+        {with("--fe", "host:99999"), "missing or bad --fe HOST:PORT"},
+        {with("--secret-fd", "-1"), "missing or bad --secret-fd"},
+        {with("--node", "4"), "--node is not below --nnodes"},
+        {with("--debug", "7"), "bad --debug"},
+        {with("--dir", ""), "missing --dir"},
+        {{"--job"}, "unexpected argument '--job'"},
+        {{"job", "1"}, "unexpected argument 'job'"},
+    };
+    for (const auto& [argv, message] : cases) {
+        const auto a = parse_args(argv);
+        ASSERT_FALSE(a) << message;
+        EXPECT_EQ(a.error(), message);
+    }
+}
+
+}  // namespace
+}  // namespace exitpolicy::pmixd
