@@ -5,6 +5,9 @@
 #   bash bench/run.sh decide   only the policy core (decide/report over 10^6 tasks)
 #   bash bench/run.sh srun     srun -N4 -n8 true on the local cluster: plugin off,
 #                              loaded, and with a policy (ROUNDS=15 paired rounds)
+#   bash bench/run.sh pmix     Open MPI -N4 -n8 under exitpolicy's PMIx servers vs
+#                              Slurm's mpi/pmix (PAIRS=9), failure-event latency
+#                              (EVENT_RUNS=10)
 #
 # Figures are for comparison on one machine in one run, never thresholds.
 set -euo pipefail
@@ -22,17 +25,26 @@ case $what in
     echo "== policy core: deciding and reporting (bench/decide_bench.cpp)"
     "$build/bench/decide_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
       --benchmark_min_time=0.5 2>/dev/null | grep -E '^Benchmark|_median' ;;
-  srun) ;;
-  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, srun" >&2; exit 2 ;;
+  srun|pmix) ;;
+  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, srun, pmix" >&2; exit 2 ;;
 esac
 
+export EXITPOLICY_CLUSTER_DIR=${EXITPOLICY_CLUSTER_DIR:-/tmp/exitpolicy-bench-cluster}
+cluster=$src/contrib/slurm/cluster
+if [ "$what" != decide ]; then
+  trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
+  "$cluster" up 4 >/dev/null
+  cd "$(mktemp -d /tmp/exitpolicy-bench.XXXXXX)"
+fi
 case $what in
   all|srun)
     echo "== srun overhead on a real 4-node cluster (bench/srun_overhead.py)"
-    export EXITPOLICY_CLUSTER_DIR=${EXITPOLICY_CLUSTER_DIR:-/tmp/exitpolicy-bench-cluster}
-    cluster=$src/contrib/slurm/cluster
-    trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
-    "$cluster" up 4 >/dev/null
     "$cluster" exec /usr/bin/python3 "$src/bench/srun_overhead.py" \
       "$build/spank_plugin/exitpolicy.so" "$EXITPOLICY_CLUSTER_DIR/etc/plugstack.d" "${ROUNDS:-15}" ;;
+esac
+case $what in
+  all|pmix)
+    echo "== PMIx service vs Slurm's mpi/pmix (bench/pmix_bench.py)"
+    "$cluster" exec /usr/bin/python3 "$src/bench/pmix_bench.py" "$build/spank_plugin/exitpolicy.so" \
+      "$build/tests/clients" "$EXITPOLICY_CLUSTER_DIR/etc/plugstack.d" "${PAIRS:-9}" "${EVENT_RUNS:-10}" ;;
 esac

@@ -2,10 +2,12 @@
 """srun_overhead.py - what the plugin costs a step, measured on the real cluster.
 
 Times `srun -N4 -n8 true` on the local 4-node cluster (contrib/slurm/cluster)
-in three configurations, interleaved so that machine noise hits all of them
-alike: no plugin at all; the plugin loaded but no policy asked; the plugin
-with --exit-policy=main-rank (front end, node links, report path). Prints
-each configuration's median and the medians of the per-round ratios against
+in four configurations, interleaved so that machine noise hits all of them
+alike: no plugin at all; the plugin with pmix=never and no policy asked;
+the plugin with pmix=never and --exit-policy=main-rank (front end, node
+links, report path); the plugin as sites get it (pmix=auto: a node daemon
+per node serves PMIx) with --exit-policy=main-rank. Prints each
+configuration's median and the medians of the per-round ratios against
 "no plugin".
 
 Run it inside the cluster's namespace (bench/run.sh srun does):
@@ -24,8 +26,9 @@ step = ["srun", "-N4", "-n8", "true"]
 
 configs = {
     "no plugin": (None, []),
-    "plugin, no policy": (f"optional {plugin}\n", []),
-    "plugin + main-rank": (f"optional {plugin}\n", ["--exit-policy=main-rank"]),
+    "pmix=never, no policy": (f"optional {plugin} pmix=never\n", []),
+    "pmix=never, main-rank": (f"optional {plugin} pmix=never\n", ["--exit-policy=main-rank"]),
+    "pmix=auto, main-rank": (f"optional {plugin}\n", ["--exit-policy=main-rank"]),
 }
 
 
@@ -50,7 +53,7 @@ for name in names:  # warm up caches and the controller
     run(name)
 times = {n: [] for n in names}
 for r in range(rounds):
-    order = names[r % 3:] + names[:r % 3]  # rotate who goes first
+    order = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
     for name in order:
         times[name].append(run(name))
 if os.path.exists(conf):
@@ -58,8 +61,8 @@ if os.path.exists(conf):
 
 base = times["no plugin"]
 print(f"srun -N4 -n8 true, {rounds} interleaved rounds")
-print(f"{'configuration':<22} {'median':>9} {'min':>9} {'median ratio vs no plugin':>27}")
+print(f"{'configuration':<24} {'median':>9} {'min':>9} {'median ratio vs no plugin':>27}")
 for name in names:
     ratios = [t / b for t, b in zip(times[name], base)]
-    print(f"{name:<22} {statistics.median(times[name]) * 1000:7.1f}ms {min(times[name]) * 1000:7.1f}ms "
+    print(f"{name:<24} {statistics.median(times[name]) * 1000:7.1f}ms {min(times[name]) * 1000:7.1f}ms "
           f"{statistics.median(ratios):27.3f}")

@@ -1,0 +1,72 @@
+#!/usr/bin/python3
+"""pmix_bench.py - exitpolicy's PMIx service against Slurm's own, on the real cluster.
+
+1. An Open MPI program (tests/clients/ep_mpi_ring: MPI_Init, Allreduce, a
+   ring Sendrecv across nodes, MPI_Finalize) with -N4 -n8, under exitpolicy's
+   per-node servers (--mpi=none) and under Slurm's mpi/pmix (--mpi=pmix),
+   in paired, alternating runs; the median of the per-pair ratios.
+2. Failure-event latency: tests/clients/ep_events, the victim (rank 4, on
+   node3) exits 1; from the victim's last timestamp to each survivor's
+   handler, over all survivors of all runs: p50 and p99. Every node is a
+   namespace on this one machine, so their clocks are the same clock.
+
+Run inside the cluster's namespace (bench/run.sh pmix does):
+    contrib/slurm/cluster exec /usr/bin/python3 bench/pmix_bench.py PLUGIN CLIENTS PLUGSTACK_D PAIRS EVENT_RUNS
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+plugin, clients, plugstack_d, pairs, event_runs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+with open(os.path.join(plugstack_d, "exitpolicy.conf"), "w") as f:
+    f.write(f"optional {plugin} fanout=2\n")
+env = {**os.environ, "OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": "lo",
+       "OMPI_MCA_oob_tcp_if_include": "lo", "OMPI_MCA_pml": "ob1"}
+ring = os.path.join(clients, "ep_mpi_ring")
+
+
+def run(mpi):
+    t0 = time.perf_counter()
+    p = subprocess.run(["srun", f"--mpi={mpi}", "-N4", "-n8", ring], env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t0
+    if p.returncode != 0 or p.stdout.count("mpi ok") != 8:
+        sys.exit(f"--mpi={mpi} failed ({p.returncode}):\n{p.stdout}{p.stderr}")
+    return elapsed
+
+
+run("none"), run("pmix")  # warm up
+ours, theirs = [], []
+for i in range(pairs):
+    order = ["none", "pmix"] if i % 2 == 0 else ["pmix", "none"]
+    for mpi in order:
+        (ours if mpi == "none" else theirs).append(run(mpi))
+ratios = [a / b for a, b in zip(ours, theirs)]
+print(f"Open MPI ring, srun -N4 -n8, {pairs} alternating pairs")
+print(f"  exitpolicy (--mpi=none)  median {statistics.median(ours) * 1000:7.1f} ms")
+print(f"  Slurm mpi/pmix           median {statistics.median(theirs) * 1000:7.1f} ms")
+print(f"  median ratio exitpolicy / mpi/pmix: {statistics.median(ratios):.3f}")
+
+latencies = []
+for _ in range(event_runs):
+    p = subprocess.run(["srun", "--mpi=none", "-N4", "-n8", os.path.join(clients, "ep_events"),
+                        "--victim", "4", "--exit", "1", "--timeout", "20"], capture_output=True, text=True)
+    died = None
+    got = []
+    for line in p.stdout.splitlines():
+        fields = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
+        if line.startswith("victim "):
+            died = int(fields["t_us"])
+        elif line.startswith("event ") and fields.get("status") == "-404":
+            got.append(int(fields["t_us"]))
+    if died is None or len(got) != 7:
+        sys.exit(f"event run failed:\n{p.stdout}{p.stderr}")
+    latencies += [(t - died) / 1000 for t in got]
+latencies.sort()
+p99 = latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))]
+print(f"Failure event, victim exits 1 -> survivors' handlers on all nodes ({len(latencies)} deliveries,"
+      f" {event_runs} steps)")
+print(f"  p50 {statistics.median(latencies):6.1f} ms   p99 {p99:6.1f} ms   max {latencies[-1]:6.1f} ms")
+os.unlink(os.path.join(plugstack_d, "exitpolicy.conf"))
