@@ -155,8 +155,6 @@ void Daemon::start_fe_link()
     me.ranks = args_.ranks;
     auto h = overlay_handlers();
     h.ready = [this](wire::Channel& c) {
-        char host[256] = {};
-        ::gethostname(host, sizeof(host) - 1);
         c.send(wire::Enroll{args_.hostname, child_port_}.encode());
         log::debug("enrolled with the front end at %s:%u", args_.fe_host.c_str(), args_.fe_port);
     };

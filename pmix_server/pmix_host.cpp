@@ -463,8 +463,6 @@ Result<bool> PmixHost::register_namespace(std::function<void(int status)> done)
             the_daemon->post([pending, status] {
                 delete pending->info;
                 pending->info = nullptr;
-                PmixHost* self = nullptr;
-                (void)self;
                 if (status != PMIX_SUCCESS || pending->clients_left == 0) {
                     pending->done(status);
                     delete pending;

@@ -98,7 +98,7 @@ std::string join_ranks(const std::vector<std::uint32_t>& ranks)
 }
 
 // Starts this node's exitpolicy-pmixd for the step; false if it could not.
-bool start_daemon(spank_t sp, const LinkSetup& link, std::uint32_t fanout)
+bool start_daemon(spank_t sp, const LinkSetup& link)
 {
     std::uint32_t nnodes = 0, ntasks = 0;
     uid_t uid = 0;
@@ -134,7 +134,6 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::uint32_t fanout)
                    "--dir", dir, "--uid", std::to_string(uid), "--debug", std::to_string(config.debug)};
     if (!config.log_dir.empty())
         launch.args.insert(launch.args.end(), {"--log-dir", config.log_dir});
-    (void)fanout;  // the FE hands the fan-out to the daemons with the step map
     auto pid = launch_daemon(launch);
     if (!pid) {
         log::error("step %u.%u: PMIx service failed on %s: %s (%s)", link.job_id, link.step_id,
@@ -217,7 +216,8 @@ int init_post_opt(spank_t sp)
     }
     remote.job_id = job_id;
     remote.step_id = step_id;
-    if (pmix_fanout && start_daemon(sp, setup, *pmix_fanout))
+    // The fan-out itself reaches the daemons with the FE's step map.
+    if (pmix_fanout && start_daemon(sp, setup))
         remote.sinks.push_back(std::make_unique<DaemonSink>(remote.daemon_dir, ack_timeout));
     const std::string fe = setup.host + ":" + std::to_string(setup.port);
     auto sink = std::make_unique<FrontEndSink>(std::move(setup), connect_timeout, ack_timeout);
