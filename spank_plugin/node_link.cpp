@@ -8,6 +8,8 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -35,6 +37,8 @@ Result<int> open_socket(const std::string& host, std::uint16_t port, Clock::time
             error = std::strerror(errno);
             continue;
         }
+        const int on = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
         if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0)
             break;
         if (errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline)) {
