@@ -15,6 +15,7 @@
 #include <pmix_common.h>
 
 #include <algorithm>
+#include <utility>
 #include <charconv>
 #include <filesystem>
 #include <netinet/tcp.h>
@@ -127,14 +128,13 @@ int Daemon::run()
         },
         this);
     pmix_ = std::make_unique<PmixHost>(*this);
-    if (auto ok = pmix_->init(args_.dir); !ok) {
-        log::error("PMIx server: %s", ok.error().c_str());
-        return 1;
-    }
+    pmix_init_ = std::thread([this] { pmix_init_result_ = pmix_->init(args_.dir); });
     listen_local();
     listen_children();
     start_fe_link();
     event_base_loop(base_, EVLOOP_NO_EXIT_ON_EMPTY);
+    if (pmix_init_.joinable())
+        pmix_init_.join();
     return exit_code_;
 }
 
@@ -159,6 +159,9 @@ void Daemon::start_fe_link()
     auto h = overlay_handlers();
     h.ready = [this](wire::Channel& c) {
         c.send(wire::Enroll{args_.hostname, child_port_}.encode());
+        for (const auto& frame : up_queue_)
+            c.send(frame);
+        up_queue_.clear();
         log::debug("enrolled with the front end at %s:%u", args_.fe_host.c_str(), args_.fe_port);
     };
     h.closed = [this](wire::Channel&, const std::string& why) {
@@ -218,8 +221,10 @@ void Daemon::listen_children()
 void Daemon::send_up(const wire::Bytes& frame)
 {
     wire::Channel* up = up_ ? up_.get() : fe_.get();
-    if (up && up->is_ready())
+    if (up && up->is_ready() && up_queue_.empty())
         up->send(frame);
+    else if (up)
+        up_queue_.push_back(frame);  // sent once the link is up
     else
         log::error("no link toward the front end; a message is lost");
 }
@@ -246,16 +251,22 @@ void Daemon::on_map(const wire::StepMap& map)
 {
     map_ = map;
     tree_.emplace(static_cast<std::uint32_t>(map.hostnames.size()), map.fanout);
+    for (auto& [type, body] : std::exchange(early_, {}))
+        (void)dispatch(false, nullptr, type, body);
     if (const auto parent = tree_->parent(args_.node_id)) {
         wire::Hello me;
         me.role = wire::Role::daemon;
         me.node_id = args_.node_id;
         me.hostname = args_.hostname;
         auto h = overlay_handlers();
-        h.ready = [this](wire::Channel&) {
+        h.ready = [this](wire::Channel& c) {
             log::debug("linked to the parent daemon");
             fe_.reset();  // the parent is our way up from now on
-            flush_outcomes();
+            for (const auto& frame : up_queue_)
+                c.send(frame);
+            up_queue_.clear();
+            flush_outcomes();  // any the FE link carried but did not see acknowledged
+            ready();
         };
         h.closed = [this](wire::Channel&, const std::string& why) {
             log::error("lost the parent daemon: %s", why.c_str());
@@ -270,12 +281,19 @@ void Daemon::on_map(const wire::StepMap& map)
         }
         up_ = std::move(*c);
     }
+    pmix_init_.join();
+    if (!*pmix_init_result_) {
+        log::error("PMIx server: %s", pmix_init_result_->error().c_str());
+        stop(1);
+        return;
+    }
     auto registered = pmix_->register_namespace([this](int status) {
         if (status != 0) {
             log::error("registering the namespace failed: %d", status);
             stop(1);
             return;
         }
+        namespace_ready_ = true;
         ready();
     });
     if (!registered) {
@@ -286,6 +304,10 @@ void Daemon::on_map(const wire::StepMap& map)
 
 void Daemon::ready()
 {
+    // Serving once the namespace is in and the way up is open: a task's
+    // first fence must find both.
+    if (!namespace_ready_ || (up_ && !up_->is_ready()))
+        return;
     if (ready_sent_ || args_.ready_fd < 0)
         return;
     ready_sent_ = true;
@@ -298,8 +320,19 @@ void Daemon::ready()
 
 Result<bool> Daemon::on_overlay_frame(wire::Channel& from, wire::Type type, std::span<const std::uint8_t> body)
 {
-    using R = Result<bool>;
     const bool from_above = &from == fe_.get() || &from == up_.get();
+    if (!map_ && !from_above && type != wire::Type::outcome) {
+        // A child got the step map before we did: keep its frame for then.
+        early_.emplace_back(type, wire::Bytes(body.begin(), body.end()));
+        return Result<bool>::ok(true);
+    }
+    return dispatch(from_above, &from, type, body);
+}
+
+// from: the link it came on (none for a frame kept until the step map).
+Result<bool> Daemon::dispatch(bool from_above, wire::Channel* from, wire::Type type, std::span<const std::uint8_t> body)
+{
+    using R = Result<bool>;
     switch (type) {
     case wire::Type::step_map: {
         auto m = wire::StepMap::decode(body);
@@ -322,7 +355,8 @@ Result<bool> Daemon::on_overlay_frame(wire::Channel& from, wire::Type type, std:
         auto o = wire::Outcome::decode(body);
         if (!o)
             return R::fail(o.error());
-        from.send(wire::Ack{o->rank, o->epoch}.encode());
+        if (from)
+            from->send(wire::Ack{o->rank, o->epoch}.encode());
         unacked_.push_back(*o);
         send_up(o->encode());
         return R::ok(true);

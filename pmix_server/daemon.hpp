@@ -20,6 +20,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 struct event;
@@ -77,6 +78,7 @@ private:
     void send_down(std::optional<std::uint32_t> to, const wire::Bytes& frame);  // none: every child
     wire::Channel::Handlers overlay_handlers();
     Result<bool> on_overlay_frame(wire::Channel& from, wire::Type type, std::span<const std::uint8_t> body);
+    Result<bool> dispatch(bool from_above, wire::Channel* from, wire::Type type, std::span<const std::uint8_t> body);
     void on_event(const wire::Event& e, bool from_above);
     void on_fence_up(const wire::FenceUp& f);
     void on_fence_down(const wire::FenceDown& f);
@@ -116,7 +118,16 @@ private:
     std::vector<std::unique_ptr<Local>> locals_;
 
     std::unique_ptr<PmixHost> pmix_;
+    // PMIx_server_init takes ~20 ms: it runs on its own thread while the
+    // daemon enrolls, and is joined when the step map arrives.
+    std::thread pmix_init_;
+    std::optional<Result<bool>> pmix_init_result_;
     bool ready_sent_ = false;
+    bool namespace_ready_ = false;
+    // Frames for the parent while its link is still being set up.
+    std::vector<wire::Bytes> up_queue_;
+    // Frames from children that came before our own step map.
+    std::vector<std::pair<wire::Type, wire::Bytes>> early_;
     bool stopping_ = false;
     bool draining_ = false;
     int exit_code_ = 0;
