@@ -6,7 +6,8 @@ in four configurations, interleaved so that machine noise hits all of them
 alike: no plugin at all; the plugin with pmix=never and no policy asked;
 the plugin with pmix=never and --exit-policy=main-rank (front end, node
 links, report path); the plugin as sites get it (pmix=auto: a node daemon
-per node serves PMIx) with --exit-policy=main-rank. Prints each
+per node serves PMIx) with --exit-policy=main-rank; and, for scale, no
+plugin but Slurm's own PMIx service (--mpi=pmix). Prints each
 configuration's median and the medians of the per-round ratios against
 "no plugin".
 
@@ -29,6 +30,8 @@ configs = {
     "pmix=never, no policy": (f"optional {plugin} pmix=never\n", []),
     "pmix=never, main-rank": (f"optional {plugin} pmix=never\n", ["--exit-policy=main-rank"]),
     "pmix=auto, main-rank": (f"optional {plugin}\n", ["--exit-policy=main-rank"]),
+    # For scale: what Slurm's own PMIx service costs the same step.
+    "no plugin, --mpi=pmix": (None, ["--mpi=pmix"]),
 }
 
 
