@@ -418,6 +418,19 @@ Result<bool> Daemon::dispatch(bool from_above, wire::Channel* from, wire::Type t
         }
         return R::ok(true);
     }
+    case wire::Type::relay: {
+        auto r = wire::Relay::decode(body);
+        if (!r)
+            return R::fail(r.error());
+        if (!from_above) {
+            send_up(r->encode());
+            return R::ok(true);
+        }
+        send_down(std::nullopt, r->encode());
+        if (r->origin != args_.node_id)
+            pmix_->deliver_relayed(r->code, r->source_rank, r->info);
+        return R::ok(true);
+    }
     case wire::Type::abort: {  // from below, for the FE
         auto a = wire::Abort::decode(body);
         if (!a)
@@ -635,6 +648,11 @@ void Daemon::data_request(wire::DataRequest request, DataDone done)
     request.node = args_.node_id;
     data_waiting_.emplace(request.id, std::move(done));
     send_up(request.encode());
+}
+
+void Daemon::relay(int code, std::uint32_t source_rank, wire::Bytes info)
+{
+    send_up(wire::Relay{args_.node_id, code, source_rank, std::move(info)}.encode());
 }
 
 void Daemon::terminate_step(const std::string& why)

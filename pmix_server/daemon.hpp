@@ -52,6 +52,8 @@ public:
     // PMIx_Publish / Lookup / Unpublish: to the FE and back.
     using DataDone = std::function<void(const wire::DataReply& reply)>;
     void data_request(wire::DataRequest request, DataDone done);
+    // An event a local client raised for more than this node.
+    void relay(int code, std::uint32_t source_rank, wire::Bytes info);
     // The whole step ends (PMIx_Job_control terminate): through the FE.
     void terminate_step(const std::string& why);
     // A line for srun's stderr.

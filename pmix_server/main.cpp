@@ -7,10 +7,34 @@
 
 #include "protocol/auth.hpp"
 
+#include <csignal>
 #include <cstdio>
+#include <execinfo.h>
+#include <fcntl.h>
+#include <cstring>
 #include <string>
 #include <unistd.h>
 #include <vector>
+
+namespace {
+
+int crash_fd = -1;
+
+// A crash leaves its stack in the log (the daemon has no terminal).
+void on_crash(int sig)
+{
+    void* frames[64];
+    const int n = backtrace(frames, 64);
+    if (crash_fd >= 0) {
+        const char* what = sig == SIGSEGV ? "exitpolicy-pmixd: crashed (SIGSEGV)\n" : "exitpolicy-pmixd: crashed\n";
+        [[maybe_unused]] auto w = ::write(crash_fd, what, std::strlen(what));
+        backtrace_symbols_fd(frames, n, crash_fd);
+    }
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+}
+
+}  // namespace
 
 int main(int argc, char** argv)
 {
@@ -24,6 +48,12 @@ int main(int argc, char** argv)
     const std::string tag = std::to_string(args->job_id) + "." + std::to_string(args->step_id) + " " +
                             args->hostname;
     pmixd::log::open(tag.c_str(), args->log_dir.c_str(), args->debug);
+    if (!args->log_dir.empty()) {
+        const std::string crash_log = args->log_dir + "/exitpolicy-pmixd." + tag + ".log";
+        crash_fd = ::open(crash_log.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+        for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL})
+            std::signal(sig, on_crash);
+    }
 
     char hex[65] = {};
     std::size_t got = 0;

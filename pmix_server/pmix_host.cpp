@@ -14,12 +14,24 @@
 
 #include <cstring>
 #include <map>
+#include <memory>
 #include <unistd.h>
 
 namespace exitpolicy::pmixd {
 namespace {
 
 Daemon* the_daemon = nullptr;  // one daemon per process
+
+// An owned pmix_info_t array.
+struct InfoArray {
+    pmix_info_t* info = nullptr;
+    size_t n = 0;
+    explicit InfoArray(size_t count) : n(count) { PMIX_INFO_CREATE(info, n); }
+    ~InfoArray() { PMIX_INFO_FREE(info, n); }
+    InfoArray(const InfoArray&) = delete;
+    InfoArray& operator=(const InfoArray&) = delete;
+};
+
 
 // Data handed to PMIx's modex callbacks stays alive until PMIx releases it.
 void release_bytes(void* cbdata)
@@ -278,6 +290,44 @@ void on_log(const pmix_proc_t* client, const pmix_info_t data[], size_t ndata, c
     });
 }
 
+// ---- events clients raise ----
+
+// The library has delivered it to this node's clients already; the other
+// nodes get it through the FE.
+pmix_status_t on_notify_event(pmix_status_t code, const pmix_proc_t* source, pmix_data_range_t range,
+                              pmix_info_t info[], size_t ninfo, pmix_op_cbfunc_t, void*)
+{
+    if (range == PMIX_RANGE_LOCAL || range == PMIX_RANGE_PROC_LOCAL)
+        return PMIX_OPERATION_SUCCEEDED;
+    // A copy crosses to the loop thread, which packs it.
+    auto copy = std::make_shared<InfoArray>(ninfo);
+    for (size_t i = 0; i < ninfo; ++i)
+        PMIx_Info_xfer(&copy->info[i], &info[i]);
+    const std::uint32_t rank = source ? source->rank : PMIX_RANK_UNDEF;
+    the_daemon->post([code, rank, copy] {
+        pmix_data_buffer_t buf;
+        PMIX_DATA_BUFFER_CONSTRUCT(&buf);
+        const std::int32_t n = static_cast<std::int32_t>(copy->n);
+        pmix_status_t rc = PMIx_Data_pack(nullptr, &buf, const_cast<std::int32_t*>(&n), 1, PMIX_INT32);
+        if (rc == PMIX_SUCCESS && n > 0)
+            rc = PMIx_Data_pack(nullptr, &buf, copy->info, n, PMIX_INFO);
+        pmix_byte_object_t payload{nullptr, 0};
+        if (rc == PMIX_SUCCESS)
+            rc = PMIx_Data_unload(&buf, &payload);
+        PMIX_DATA_BUFFER_DESTRUCT(&buf);
+        if (rc == PMIX_SUCCESS) {
+            the_daemon->relay(code, rank, wire::Bytes(payload.bytes, payload.bytes + payload.size));
+            PMIX_BYTE_OBJECT_DESTRUCT(&payload);
+        } else {
+            log::error("an event from rank %u could not be packed: %s", rank, PMIx_Error_string(rc));
+        }
+    });
+    // Done as far as the library is concerned: its callback for this upcall
+    // must not be called from another thread (OpenPMIx 4.2.2 does not
+    // thread-shift it and corrupts its heap), so it is not called at all.
+    return PMIX_OPERATION_SUCCEEDED;
+}
+
 pmix_status_t not_supported_spawn(const pmix_proc_t*, const pmix_info_t[], size_t, const pmix_app_t[], size_t,
                                   pmix_spawn_cbfunc_t, void*)
 {
@@ -314,6 +364,7 @@ pmix_server_module_t module = [] {
     m.publish = on_publish;
     m.lookup = on_lookup;
     m.unpublish = on_unpublish;
+    m.notify_event = on_notify_event;
     m.job_control = on_job_control;
     m.log = on_log;
     m.register_events = on_register_events;
@@ -322,15 +373,6 @@ pmix_server_module_t module = [] {
 }();
 
 // ---- helpers ---------------------------------------------------------------------
-
-struct InfoArray {
-    pmix_info_t* info = nullptr;
-    size_t n = 0;
-    explicit InfoArray(size_t count) : n(count) { PMIX_INFO_CREATE(info, n); }
-    ~InfoArray() { PMIX_INFO_FREE(info, n); }
-    InfoArray(const InfoArray&) = delete;
-    InfoArray& operator=(const InfoArray&) = delete;
-};
 
 std::string join(const std::vector<std::string>& parts, const char* sep)
 {
@@ -536,6 +578,39 @@ void PmixHost::dmodex(std::uint32_t rank, std::function<void(int status, wire::B
         (*keep)(rc, {});
         delete keep;
     }
+}
+
+void PmixHost::deliver_relayed(int code, std::uint32_t source_rank, const wire::Bytes& packed)
+{
+    pmix_data_buffer_t buf;
+    PMIX_DATA_BUFFER_CONSTRUCT(&buf);
+    pmix_byte_object_t payload;
+    payload.bytes = static_cast<char*>(std::malloc(packed.size() ? packed.size() : 1));
+    payload.size = packed.size();
+    std::memcpy(payload.bytes, packed.data(), packed.size());
+    PMIx_Data_load(&buf, &payload);
+    std::int32_t n = 0, one = 1;
+    InfoArray* info = nullptr;
+    if (PMIx_Data_unpack(nullptr, &buf, &n, &one, PMIX_INT32) == PMIX_SUCCESS && n >= 0 && n < 1024) {
+        info = new InfoArray(static_cast<size_t>(n));
+        std::int32_t count = n;
+        if (n > 0 && PMIx_Data_unpack(nullptr, &buf, info->info, &count, PMIX_INFO) != PMIX_SUCCESS) {
+            delete info;
+            info = nullptr;
+        }
+    }
+    PMIX_DATA_BUFFER_DESTRUCT(&buf);
+    if (!info) {
+        log::error("a relayed event from rank %u could not be unpacked", source_rank);
+        return;
+    }
+    pmix_proc_t source;
+    PMIX_PROC_LOAD(&source, nspace_.c_str(), source_rank);
+    const pmix_status_t rc = PMIx_Notify_event(
+        code, &source, PMIX_RANGE_LOCAL, info->info, info->n,
+        [](pmix_status_t, void* cbdata) { delete static_cast<InfoArray*>(cbdata); }, info);
+    if (rc != PMIX_SUCCESS)
+        delete info;
 }
 
 void PmixHost::notify_terminated(std::uint32_t rank, int code, int exit_code, bool node_down)

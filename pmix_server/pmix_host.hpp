@@ -35,6 +35,8 @@ public:
     // Tells every local client that `rank` ended abnormally: the standard
     // PMIX_EVENT_PROC_TERMINATED and the specific code.
     void notify_terminated(std::uint32_t rank, int code, int exit_code, bool node_down);
+    // An event a client on another node raised: to our clients.
+    void deliver_relayed(int code, std::uint32_t source_rank, const wire::Bytes& info);
     const std::string& nspace() const noexcept { return nspace_; }
 
 private:

@@ -42,6 +42,7 @@ std::string_view type_name(Type type) noexcept
     case Type::stop: return "stop";
     case Type::data_request: return "data request";
     case Type::data_reply: return "data reply";
+    case Type::relay: return "relay";
     }
     return "unknown";
 }
@@ -498,6 +499,22 @@ std::vector<Bytes> read_blobs(Reader& r, std::size_t body_size)
 }
 
 }  // namespace
+
+Bytes Relay::encode() const
+{
+    return Writer(Type::relay).u32(origin).i32(code).u32(source_rank).blob(info).finish();
+}
+
+Result<Relay> Relay::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    Relay m;
+    m.origin = r.u32();
+    m.code = r.i32();
+    m.source_rank = r.u32();
+    m.info = r.blob();
+    return finish_decode(r, std::move(m), Type::relay);
+}
 
 Bytes DataRequest::encode() const
 {

@@ -52,6 +52,7 @@ enum class Type : std::uint8_t {
     // Publish / lookup / unpublish, kept at the FE.
     data_request = 19,  // daemon -> FE
     data_reply = 20,    // FE -> the requesting daemon
+    relay = 21,         // an event a task raised, for the clients of every node
 };
 std::string_view type_name(Type type) noexcept;
 
@@ -256,6 +257,18 @@ struct Terminate {
 // PMIx_Publish, PMIx_Lookup, PMIx_Unpublish of a task, on their way to the
 // FE, which keeps the published data. Values travel as opaque blobs packed
 // by the PMIx library (the FE never looks inside).
+// An event a client raised with PMIx_Notify_event beyond its own node: up to
+// the FE, then down to every daemon, which delivers it to its clients. The
+// info array travels packed by the PMIx library.
+struct Relay {
+    std::uint32_t origin = 0;   // node whose clients have it already
+    std::int32_t code = 0;
+    std::uint32_t source_rank = 0;
+    Bytes info;
+    Bytes encode() const;
+    static Result<Relay> decode(std::span<const std::uint8_t> body);
+};
+
 struct DataRequest {
     enum class Op : std::uint8_t { publish = 1, lookup = 2, unpublish = 3 };
     Op op = Op::lookup;

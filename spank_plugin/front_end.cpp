@@ -344,6 +344,13 @@ struct FrontEnd::Impl {
             std::fprintf(stderr, "exitpolicy: %s: %s\n", node.c_str(), n->text.c_str());
             return true;
         }
+        case wire::Type::relay: {
+            auto r = wire::Relay::decode(body);
+            if (!r)
+                return reject(c, r.error());
+            broadcast(r->encode());
+            return true;
+        }
         case wire::Type::terminate: {
             auto t = wire::Terminate::decode(body);
             if (!t)

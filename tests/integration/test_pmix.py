@@ -240,3 +240,12 @@ def test_pmix_never_serves_nothing(cluster, workdir, plugstack):
     rc, out, err = srun(cluster, workdir, *N4N8, "sh", "-c", 'echo "ns=${PMIX_NAMESPACE:-none}"')
     assert rc == 0, err
     assert lines(out, "ns=") == ["ns=none"] * 8, out
+
+
+def test_an_event_a_task_raises_reaches_every_node(cluster, workdir, pmix):
+    rc, out, err = srun(cluster, workdir, *N4N8, client("ep_notify"))
+    assert rc == 0, err
+    got = lines(out, "got ")
+    assert len(got) == 7, out + err
+    assert all(re.search(r"source=exitpolicy\.\d+\.0:0 note=from-0$", l) for l in got), out
+    assert len(lines(out, "notify ok ")) == 8, out
