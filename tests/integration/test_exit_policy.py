@@ -295,8 +295,11 @@ def test_report_labels_collateral_teardown(cluster, workdir, exitpolicy):
     assert lines[0] == ("exitpolicy: exit code 3 under policy first-failure: "
                         "rank 1 on node2 exited with code 3, the first failure"), err
     assert "exitpolicy: first failure: rank 1 on node2, exited with code 3" in lines, err
-    torn = [l for l in lines if l.startswith("exitpolicy:   ranks 0,2-3 on node[1,3-4]: killed by SIG")]
-    assert len(torn) == 1 and "collateral" in torn[0] and "rank 1" in torn[0], err
+    # SIGTERM, or SIGKILL for a task still starting when the teardown came:
+    # one line per signal, every one collateral to rank 1.
+    torn = [l for l in lines if "killed by SIG" in l]
+    assert torn and all(l.endswith("(collateral: torn down after rank 1 failed)") for l in torn), err
+    assert "".join(torn).count("on node") == len(torn) and len(torn) <= 2, err
     job = out.split()[0]
     doc = json.loads((workdir / f"collateral-{job}.json").read_text())
     validate_report(doc)
