@@ -734,6 +734,8 @@ import socket, sys
 socks = []
 for port in range(int(sys.argv[1]), int(sys.argv[2]) + 1):
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # The previous step's front end may have left the port in TIME_WAIT.
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("0.0.0.0", port))
     s.listen(16)
     socks.append(s)
