@@ -3,6 +3,7 @@
 
 #include "blocking_io.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -153,6 +154,35 @@ Result<bool> NodeLink::send_outcome(const wire::Outcome& outcome, std::chrono::m
         return fail("the front end acknowledged rank " + std::to_string(ack->rank) + ", not " +
                     std::to_string(outcome.rank));
     return Result<bool>::ok(true);
+}
+
+Result<bool> NodeLink::post_outcome(const wire::Outcome& outcome, std::chrono::milliseconds timeout)
+{
+    if (fd_ < 0)
+        return Result<bool>::fail("not connected to the front end");
+    if (auto w = write_all(fd_, outcome.encode(), Clock::now() + timeout, fe); !w) {
+        close();
+        return w;
+    }
+    return Result<bool>::ok(true);
+}
+
+Result<std::vector<wire::Ack>> NodeLink::read_acks(std::size_t want, std::chrono::milliseconds wait)
+{
+    using R = Result<std::vector<wire::Ack>>;
+    std::vector<wire::Ack> acks;
+    const auto deadline = Clock::now() + wait;
+    while (fd_ >= 0 && acks.size() < want && wait_fd(fd_, POLLIN, deadline)) {
+        // Something is there: the rest of its frame follows at once.
+        auto body = read_frame(fd_, wire::Type::ack, std::max(deadline, Clock::now() + std::chrono::seconds(1)), fe);
+        auto ack = body ? wire::Ack::decode(*body) : Result<wire::Ack>::fail(body.error());
+        if (!ack) {
+            close();
+            return R::fail(ack.error());
+        }
+        acks.push_back(*ack);
+    }
+    return R::ok(std::move(acks));
 }
 
 }  // namespace exitpolicy::plugin

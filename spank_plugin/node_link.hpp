@@ -44,6 +44,13 @@ public:
     // On failure the connection is closed.
     Result<bool> send_outcome(const wire::Outcome& outcome, std::chrono::milliseconds timeout);
 
+    // Pipelined: writes one outcome without waiting for its acknowledgement.
+    Result<bool> post_outcome(const wire::Outcome& outcome, std::chrono::milliseconds timeout);
+    // The acknowledgements that arrive until `wait` has passed or `want` of
+    // them are in (wait 0: only those already here). On error the
+    // connection is closed.
+    Result<std::vector<wire::Ack>> read_acks(std::size_t want, std::chrono::milliseconds wait);
+
     void close() noexcept;
 
 private:

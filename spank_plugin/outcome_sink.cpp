@@ -1,6 +1,8 @@
 // outcome_sink.cpp - see outcome_sink.hpp.
 #include "outcome_sink.hpp"
 
+#include <algorithm>
+
 namespace exitpolicy::plugin {
 
 FrontEndSink::FrontEndSink(LinkSetup setup, std::chrono::milliseconds connect_timeout,
@@ -18,27 +20,63 @@ Result<bool> FrontEndSink::open()
     return Result<bool>::ok(true);
 }
 
+void FrontEndSink::take_acks(const std::vector<wire::Ack>& acks)
+{
+    for (const auto& a : acks)
+        std::erase_if(unacked_, [&](const wire::Outcome& o) { return o.rank == a.rank && o.epoch == a.epoch; });
+}
+
+Result<bool> FrontEndSink::reconnect_and_resend()
+{
+    if (auto opened = open(); !opened)
+        return opened;
+    for (const auto& o : unacked_)
+        if (auto posted = link_.post_outcome(o, ack_timeout_); !posted)
+            return posted;
+    return Result<bool>::ok(true);
+}
+
 Result<bool> FrontEndSink::deliver(const wire::Outcome& outcome)
 {
     if (gave_up_)
         return Result<bool>::fail("gave up on the front end earlier in this step");
+    unacked_.push_back(outcome);
     std::string first_error;
     if (link_.connected()) {
-        auto sent = link_.send_outcome(outcome, ack_timeout_);
-        if (sent)
-            return sent;
-        first_error = sent.error();
+        auto posted = link_.post_outcome(outcome, ack_timeout_);
+        if (posted) {
+            if (auto acks = link_.read_acks(unacked_.size(), std::chrono::milliseconds(0)))
+                take_acks(*acks);
+            return posted;  // a broken link shows at the next delivery or at flush
+        }
+        first_error = posted.error();
     }
-    // Once more on a new connection (the FE deduplicates a repeat).
-    auto opened = open();
-    if (opened) {
-        auto sent = link_.send_outcome(outcome, ack_timeout_);
-        if (sent)
-            return sent;
-        opened = Result<bool>::fail(sent.error());
-    }
+    // Once more on a new connection, with everything not yet acknowledged.
+    auto resent = reconnect_and_resend();
+    if (resent)
+        return resent;
+    unacked_.pop_back();
     gave_up_ = true;
-    return Result<bool>::fail((first_error.empty() ? "" : first_error + "; then ") + opened.error());
+    return Result<bool>::fail((first_error.empty() ? "" : first_error + "; then ") + resent.error());
+}
+
+Result<bool> FrontEndSink::flush(std::chrono::milliseconds timeout)
+{
+    for (int attempt = 0; attempt < 2 && !unacked_.empty() && !gave_up_; ++attempt) {
+        if (!link_.connected())
+            if (auto resent = reconnect_and_resend(); !resent) {
+                gave_up_ = true;
+                return Result<bool>::fail(resent.error());
+            }
+        auto acks = link_.read_acks(unacked_.size(), timeout);
+        if (acks)
+            take_acks(*acks);
+        if (acks && !unacked_.empty())
+            break;  // timed out waiting: no point in a new connection
+    }
+    if (unacked_.empty())
+        return Result<bool>::ok(true);
+    return Result<bool>::fail(std::to_string(unacked_.size()) + " outcomes not acknowledged by the front end");
 }
 
 }  // namespace exitpolicy::plugin

@@ -11,27 +11,40 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 namespace exitpolicy::plugin {
 
 class OutcomeSink {
 public:
     virtual ~OutcomeSink() = default;
-    // Delivered and acknowledged; on failure the error says why.
+    // Accepted for delivery (acknowledged, or on its way and flush() will
+    // see to it); on failure the error says why.
     virtual Result<bool> deliver(const wire::Outcome& outcome) = 0;
+    // At the step's end: everything delivered is acknowledged, within the
+    // bound; else the error says what is not.
+    virtual Result<bool> flush(std::chrono::milliseconds) { return Result<bool>::ok(true); }
 };
 
 // Straight to srun's front end over one authenticated connection, opened
-// once (open()) and reopened once when it breaks.
+// once (open()) and reopened once when it breaks. Outcomes are pipelined: a
+// task's exit does not wait for its acknowledgement (a round trip through
+// srun's busy thread); acknowledgements are collected as they come and at
+// flush(), and whatever is unacknowledged when the link breaks is sent again
+// on the new one (the FE deduplicates).
 class FrontEndSink final : public OutcomeSink {
 public:
     FrontEndSink(LinkSetup setup, std::chrono::milliseconds connect_timeout,
                  std::chrono::milliseconds ack_timeout);
     Result<bool> open();
     Result<bool> deliver(const wire::Outcome& outcome) override;
+    Result<bool> flush(std::chrono::milliseconds timeout) override;
     bool gave_up() const noexcept { return gave_up_; }
 
 private:
+    Result<bool> reconnect_and_resend();
+    void take_acks(const std::vector<wire::Ack>& acks);
+    std::vector<wire::Outcome> unacked_;
     LinkSetup setup_;
     std::chrono::milliseconds connect_timeout_;
     std::chrono::milliseconds ack_timeout_;

@@ -289,6 +289,10 @@ int task_exit(spank_t sp)
 
 int exit(spank_t)
 {
+    for (auto& sink : remote.sinks)
+        if (auto flushed = sink->flush(ack_timeout); !flushed)
+            log::error("step %u.%u: %s; srun may keep Slurm's exit code", remote.job_id, remote.step_id,
+                       flushed.error().c_str());
     remote.sinks.clear();
     if (remote.daemon_pid > 0) {
         stop_daemon(remote.daemon_dir, remote.daemon_pid, std::chrono::milliseconds(3000));
