@@ -809,3 +809,19 @@ def test_disabled_plugin_warns_about_environment_policy(cluster, workdir, plugst
     warnings = [l for l in report_lines(err) if l.startswith("exitpolicy: warning:")]
     assert warnings == ["exitpolicy: warning: the plugin is disabled by a plugstack.conf error (see above or the "
                         "Slurm log); --exit-* options and SLURM_EXIT_* variables are ignored"], err
+
+
+# --- the direct path: slurmstepd straight to srun (pmix=never, no node daemon) ------
+
+@pytest.mark.parametrize("policy, code", [("main-rank", 0), ("lowest-rank", 3), ("max", 139), ("all-success", 1)])
+def test_direct_path_without_node_daemons(cluster, workdir, plugstack, policy, code):
+    plugstack.enable("pmix=never", "grace_ms=3000")
+    script = 'case "$SLURM_PROCID" in 3) exit 3;; 6) kill -SEGV $$;; esac; exit 0'
+    path = workdir / f"direct-{policy}.json"
+    rc, out, err = srun(cluster, workdir, "-N4", "-n8", f"--exit-policy={policy}", f"--exit-report-json={path}",
+                        "sh", "-c", script)
+    assert rc == code, err
+    doc = json.loads(path.read_text())
+    validate_report(doc)
+    assert doc["exit_code"] == code and doc["counts"]["tasks"] == 8 and doc["counts"]["lost"] == 0
+    assert [t["node"] for t in doc["tasks"]] == [f"node{r // 2 + 1}" for r in range(8)]
