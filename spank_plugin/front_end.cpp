@@ -1,6 +1,7 @@
 // front_end.cpp - the FE's libevent thread. See front_end.hpp.
 #include "front_end.hpp"
 
+#include "protocol/channel.hpp"
 #include "protocol/tree.hpp"
 #include "protocol/wire.hpp"
 
@@ -34,11 +35,6 @@ struct BaseDeleter {
 struct ListenerDeleter {
     void operator()(evconnlistener* l) const noexcept { evconnlistener_free(l); }
 };
-struct BevDeleter {
-    void operator()(bufferevent* b) const noexcept { bufferevent_free(b); }
-};
-
-constexpr timeval handshake_timeout{10, 0};
 
 // A fence at the root of the overlay tree.
 struct RootFence {
@@ -63,11 +59,9 @@ std::vector<std::uint32_t> parse_fence_key(const std::string& key)
 }  // namespace
 
 struct FrontEnd::Impl {
-    // One authenticated or not-yet-authenticated connection; FE thread only.
+    // One connection (protocol/channel.hpp does the handshake); FE thread only.
     struct Conn {
-        Impl* fe = nullptr;
-        std::unique_ptr<bufferevent, BevDeleter> bev;
-        wire::Challenge challenge;
+        std::unique_ptr<wire::Channel> channel;
         std::optional<std::uint32_t> node;  // set once authenticated
         wire::Role role = wire::Role::stepd;
         std::string peer_address;           // numeric, for the step map
@@ -79,7 +73,8 @@ struct FrontEnd::Impl {
     std::unique_ptr<evconnlistener, ListenerDeleter> listener;
     std::uint16_t port = 0;
     std::thread thread;
-    std::map<bufferevent*, std::unique_ptr<Conn>> conns;  // FE thread only
+    std::map<wire::Channel*, std::unique_ptr<Conn>> conns;  // FE thread only
+    std::vector<std::unique_ptr<Conn>> closed_conns;         // freed on the next loop turn
 
     // Shared with srun's main thread.
     std::mutex mu;
@@ -121,14 +116,33 @@ struct FrontEnd::Impl {
         return true;
     }
 
-    void drop(Conn* c)
+    // The channel closed (it says why): forget it, free it on the next loop
+    // turn (we may be inside its own callback).
+    void drop(Conn* c, const std::string& why)
     {
+        if (why != "the peer closed the connection")
+            problem("closed a connection: " + why);
         if (c->node) {
             std::lock_guard lock(mu);
             --open_links;
         }
         cv.notify_all();
-        conns.erase(c->bev.get());  // frees c
+        auto it = conns.find(c->channel.get());
+        if (it == conns.end())
+            return;
+        closed_conns.push_back(std::move(it->second));
+        conns.erase(it);
+        const timeval now{0, 0};
+        event_base_once(
+            base.get(), -1, EV_TIMEOUT, [](evutil_socket_t, short, void* arg) {
+                static_cast<Impl*>(arg)->closed_conns.clear();
+            },
+            this, &now);
+    }
+
+    void send(Conn* c, const wire::Bytes& frame)
+    {
+        c->channel->send(frame);
     }
 
     // ---- the overlay root: daemons below the FE ----
@@ -137,7 +151,7 @@ struct FrontEnd::Impl {
     std::vector<Conn*> children()
     {
         std::vector<Conn*> out;
-        for (auto& [bev, c] : conns)
+        for (auto& [channel, c] : conns)
             if (c->node && c->role == wire::Role::daemon && tree && !tree->parent(*c->node))
                 out.push_back(c.get());
         return out;
@@ -189,7 +203,7 @@ struct FrontEnd::Impl {
         tree.emplace(setup.nnodes, setup.fanout);
         map_sent = true;
         const wire::Bytes frame = map.encode();
-        for (auto& [bev, other] : conns)
+        for (auto& [channel, other] : conns)
             if (other->node && other->role == wire::Role::daemon)
                 send(other.get(), frame);
     }
@@ -274,55 +288,55 @@ struct FrontEnd::Impl {
         }
     }
 
-    bool daemon_frame(Conn* c, wire::Type type, std::span<const std::uint8_t> body)
+    Result<bool> daemon_frame(Conn* c, wire::Type type, std::span<const std::uint8_t> body)
     {
         switch (type) {
         case wire::Type::data_request: {
             auto r = wire::DataRequest::decode(body);
             if (!r)
-                return reject(c, r.error());
+                return Result<bool>::fail(r.error());
             data_request(*r);
-            return true;
+            return Result<bool>::ok(true);
         }
         case wire::Type::enroll: {
             auto e = wire::Enroll::decode(body);
             if (!e)
-                return reject(c, e.error());
+                return Result<bool>::fail(e.error());
             enroll(c, *e);
-            return true;
+            return Result<bool>::ok(true);
         }
         case wire::Type::event: {
             auto e = wire::Event::decode(body);
             if (!e)
-                return reject(c, e.error());
+                return Result<bool>::fail(e.error());
             event(*e);
-            return true;
+            return Result<bool>::ok(true);
         }
         case wire::Type::fence_up: {
             auto f = wire::FenceUp::decode(body);
             if (!f || !tree)
-                return reject(c, f ? "a fence before the step map" : f.error());
+                return Result<bool>::fail(f ? std::string("a fence before the step map") : f.error());
             fence_up(*f);
-            return true;
+            return Result<bool>::ok(true);
         }
         case wire::Type::dmodex_req: {
             auto r = wire::DmodexReq::decode(body);
             if (!r)
-                return reject(c, r.error());
+                return Result<bool>::fail(r.error());
             route(r->to, r->encode());
-            return true;
+            return Result<bool>::ok(true);
         }
         case wire::Type::dmodex_resp: {
             auto r = wire::DmodexResp::decode(body);
             if (!r)
-                return reject(c, r.error());
+                return Result<bool>::fail(r.error());
             route(r->to, r->encode());
-            return true;
+            return Result<bool>::ok(true);
         }
         case wire::Type::abort: {
             auto a = wire::Abort::decode(body);
             if (!a)
-                return reject(c, a.error());
+                return Result<bool>::fail(a.error());
             bool first = false;
             {
                 std::lock_guard lock(mu);
@@ -333,78 +347,68 @@ struct FrontEnd::Impl {
                 broadcast(wire::Terminate{"rank " + std::to_string(a->rank) + " called abort with status " +
                                           std::to_string(a->status)}
                               .encode());
-            return true;
+            return Result<bool>::ok(true);
         }
         case wire::Type::notice: {
             auto n = wire::Notice::decode(body);
             if (!n)
-                return reject(c, n.error());
+                return Result<bool>::fail(n.error());
             // Straight to srun's stderr, as it happens.
             const std::string node = n->node < node_names.size() ? node_names[n->node] : "?";
             std::fprintf(stderr, "exitpolicy: %s: %s\n", node.c_str(), n->text.c_str());
-            return true;
+            return Result<bool>::ok(true);
         }
         case wire::Type::relay: {
             auto r = wire::Relay::decode(body);
             if (!r)
-                return reject(c, r.error());
+                return Result<bool>::fail(r.error());
             broadcast(r->encode());
-            return true;
+            return Result<bool>::ok(true);
         }
         case wire::Type::terminate: {
             auto t = wire::Terminate::decode(body);
             if (!t)
-                return reject(c, t.error());
+                return Result<bool>::fail(t.error());
             broadcast(t->encode());
-            return true;
+            return Result<bool>::ok(true);
         }
         default:
-            return reject(c, "unexpected " + std::string(wire::type_name(type)) + " frame");
+            return Result<bool>::fail("unexpected " + std::string(wire::type_name(type)) + " frame");
         }
     }
 
-    void send(Conn* c, const wire::Bytes& frame)
+    // A peer proved it holds the secret: who it is.
+    void on_ready(Conn* c)
     {
-        bufferevent_write(c->bev.get(), frame.data(), frame.size());
+        const wire::Hello& hello = c->channel->peer();
+        if (hello.node_id >= setup.nnodes) {
+            c->channel->close("node id " + std::to_string(hello.node_id) + " is outside the step's " +
+                              std::to_string(setup.nnodes) + " nodes");
+            return;
+        }
+        {
+            std::lock_guard lock(mu);
+            node_names[hello.node_id] = hello.hostname;
+            node_seen[hello.node_id] = true;
+            ++open_links;
+            for (std::uint32_t rank : hello.ranks)
+                if (rank < node_of_rank.size())
+                    node_of_rank[rank] = hello.node_id;
+        }
+        c->node = hello.node_id;
+        c->role = hello.role;
     }
 
-    // Returns false when the connection was dropped.
-    bool handle(Conn* c, const wire::Header& h, std::span<const std::uint8_t> body)
+    Result<bool> on_frame(Conn* c, wire::Type type, std::span<const std::uint8_t> body)
     {
-        if (!c->node) {
-            if (h.type != wire::Type::hello)
-                return reject(c, "expected hello, got " + std::string(wire::type_name(h.type)));
-            auto hello = wire::Hello::decode(body);
-            if (!hello)
-                return reject(c, hello.error());
-            if (!wire::proofs_equal(hello->mac, wire::client_proof(secret, c->challenge, *hello)))
-                return reject(c, "a peer failed authentication");
-            if (hello->node_id >= setup.nnodes)
-                return reject(c, "node id " + std::to_string(hello->node_id) + " is outside the step's " +
-                                     std::to_string(setup.nnodes) + " nodes");
-            {
-                std::lock_guard lock(mu);
-                node_names[hello->node_id] = hello->hostname;
-                node_seen[hello->node_id] = true;
-                ++open_links;
-                for (std::uint32_t rank : hello->ranks)
-                    if (rank < node_of_rank.size())
-                        node_of_rank[rank] = hello->node_id;
-            }
-            c->node = hello->node_id;
-            c->role = hello->role;
-            bufferevent_set_timeouts(c->bev.get(), nullptr, nullptr);
-            send(c, wire::Welcome{wire::server_proof(secret, c->challenge.nonce, hello->nonce)}.encode());
-            return true;
-        }
-        if (h.type != wire::Type::outcome) {
+        if (type != wire::Type::outcome) {
             if (c->role == wire::Role::daemon)
-                return daemon_frame(c, h.type, body);
-            return reject(c, "unexpected " + std::string(wire::type_name(h.type)) + " frame");
+                return daemon_frame(c, type, body);
+            return Result<bool>::fail("unexpected " + std::string(wire::type_name(type)) + " frame");
         }
         auto o = wire::Outcome::decode(body);
         if (!o)
-            return reject(c, o.error());
+            return Result<bool>::fail(o.error());
         TaskOutcome t;
         t.rank = o->rank;
         t.epoch = o->epoch;
@@ -431,54 +435,7 @@ struct FrontEnd::Impl {
                     ", which is not a task of this step");
         cv.notify_all();
         send(c, wire::Ack{o->rank, o->epoch}.encode());
-        return true;
-    }
-
-    bool reject(Conn* c, const std::string& why)
-    {
-        problem("closed a connection: " + why);
-        drop(c);
-        return false;
-    }
-
-    static void on_read(bufferevent* bev, void* arg) noexcept
-    {
-        auto* c = static_cast<Conn*>(arg);
-        Impl* fe = c->fe;
-        try {
-            evbuffer* in = bufferevent_get_input(bev);
-            while (evbuffer_get_length(in) >= wire::header_size) {
-                std::array<std::uint8_t, wire::header_size> head{};
-                evbuffer_copyout(in, head.data(), head.size());
-                auto h = wire::decode_header(head, c->node ? wire::max_body_trusted : wire::max_body);
-                if (!h) {
-                    fe->reject(c, h.error());
-                    return;
-                }
-                if (evbuffer_get_length(in) < wire::header_size + h->length)
-                    return;  // the rest of the frame is on its way
-                evbuffer_drain(in, wire::header_size);
-                wire::Bytes body(h->length);
-                evbuffer_remove(in, body.data(), body.size());
-                if (!fe->handle(c, *h, body))
-                    return;
-            }
-        } catch (const std::exception& e) {
-            fe->reject(c, std::string("internal error: ") + e.what());
-        } catch (...) {
-            fe->reject(c, "internal error");
-        }
-    }
-
-    static void on_event(bufferevent*, short events, void* arg) noexcept
-    {
-        auto* c = static_cast<Conn*>(arg);
-        try {
-            if (events & BEV_EVENT_TIMEOUT)
-                c->fe->problem("a peer did not authenticate in time");
-            c->fe->drop(c);
-        } catch (...) {
-        }
+        return Result<bool>::ok(true);
     }
 
     static void on_accept(evconnlistener*, evutil_socket_t fd, sockaddr* addr, int, void* arg) noexcept
@@ -486,30 +443,24 @@ struct FrontEnd::Impl {
         auto* fe = static_cast<Impl*>(arg);
         try {
             auto c = std::make_unique<Conn>();
-            c->fe = fe;
+            Conn* raw = c.get();
             char text[INET6_ADDRSTRLEN] = {};
             if (addr && addr->sa_family == AF_INET)
                 inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(addr)->sin_addr, text, sizeof(text));
             c->peer_address = text;
-            // Small frames must not wait for Nagle's algorithm (40 ms a hop).
-            const int on = 1;
-            ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
-            c->bev.reset(bufferevent_socket_new(fe->base.get(), fd, BEV_OPT_CLOSE_ON_FREE));
-            if (!c->bev) {
-                evutil_closesocket(fd);
+            wire::Channel::Handlers h;
+            h.ready = [fe, raw](wire::Channel&) { fe->on_ready(raw); };
+            h.frame = [fe, raw](wire::Channel&, wire::Type type, std::span<const std::uint8_t> body) {
+                return fe->on_frame(raw, type, body);
+            };
+            h.closed = [fe, raw](wire::Channel&, const std::string& why) { fe->drop(raw, why); };
+            c->channel = wire::Channel::accept(fe->base.get(), fd, fe->secret, fe->setup.job_id,
+                                               fe->setup.step_id, std::move(h));
+            if (!c->channel) {
+                fe->problem("could not accept a connection");
                 return;
             }
-            auto nonce = wire::random_nonce();
-            if (!nonce) {
-                fe->problem(nonce.error());
-                return;
-            }
-            c->challenge = {*nonce, fe->setup.job_id, fe->setup.step_id};
-            bufferevent_setcb(c->bev.get(), on_read, nullptr, on_event, c.get());
-            bufferevent_set_timeouts(c->bev.get(), &handshake_timeout, &handshake_timeout);
-            bufferevent_enable(c->bev.get(), EV_READ | EV_WRITE);
-            fe->send(c.get(), c->challenge.encode());
-            fe->conns.emplace(c->bev.get(), std::move(c));
+            fe->conns.emplace(c->channel.get(), std::move(c));
         } catch (...) {
             fe->problem("could not accept a connection");
         }
@@ -550,6 +501,7 @@ struct FrontEnd::Impl {
         event_base_loopexit(base.get(), nullptr);
         thread.join();
         conns.clear();
+        closed_conns.clear();
         listener.reset();
     }
 };
