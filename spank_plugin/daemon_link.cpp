@@ -73,6 +73,8 @@ std::string daemon_socket(const std::string& dir)
 Result<pid_t> launch_daemon(const DaemonLaunch& launch)
 {
     using R = Result<pid_t>;
+    if (::access(launch.path.c_str(), X_OK) != 0)
+        return R::fail("cannot execute " + launch.path + ": " + std::strerror(errno));
     int secret_pipe[2], ready_pipe[2];
     if (::pipe2(secret_pipe, O_CLOEXEC) != 0)
         return R::fail(std::string("pipe: ") + std::strerror(errno));

@@ -353,8 +353,11 @@ struct FrontEnd::Impl {
             auto n = wire::Notice::decode(body);
             if (!n)
                 return Result<bool>::fail(n.error());
-            // Straight to srun's stderr, as it happens.
-            const std::string node = n->node < node_names.size() ? node_names[n->node] : "?";
+            // Straight to srun's stderr, as it happens. A daemon's notice
+            // names its node (it may come up the tree); slurmstepd's comes
+            // on its own link.
+            const std::uint32_t from = c->role == wire::Role::stepd ? *c->node : n->node;
+            const std::string node = from < node_names.size() ? node_names[from] : "?";
             std::fprintf(stderr, "exitpolicy: %s: %s\n", node.c_str(), n->text.c_str());
             return Result<bool>::ok(true);
         }
@@ -401,6 +404,8 @@ struct FrontEnd::Impl {
 
     Result<bool> on_frame(Conn* c, wire::Type type, std::span<const std::uint8_t> body)
     {
+        if (type == wire::Type::notice)  // from a daemon or slurmstepd itself
+            return daemon_frame(c, type, body);
         if (type != wire::Type::outcome) {
             if (c->role == wire::Role::daemon)
                 return daemon_frame(c, type, body);

@@ -156,6 +156,18 @@ Result<bool> NodeLink::send_outcome(const wire::Outcome& outcome, std::chrono::m
     return Result<bool>::ok(true);
 }
 
+Result<bool> NodeLink::post_notice(const std::string& text, std::chrono::milliseconds timeout)
+{
+    if (fd_ < 0)
+        return Result<bool>::fail("not connected to the front end");
+    // The FE knows the node from the handshake.
+    if (auto w = write_all(fd_, wire::Notice{0, text}.encode(), Clock::now() + timeout, fe); !w) {
+        close();
+        return w;
+    }
+    return Result<bool>::ok(true);
+}
+
 Result<bool> NodeLink::post_outcome(const wire::Outcome& outcome, std::chrono::milliseconds timeout)
 {
     if (fd_ < 0)

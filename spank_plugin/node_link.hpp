@@ -44,6 +44,9 @@ public:
     // On failure the connection is closed.
     Result<bool> send_outcome(const wire::Outcome& outcome, std::chrono::milliseconds timeout);
 
+    // A line for srun's stderr (not acknowledged).
+    Result<bool> post_notice(const std::string& text, std::chrono::milliseconds timeout);
+
     // Pipelined: writes one outcome without waiting for its acknowledgement.
     Result<bool> post_outcome(const wire::Outcome& outcome, std::chrono::milliseconds timeout);
     // The acknowledgements that arrive until `wait` has passed or `want` of

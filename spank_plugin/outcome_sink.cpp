@@ -60,6 +60,14 @@ Result<bool> FrontEndSink::deliver(const wire::Outcome& outcome)
     return Result<bool>::fail((first_error.empty() ? "" : first_error + "; then ") + resent.error());
 }
 
+Result<bool> FrontEndSink::notice(const std::string& text)
+{
+    if (!link_.connected())
+        if (auto opened = open(); !opened)
+            return opened;
+    return link_.post_notice(text, ack_timeout_);
+}
+
 Result<bool> FrontEndSink::flush(std::chrono::milliseconds timeout)
 {
     for (int attempt = 0; attempt < 2 && !unacked_.empty() && !gave_up_; ++attempt) {

@@ -98,7 +98,8 @@ std::string join_ranks(const std::vector<std::uint32_t>& ranks)
 }
 
 // Starts this node's exitpolicy-pmixd for the step; false if it could not.
-bool start_daemon(spank_t sp, const LinkSetup& link)
+// On failure, `failure` says why (for srun's user and the Slurm log).
+bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
 {
     std::uint32_t nnodes = 0, ntasks = 0;
     uid_t uid = 0;
@@ -107,7 +108,7 @@ bool start_daemon(spank_t sp, const LinkSetup& link)
     int ngroups = 0;
     if (!item(sp, S_JOB_NNODES, nnodes) || !item(sp, S_JOB_TOTAL_TASK_COUNT, ntasks) || !item(sp, S_JOB_UID, uid) ||
         !item(sp, S_JOB_GID, gid)) {
-        log::error("step %u.%u: the step's size or user is unknown; no PMIx service", link.job_id, link.step_id);
+        failure = "PMIx service failed: the step's size or user is unknown";
         return false;
     }
     DaemonLaunch launch;
@@ -118,8 +119,7 @@ bool start_daemon(spank_t sp, const LinkSetup& link)
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
     if (::mkdir(dir.c_str(), 0700) != 0 || ::chown(dir.c_str(), uid, gid) != 0) {
-        log::error("step %u.%u: cannot create %s: %s; no PMIx service", link.job_id, link.step_id, dir.c_str(),
-                   std::strerror(errno));
+        failure = "PMIx service failed: cannot create " + dir + ": " + std::strerror(errno);
         return false;
     }
     const Config& config = state().config;
@@ -136,8 +136,7 @@ bool start_daemon(spank_t sp, const LinkSetup& link)
         launch.args.insert(launch.args.end(), {"--log-dir", config.log_dir});
     auto pid = launch_daemon(launch);
     if (!pid) {
-        log::error("step %u.%u: PMIx service failed on %s: %s (%s)", link.job_id, link.step_id,
-                   link.hostname.c_str(), pid.error().c_str(), launch.path.c_str());
+        failure = "PMIx service failed: " + pid.error();
         std::filesystem::remove_all(dir, ec);
         return false;
     }
@@ -217,10 +216,19 @@ int init_post_opt(spank_t sp)
     remote.job_id = job_id;
     remote.step_id = step_id;
     // The fan-out itself reaches the daemons with the FE's step map.
-    if (pmix_fanout && start_daemon(sp, setup))
+    std::string failure;
+    const bool served = pmix_fanout && start_daemon(sp, setup, failure);
+    if (served)
         remote.sinks.push_back(std::make_unique<DaemonSink>(remote.daemon_dir, ack_timeout));
     const std::string fe = setup.host + ":" + std::to_string(setup.port);
+    const std::string node = setup.hostname;
     auto sink = std::make_unique<FrontEndSink>(std::move(setup), connect_timeout, ack_timeout);
+    if (!failure.empty()) {
+        // A task that uses PMIx cannot run without it: the user hears of it.
+        log::error("step %u.%u: %s", job_id, step_id, failure.c_str());
+        if (auto told = sink->notice(failure + "; tasks on " + node + " that use PMIx will fail"); !told)
+            log::error("step %u.%u: cannot tell srun: %s", job_id, step_id, told.error().c_str());
+    }
     // With a daemon, the direct path is the fallback: opened only if needed.
     if (remote.daemon_pid < 0) {
         if (auto opened = sink->open(); !opened)

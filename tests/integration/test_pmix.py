@@ -270,3 +270,14 @@ def test_an_event_a_task_raises_reaches_every_node(cluster, workdir, pmix):
     assert len(got) == 7, out + err
     assert all(re.search(r"source=exitpolicy\.\d+\.0:0 note=from-0$", l) for l in got), out
     assert len(lines(out, "notify ok ")) == 8, out
+
+
+def test_a_pmix_service_that_cannot_start_is_reported(cluster, workdir, plugstack):
+    """The step runs (a task without PMIx is fine); srun's user hears, once per node."""
+    plugstack.enable("daemon=/nonexistent/exitpolicy-pmixd", "grace_ms=3000")
+    rc, out, err = srun(cluster, workdir, "--mpi=none", "-N2", "-n2", "--exit-policy=main-rank", "sh", "-c",
+                        '[ "$SLURM_PROCID" = 1 ] && exit 3; exit 0')
+    assert rc == 0, err  # the policy still applies through the direct path
+    told = sorted(l for l in err.splitlines() if "PMIx service failed" in l)
+    assert told == [f"exitpolicy: node{n}: PMIx service failed: cannot execute /nonexistent/exitpolicy-pmixd: "
+                    f"No such file or directory; tasks on node{n} that use PMIx will fail" for n in (1, 2)], err
