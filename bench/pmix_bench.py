@@ -28,13 +28,21 @@ env = {**os.environ, "OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": 
 ring = os.path.join(clients, "ep_mpi_ring")
 
 
+failures = {"none": 0, "pmix": 0}
+
+
 def run(mpi):
-    t0 = time.perf_counter()
-    p = subprocess.run(["srun", f"--mpi={mpi}", "-N4", "-n8", ring], env=env, capture_output=True, text=True)
-    elapsed = time.perf_counter() - t0
-    if p.returncode != 0 or p.stdout.count("mpi ok") != 8:
-        sys.exit(f"--mpi={mpi} failed ({p.returncode}):\n{p.stdout}{p.stderr}")
-    return elapsed
+    # Open MPI's TCP transport on virtual nodes of one machine fails now and
+    # then ("failed to TCP connect to a peer", under either PMIx server):
+    # such a run is counted and repeated, not timed.
+    for _ in range(3):
+        t0 = time.perf_counter()
+        p = subprocess.run(["srun", f"--mpi={mpi}", "-N4", "-n8", ring], env=env, capture_output=True, text=True)
+        elapsed = time.perf_counter() - t0
+        if p.returncode == 0 and p.stdout.count("mpi ok") == 8:
+            return elapsed
+        failures[mpi] += 1
+    sys.exit(f"--mpi={mpi} failed 3 times in a row ({p.returncode}):\n{p.stdout}{p.stderr}")
 
 
 run("none"), run("pmix")  # warm up
@@ -48,6 +56,7 @@ print(f"Open MPI ring, srun -N4 -n8, {pairs} alternating pairs")
 print(f"  exitpolicy (--mpi=none)  median {statistics.median(ours) * 1000:7.1f} ms")
 print(f"  Slurm mpi/pmix           median {statistics.median(theirs) * 1000:7.1f} ms")
 print(f"  median ratio exitpolicy / mpi/pmix: {statistics.median(ratios):.3f}")
+print(f"  failed and repeated runs: exitpolicy {failures['none']}, mpi/pmix {failures['pmix']}")
 
 latencies = []
 for _ in range(event_runs):
