@@ -51,6 +51,17 @@ def srun(cluster, workdir, *args, env=None, timeout=120, user=None):
     return cluster.exec("srun", *args, cwd=workdir, env=env, timeout=timeout, user=user)
 
 
+def srun_mpi(cluster, workdir, *args, user=None):
+    """An Open MPI step. Open MPI's TCP transport between virtual nodes of
+    one machine now and then fails to connect ("Open MPI failed to TCP
+    connect to a peer MPI process", seen under Slurm's own mpi/pmix too):
+    such a run is repeated once; any other failure stands."""
+    rc, out, err = srun(cluster, workdir, *args, env=OMPI_ENV, user=user)
+    if rc != 0 and "failed to TCP connect to a peer" in err:
+        rc, out, err = srun(cluster, workdir, *args, env=OMPI_ENV, user=user)
+    return rc, out, err
+
+
 def lines(text, prefix):
     return [l for l in text.splitlines() if l.startswith(prefix)]
 
@@ -113,13 +124,13 @@ def test_publish_lookup_across_nodes(cluster, workdir, pmix):
 
 
 def test_open_mpi_program_completes(cluster, workdir, pmix):
-    rc, out, err = srun(cluster, workdir, *N4N8, client("ep_mpi_ring"), env=OMPI_ENV)
+    rc, out, err = srun_mpi(cluster, workdir, *N4N8, client("ep_mpi_ring"))
     assert rc == 0, err
     assert sorted(lines(out, "mpi ok ")) == sorted(f"mpi ok rank={r} size=8" for r in range(8)), out + err
 
 
 def test_open_mpi_as_an_ordinary_user(cluster, workdir, pmix):
-    rc, out, err = srun(cluster, workdir, *N4N8, client("ep_mpi_ring"), env=OMPI_ENV, user=cluster.NOBODY)
+    rc, out, err = srun_mpi(cluster, workdir, *N4N8, client("ep_mpi_ring"), user=cluster.NOBODY)
     assert rc == 0, err
     assert len(lines(out, "mpi ok ")) == 8, out + err
 
@@ -127,8 +138,8 @@ def test_open_mpi_as_an_ordinary_user(cluster, workdir, pmix):
 # --- abort -------------------------------------------------------------------------
 
 def test_mpi_abort_status_is_sruns_code(cluster, workdir, pmix):
-    rc, out, err = srun(cluster, workdir, *N4N8, "--exit-policy=main-rank", client("ep_mpi_ring"), "--abort", "5:7",
-                        env=OMPI_ENV)
+    rc, out, err = srun_mpi(cluster, workdir, *N4N8, "--exit-policy=main-rank", client("ep_mpi_ring"), "--abort",
+                            "5:7")
     assert rc == 7, err
     report = lines(err, "exitpolicy:")
     assert report[0] == ("exitpolicy: exit code 7 under policy main-rank: rank 5 on node3 aborted with status 7; "
