@@ -269,8 +269,9 @@ void Daemon::on_map(const wire::StepMap& map)
             ready();
         };
         h.closed = [this](wire::Channel&, const std::string& why) {
-            log::error("lost the parent daemon: %s", why.c_str());
-            post([this] { stop(1); });
+            // The parent may simply have finished its own node's share of
+            // the step first: go straight to the FE (off this callback).
+            post([this, why] { reroute_to_fe(why); });
         };
         auto c = wire::Channel::connect(base_, map.hosts[*parent], static_cast<std::uint16_t>(map.ports[*parent]),
                                         secret_, args_.job_id, args_.step_id, me, std::move(h));
@@ -300,6 +301,36 @@ void Daemon::on_map(const wire::StepMap& map)
         log::error("%s", registered.error().c_str());
         stop(1);
     }
+}
+
+void Daemon::reroute_to_fe(const std::string& why)
+{
+    if (stopping_)
+        return;
+    log::info("parent link closed (%s): sending up to the front end directly", why.c_str());
+    wire::Hello me;
+    me.role = wire::Role::daemon;
+    me.node_id = args_.node_id;
+    me.hostname = args_.hostname;
+    auto h = overlay_handlers();
+    h.ready = [this](wire::Channel& c) {
+        for (const auto& frame : up_queue_)
+            c.send(frame);
+        up_queue_.clear();
+        flush_outcomes();  // what the parent took but the FE may not have
+    };
+    h.closed = [this](wire::Channel&, const std::string& reason) {
+        log::error("lost the front end: %s", reason.c_str());
+        post([this] { stop(1); });
+    };
+    auto c = wire::Channel::connect(base_, args_.fe_host, args_.fe_port, secret_, args_.job_id, args_.step_id, me,
+                                    std::move(h));
+    if (!c) {
+        log::error("front end: %s", c.error().c_str());
+        stop(1);
+        return;
+    }
+    up_ = std::move(*c);
 }
 
 void Daemon::ready()

@@ -98,6 +98,7 @@ private:
     void listen_local();
     void on_local_frame(Local& l, wire::Type type, std::span<const std::uint8_t> body);
     void ready();
+    void reroute_to_fe(const std::string& why);
     void drain();
     void stop(int code);
 

@@ -7,6 +7,7 @@ that fences, direct modex, events and outcomes are relayed through daemons
 See DESIGN.md, "PMIx service" and "The overlay".
 """
 
+import json
 import os
 import pathlib
 import re
@@ -295,3 +296,19 @@ def test_a_pmix_service_that_cannot_start_is_reported(cluster, workdir, plugstac
     matches = [pattern.fullmatch(l) for l in told]
     assert len(told) == 2 and all(m and m.group(1) == m.group(2) for m in matches), err
     assert len({m.group(1) for m in matches}) == 2, err  # once per node of the step
+
+
+def test_a_parent_daemon_that_finishes_first_loses_nothing(cluster, workdir, pmix):
+    """With fanout=2, node1's daemon relays node3's and node4's outcomes. Its
+    own tasks end first and it stops, at about the moment node3's and
+    node4's outcomes pass through it; they must still reach srun (their
+    daemons go straight to the front end with what node1 did not confirm)."""
+    for i, delay in enumerate(["0", "0.01", "0.03", "0.06", "0.1", "0.2"] * 2):
+        script = (f'case "$SLURM_NODEID" in 0|1) ;; *) sleep {delay};; esac; '
+                  '[ "$SLURM_PROCID" = 7 ] && exit 5; exit 0')
+        path = workdir / f"parent-first-{i}.json"
+        rc, out, err = srun(cluster, workdir, *N4N8, "--exit-policy=lowest-rank", f"--exit-report-json={path}",
+                            "sh", "-c", script)
+        assert rc == 5, f"delay {delay}: {err}"
+        doc = json.loads(path.read_text())
+        assert doc["counts"]["lost"] == 0 and doc["counts"]["tasks"] == 8, f"delay {delay}: {err}"
