@@ -9,11 +9,21 @@
 namespace exitpolicy::wire {
 namespace {
 
+// We live in other programs (srun, slurmstepd) as a plugin: OpenSSL must
+// not register its atexit cleanup. srun runs the plugin's exit hook from an
+// atexit handler registered before OpenSSL's, so OpenSSL would be torn down
+// while the front end's thread still uses it (a crash seen under load).
+bool init_openssl() noexcept
+{
+    static const bool ok = OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr) == 1;
+    return ok;
+}
+
 template <std::size_t N>
 Result<std::array<std::uint8_t, N>> random_bytes()
 {
     std::array<std::uint8_t, N> out{};
-    if (RAND_bytes(out.data(), static_cast<int>(out.size())) != 1)
+    if (!init_openssl() || RAND_bytes(out.data(), static_cast<int>(out.size())) != 1)
         return Result<std::array<std::uint8_t, N>>::fail("no random bytes from OpenSSL");
     return Result<std::array<std::uint8_t, N>>::ok(out);
 }
@@ -22,6 +32,7 @@ Mac hmac(const Secret& secret, const Bytes& message)
 {
     Mac mac{};
     unsigned int len = 0;
+    init_openssl();
     HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), message.data(), message.size(),
          mac.data(), &len);
     return mac;
