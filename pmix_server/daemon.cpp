@@ -30,17 +30,6 @@
 namespace exitpolicy::pmixd {
 namespace {
 
-// The canonical name of a participant set: "*" for everybody.
-std::string fence_key(const std::vector<std::uint32_t>& ranks)
-{
-    if (ranks.empty())
-        return "*";
-    std::string key;
-    for (std::uint32_t r : ranks)
-        key += std::to_string(r) + ",";
-    return key;
-}
-
 bool has_rank(const std::vector<std::uint32_t>& ranks, std::uint32_t rank)
 {
     return ranks.empty() || std::binary_search(ranks.begin(), ranks.end(), rank);
@@ -159,9 +148,7 @@ void Daemon::start_fe_link()
     auto h = overlay_handlers();
     h.ready = [this](wire::Channel& c) {
         c.send(wire::Enroll{args_.hostname, child_port_}.encode());
-        for (const auto& frame : up_queue_)
-            c.send(frame);
-        up_queue_.clear();
+        flush_up(c);
         log::debug("enrolled with the front end at %s:%u", args_.fe_host.c_str(), args_.fe_port);
     };
     h.closed = [this](wire::Channel&, const std::string& why) {
@@ -229,6 +216,14 @@ void Daemon::send_up(const wire::Bytes& frame)
         log::error("no link toward the front end; a message is lost");
 }
 
+// A link up is ready: what waited for it goes first.
+void Daemon::flush_up(wire::Channel& up)
+{
+    for (const auto& frame : up_queue_)
+        up.send(frame);
+    up_queue_.clear();
+}
+
 void Daemon::send_down(std::optional<std::uint32_t> to, const wire::Bytes& frame)
 {
     for (auto& c : children_) {
@@ -262,9 +257,7 @@ void Daemon::on_map(const wire::StepMap& map)
         h.ready = [this](wire::Channel& c) {
             log::debug("linked to the parent daemon");
             fe_.reset();  // the parent is our way up from now on
-            for (const auto& frame : up_queue_)
-                c.send(frame);
-            up_queue_.clear();
+            flush_up(c);
             flush_outcomes();  // any the FE link carried but did not see acknowledged
             ready();
         };
@@ -314,9 +307,7 @@ void Daemon::reroute_to_fe(const std::string& why)
     me.hostname = args_.hostname;
     auto h = overlay_handlers();
     h.ready = [this](wire::Channel& c) {
-        for (const auto& frame : up_queue_)
-            c.send(frame);
-        up_queue_.clear();
+        flush_up(c);
         flush_outcomes();  // what the parent took but the FE may not have
     };
     h.closed = [this](wire::Channel&, const std::string& reason) {
@@ -533,7 +524,7 @@ std::uint32_t Daemon::fence_expected(const std::vector<std::uint32_t>& ranks) co
 void Daemon::fence(std::vector<std::uint32_t> ranks, wire::Bytes data, Done done)
 {
     std::sort(ranks.begin(), ranks.end());
-    const std::string key = fence_key(ranks);
+    const std::string key = wire::fence_key(ranks);
     FenceState& f = fences_[key];
     if (f.expected == 0) {
         f.ranks = ranks;
@@ -549,17 +540,8 @@ void Daemon::on_fence_up(const wire::FenceUp& up)
 {
     FenceState& f = fences_[up.key];
     if (f.expected == 0) {
-        // The key names the participants.
-        std::vector<std::uint32_t> ranks;
-        if (up.key != "*") {
-            for (std::size_t pos = 0; pos < up.key.size();) {
-                const auto comma = up.key.find(',', pos);
-                ranks.push_back(static_cast<std::uint32_t>(std::stoul(up.key.substr(pos, comma - pos))));
-                pos = comma + 1;
-            }
-        }
-        f.ranks = ranks;
-        f.expected = fence_expected(ranks);
+        f.ranks = *wire::fence_ranks(up.key);  // the key names the participants (checked by decode)
+        f.expected = fence_expected(f.ranks);
     }
     f.data.insert(f.data.end(), up.data.begin(), up.data.end());
     ++f.received;

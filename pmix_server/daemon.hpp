@@ -77,6 +77,7 @@ private:
     void start_fe_link();
     void on_map(const wire::StepMap& map);
     void send_up(const wire::Bytes& frame);
+    void flush_up(wire::Channel& up);
     void send_down(std::optional<std::uint32_t> to, const wire::Bytes& frame);  // none: every child
     wire::Channel::Handlers overlay_handlers();
     Result<bool> on_overlay_frame(wire::Channel& from, wire::Type type, std::span<const std::uint8_t> body);

@@ -2,6 +2,7 @@
 #include "wire.hpp"
 
 #include <algorithm>
+#include <charconv>
 
 namespace exitpolicy::wire {
 namespace {
@@ -387,6 +388,35 @@ Result<Event> Event::decode(std::span<const std::uint8_t> body)
     return finish_decode(r, m, Type::event);
 }
 
+std::string fence_key(const std::vector<std::uint32_t>& sorted_ranks)
+{
+    if (sorted_ranks.empty())
+        return "*";
+    std::string key;
+    for (std::uint32_t r : sorted_ranks)
+        key += std::to_string(r) + ",";
+    return key;
+}
+
+std::optional<std::vector<std::uint32_t>> fence_ranks(std::string_view key)
+{
+    std::vector<std::uint32_t> ranks;
+    if (key == "*")
+        return ranks;
+    if (key.empty() || key.back() != ',')
+        return std::nullopt;
+    for (std::size_t pos = 0; pos < key.size();) {
+        const auto comma = key.find(',', pos);
+        std::uint32_t rank = 0;
+        const auto [ptr, ec] = std::from_chars(key.data() + pos, key.data() + comma, rank);
+        if (ec != std::errc() || ptr != key.data() + comma)
+            return std::nullopt;
+        ranks.push_back(rank);
+        pos = comma + 1;
+    }
+    return ranks;
+}
+
 Bytes FenceUp::encode() const
 {
     return Writer(Type::fence_up).str(key).u32(contributors).blob(data).finish();
@@ -399,6 +429,8 @@ Result<FenceUp> FenceUp::decode(std::span<const std::uint8_t> body)
     m.key = r.str();
     m.contributors = r.u32();
     m.data = r.blob();
+    if (!r.failed() && !fence_ranks(m.key))
+        return Result<FenceUp>::fail("fence up frame with a malformed participant set");
     return finish_decode(r, std::move(m), Type::fence_up);
 }
 

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -204,6 +205,12 @@ struct Event {
     Bytes encode() const;
     static Result<Event> decode(std::span<const std::uint8_t> body);
 };
+
+// A fence's participant set on the wire: "*" for everyone, else the sorted
+// ranks, each followed by a comma ("0,3,"). One format for every node.
+std::string fence_key(const std::vector<std::uint32_t>& sorted_ranks);
+// The ranks a key names (empty: everyone); none when malformed.
+std::optional<std::vector<std::uint32_t>> fence_ranks(std::string_view key);
 
 struct FenceUp {
     std::string key;               // the participant set, canonical

@@ -43,19 +43,6 @@ struct RootFence {
     wire::Bytes data;
 };
 
-std::vector<std::uint32_t> parse_fence_key(const std::string& key)
-{
-    std::vector<std::uint32_t> ranks;
-    if (key == "*")
-        return ranks;
-    for (std::size_t pos = 0; pos < key.size();) {
-        const auto comma = key.find(',', pos);
-        ranks.push_back(static_cast<std::uint32_t>(std::stoul(key.substr(pos, comma - pos))));
-        pos = comma == std::string::npos ? key.size() : comma + 1;
-    }
-    return ranks;
-}
-
 }  // namespace
 
 struct FrontEnd::Impl {
@@ -212,7 +199,7 @@ struct FrontEnd::Impl {
     {
         RootFence& f = fences[up.key];
         if (f.expected == 0) {
-            const auto ranks = parse_fence_key(up.key);
+            const auto ranks = *wire::fence_ranks(up.key);  // checked by decode
             for (std::uint32_t child : tree->children(std::nullopt))
                 f.expected += subtree_has(child, ranks) ? 1 : 0;
         }
@@ -228,7 +215,7 @@ struct FrontEnd::Impl {
         broadcast(e.encode());
         // A fence that loses a participant fails everywhere.
         for (auto it = fences.begin(); it != fences.end();) {
-            const auto ranks = parse_fence_key(it->first);
+            const auto ranks = *wire::fence_ranks(it->first);
             if (ranks.empty() || std::binary_search(ranks.begin(), ranks.end(), e.rank)) {
                 broadcast(wire::FenceDown{it->first, -1, {}}.encode());
                 it = fences.erase(it);

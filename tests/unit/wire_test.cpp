@@ -139,6 +139,18 @@ TEST(WireTest, OverlayMessagesRoundTrip)
     EXPECT_EQ(Abort::decode(body(Abort{5, 7, "bye"}.encode()))->message, "bye");
 }
 
+TEST(WireTest, FenceKeysNameTheParticipants)
+{
+    EXPECT_EQ(fence_key({}), "*");
+    EXPECT_EQ(fence_key({0, 3, 7}), "0,3,7,");
+    EXPECT_EQ(*fence_ranks("*"), std::vector<std::uint32_t>{});
+    EXPECT_EQ(*fence_ranks(fence_key({0, 3, 7})), (std::vector<std::uint32_t>{0, 3, 7}));
+    for (const char* bad : {"", "0,3", "0,,3,", "a,", "-1,", "99999999999,"})
+        EXPECT_FALSE(fence_ranks(bad)) << bad;
+    EXPECT_EQ(FenceUp::decode(body(FenceUp{"0,x,", 1, {}}.encode())).error(),
+              "fence up frame with a malformed participant set");
+}
+
 TEST(WireTest, BadHeadersAreErrors)
 {
     Bytes frame = Ack{1, 0}.encode();
