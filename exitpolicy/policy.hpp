@@ -111,6 +111,7 @@ public:
     std::uint32_t ntasks() const noexcept { return static_cast<std::uint32_t>(slots_.size()); }
     std::uint32_t missing() const noexcept { return missing_; }
     bool complete() const noexcept { return missing_ == 0; }
+    bool has(std::uint32_t rank) const noexcept { return rank < slots_.size() && slots_[rank].has_value(); }
 
     // One outcome per rank in rank order; ranks never reported are lost,
     // placed on node_of_rank[rank] when given.

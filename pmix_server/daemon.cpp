@@ -182,12 +182,17 @@ void Daemon::listen_children()
             h.ready = [d](wire::Channel& c) {
                 c.tag = c.peer().node_id;
                 log::debug("child node %u connected", c.tag);
+                d->adopt(c);
             };
             h.closed = [d](wire::Channel& c, const std::string& why) {
                 log::debug("child link closed: %s", why.c_str());
                 wire::Channel* gone = &c;
-                d->post([d, gone] {
+                const bool was_child = c.is_ready();
+                const std::uint32_t node = c.tag;
+                d->post([d, gone, was_child, node] {
                     std::erase_if(d->children_, [gone](const auto& p) { return p.get() == gone; });
+                    if (was_child)
+                        d->node_left(node);
                 });
             };
             if (auto c = wire::Channel::accept(d->base_, fd, d->secret_, d->args_.job_id, d->args_.step_id, h))
@@ -262,9 +267,9 @@ void Daemon::on_map(const wire::StepMap& map)
             ready();
         };
         h.closed = [this](wire::Channel&, const std::string& why) {
-            // The parent may simply have finished its own node's share of
-            // the step first: go straight to the FE (off this callback).
-            post([this, why] { reroute_to_fe(why); });
+            // It died, or finished its own node's share of the step first:
+            // on to the next live ancestor (off this callback).
+            post([this, why] { parent_lost(why); });
         };
         auto c = wire::Channel::connect(base_, map.hosts[*parent], static_cast<std::uint16_t>(map.ports[*parent]),
                                         secret_, args_.job_id, args_.step_id, me, std::move(h));
@@ -274,6 +279,7 @@ void Daemon::on_map(const wire::StepMap& map)
             return;
         }
         up_ = std::move(*c);
+        up_node_ = parent;
     }
     pmix_init_.join();
     if (!*pmix_init_result_) {
@@ -296,32 +302,110 @@ void Daemon::on_map(const wire::StepMap& map)
     }
 }
 
-void Daemon::reroute_to_fe(const std::string& why)
+void Daemon::parent_lost(const std::string& why)
 {
     if (stopping_)
         return;
-    log::info("parent link closed (%s): sending up to the front end directly", why.c_str());
+    if (up_node_) {
+        log::info("the parent daemon on %s left the tree (%s): asking the next live ancestor",
+                  map_->hostnames[*up_node_].c_str(), why.c_str());
+        tree_->leave(*up_node_);
+    } else {
+        log::info("the link to the front end closed (%s): reconnecting once", why.c_str());
+    }
+    // Every fence in progress here went, or would have gone, through the
+    // parent: it fails here and below (never succeeds short, never hangs).
+    while (!fences_.empty())
+        fail_fence(fences_.begin(), PMIX_ERR_UNREACH);
+    // Publish / lookup requests it carried are lost with it.
+    for (auto& [id, done] : std::exchange(data_waiting_, {}))
+        done(wire::DataReply{id, args_.node_id, PMIX_ERR_UNREACH, {}, {}, {}});
+    connect_up();
+}
+
+// Asks the nearest ancestor still in the tree (the FE last) to adopt us; an
+// ancestor that cannot be reached is gone too, and the next one is asked.
+void Daemon::connect_up()
+{
+    const auto target = tree_->parent(args_.node_id);
     wire::Hello me;
-    me.role = wire::Role::daemon;
+    me.role = wire::Role::orphan;
     me.node_id = args_.node_id;
     me.hostname = args_.hostname;
     auto h = overlay_handlers();
     h.ready = [this](wire::Channel& c) {
+        log::info("adopted by %s", up_node_ ? map_->hostnames[*up_node_].c_str() : "the front end");
+        fe_.reset();  // the enrollment link, if it was still open
         flush_up(c);
-        flush_outcomes();  // what the parent took but the FE may not have
+        flush_outcomes();  // what the lost parent took but may not have passed on
+        ready();
     };
-    h.closed = [this](wire::Channel&, const std::string& reason) {
-        log::error("lost the front end: %s", reason.c_str());
-        post([this] { stop(1); });
+    h.closed = [this, target](wire::Channel& c, const std::string& why) {
+        const bool was_ready = c.is_ready();
+        post([this, target, was_ready, why] {
+            if (was_ready) {
+                parent_lost(why);
+            } else if (target) {
+                log::info("ancestor %s unreachable (%s)", map_->hostnames[*target].c_str(), why.c_str());
+                tree_->leave(*target);
+                connect_up();
+            } else {
+                log::error("lost the front end: %s", why.c_str());
+                stop(1);
+            }
+        });
     };
-    auto c = wire::Channel::connect(base_, args_.fe_host, args_.fe_port, secret_, args_.job_id, args_.step_id, me,
-                                    std::move(h));
+    const std::string host = target ? map_->hosts[*target] : args_.fe_host;
+    const auto port = target ? static_cast<std::uint16_t>(map_->ports[*target]) : args_.fe_port;
+    auto c = wire::Channel::connect(base_, host, port, secret_, args_.job_id, args_.step_id, me, std::move(h));
     if (!c) {
-        log::error("front end: %s", c.error().c_str());
+        log::error("%s: %s", target ? map_->hostnames[*target].c_str() : "front end", c.error().c_str());
         stop(1);
         return;
     }
     up_ = std::move(*c);
+    up_node_ = target;
+}
+
+// A child came: when its own parent was not us, the daemons in between left
+// the tree; it may have missed what came down meanwhile.
+void Daemon::adopt(wire::Channel& child)
+{
+    if (!tree_)
+        return;
+    const std::uint32_t node = child.tag;
+    if (node == args_.node_id || !tree_->in_static_subtree(node, args_.node_id)) {
+        child.close("node " + std::to_string(node) + " is not below this node");
+        return;
+    }
+    bool skipped = false;
+    for (auto a = tree_->static_parent(node); a && *a != args_.node_id; a = tree_->static_parent(*a)) {
+        node_left(*a);
+        skipped = true;
+    }
+    if (skipped || child.peer().role == wire::Role::orphan) {
+        log::info("adopted %s", map_->hostnames[node].c_str());
+        for (const auto& frame : history_)
+            child.send(frame);
+    }
+}
+
+void Daemon::node_left(std::uint32_t node)
+{
+    if (!tree_ || stopping_ || !tree_->leave(node))
+        return;
+    log::debug("node %u left the tree", node);
+    send_up(wire::Gone{node}.encode());
+    // Fences whose contributions may have been on their way through it.
+    for (auto it = fences_.begin(); it != fences_.end();) {
+        bool through = it->second.ranks.empty();
+        for (std::uint32_t r : it->second.ranks)
+            through = through || (r < map_->rank_node.size() && tree_->in_static_subtree(map_->rank_node[r], node));
+        if (through)
+            fail_fence(it++, PMIX_ERR_UNREACH);
+        else
+            ++it;
+    }
 }
 
 void Daemon::ready()
@@ -388,6 +472,20 @@ Result<bool> Daemon::dispatch(bool from_above, wire::Channel* from, wire::Type t
         if (!e)
             return R::fail(e.error());
         on_event(*e, from_above);
+        return R::ok(true);
+    }
+    case wire::Type::gone: {  // from below, for the FE
+        auto g = wire::Gone::decode(body);
+        if (!g)
+            return R::fail(g.error());
+        send_up(g->encode());
+        return R::ok(true);
+    }
+    case wire::Type::node_down: {
+        auto n = wire::NodeDown::decode(body);
+        if (!n || !from_above)
+            return R::fail(n ? std::string("a node down from below") : n.error());
+        on_node_down(*n);
         return R::ok(true);
     }
     case wire::Type::fence_up: {
@@ -492,10 +590,32 @@ void Daemon::on_event(const wire::Event& e, bool from_above)
         send_up(e.encode());
         return;
     }
-    send_down(std::nullopt, e.encode());
+    if (!events_seen_.insert(e.rank).second)
+        return;  // a replay
+    const wire::Bytes frame = e.encode();
+    history_.push_back(frame);
+    send_down(std::nullopt, frame);
     fail_fences_with(e.rank);
-    if (e.origin != args_.node_id)  // the origin told its own clients already
-        pmix_->notify_terminated(e.rank, e.code, e.exit_code, e.node_down != 0);
+    if (notified_.insert(e.rank).second)  // the origin told its own clients already
+        pmix_->notify_terminated(e.rank, e.code, e.exit_code);
+}
+
+void Daemon::on_node_down(const wire::NodeDown& d)
+{
+    if (!nodes_down_.insert(d.node).second)
+        return;  // a replay
+    const wire::Bytes frame = d.encode();
+    history_.push_back(frame);
+    send_down(std::nullopt, frame);
+    log::info("node %s is lost with %zu ranks", d.hostname.c_str(), d.ranks.size());
+    tree_->leave(d.node);
+    std::vector<std::uint32_t> fresh;
+    for (std::uint32_t r : d.ranks) {
+        fail_fences_with(r);
+        if (notified_.insert(r).second)
+            fresh.push_back(r);
+    }
+    pmix_->notify_node_down(d.node, d.hostname, d.ranks, fresh, d.exit_code);
 }
 
 // ---- fences ----------------------------------------------------------------------
@@ -571,6 +691,7 @@ void Daemon::on_fence_down(const wire::FenceDown& down)
 
 void Daemon::fail_fences_with(std::uint32_t rank)
 {
+    // The FE fails it for everyone as well; only the local caller here.
     for (auto it = fences_.begin(); it != fences_.end();) {
         if (!has_rank(it->second.ranks, rank)) {
             ++it;
@@ -581,6 +702,17 @@ void Daemon::fail_fences_with(std::uint32_t rank)
         if (local)
             (*local)(PMIX_ERR_PROC_TERM_WO_SYNC, {});
     }
+}
+
+// Fails a fence here and in the subtree below, which waits for its result
+// from us.
+void Daemon::fail_fence(std::map<std::string, FenceState>::iterator it, int status)
+{
+    send_down(std::nullopt, wire::FenceDown{it->first, status, {}}.encode());
+    auto local = std::move(it->second.local);
+    fences_.erase(it);
+    if (local)
+        (*local)(status, {});
 }
 
 // ---- direct modex ------------------------------------------------------------------
@@ -744,9 +876,10 @@ void Daemon::outcome(const wire::Outcome& in)
                         std::nullopt, o.end_time_us},
             1);
         // Our own clients first, then everyone else through the FE.
-        pmix_->notify_terminated(o.rank, code, exit_code, false);
+        if (notified_.insert(o.rank).second)
+            pmix_->notify_terminated(o.rank, code, exit_code);
         fail_fences_with(o.rank);
-        send_up(wire::Event{args_.node_id, o.rank, code, exit_code, o.wait_status, 0}.encode());
+        send_up(wire::Event{args_.node_id, o.rank, code, exit_code, o.wait_status}.encode());
     }
     unacked_.push_back(o);
     send_up(o.encode());

@@ -83,12 +83,18 @@ private:
     Result<bool> on_overlay_frame(wire::Channel& from, wire::Type type, std::span<const std::uint8_t> body);
     Result<bool> dispatch(bool from_above, wire::Channel* from, wire::Type type, std::span<const std::uint8_t> body);
     void on_event(const wire::Event& e, bool from_above);
+    void on_node_down(const wire::NodeDown& d);
+    // Run-through: a daemon left the tree (its link closed, or a child
+    // adopted here skipped it): report it, fail the fences it carried.
+    void node_left(std::uint32_t node);
+    void adopt(wire::Channel& child);
     void on_fence_up(const wire::FenceUp& f);
     void on_fence_down(const wire::FenceDown& f);
     void fence_arrived(const std::string& key);
     std::uint32_t fence_expected(const std::vector<std::uint32_t>& ranks) const;
     bool subtree_has(std::uint32_t child, const std::vector<std::uint32_t>& ranks) const;
     void fail_fences_with(std::uint32_t rank);
+    void fail_fence(std::map<std::string, FenceState>::iterator it, int status);
     void on_dmodex_req(const wire::DmodexReq& r);
     void on_dmodex_resp(const wire::DmodexResp& r);
     void route(std::uint32_t to, const wire::Bytes& frame);
@@ -99,7 +105,8 @@ private:
     void listen_local();
     void on_local_frame(Local& l, wire::Type type, std::span<const std::uint8_t> body);
     void ready();
-    void reroute_to_fe(const std::string& why);
+    void parent_lost(const std::string& why);
+    void connect_up();
     void drain();
     void stop(int code);
 
@@ -112,6 +119,7 @@ private:
 
     std::unique_ptr<wire::Channel> fe_;  // enrollment; the up-link when the FE is our parent
     std::unique_ptr<wire::Channel> up_;  // the parent daemon, when there is one
+    std::optional<std::uint32_t> up_node_;  // whom up_ leads to (none: the FE, after a run-through)
     std::vector<std::unique_ptr<wire::Channel>> children_;
     evconnlistener* child_listener_ = nullptr;
     std::uint16_t child_port_ = 0;
@@ -147,6 +155,12 @@ private:
     std::set<std::uint32_t> finalized_;
     std::set<std::uint32_t> ended_;  // local ranks whose outcome arrived
     std::map<std::string, FenceState> fences_;
+    // Events and node losses that came from above, in order: replayed to a
+    // child adopted later, which may have missed them while it reconnected.
+    std::vector<wire::Bytes> history_;
+    std::set<std::uint32_t> events_seen_;  // ranks whose event came from above
+    std::set<std::uint32_t> nodes_down_;
+    std::set<std::uint32_t> notified_;     // ranks whose end our clients heard of
     std::uint64_t next_dmodex_ = 1;
     std::map<std::uint64_t, Done> dmodex_waiting_;
     std::uint64_t next_data_ = 1;

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <unistd.h>
 
 namespace exitpolicy::pmixd {
@@ -613,7 +614,30 @@ void PmixHost::deliver_relayed(int code, std::uint32_t source_rank, const wire::
         delete info;
 }
 
-void PmixHost::notify_terminated(std::uint32_t rank, int code, int exit_code, bool node_down)
+namespace {
+
+// Hands `info` to PMIx_Notify_event, which frees it when done. The source
+// is that rank of the step, or none: the server itself. (A wildcard source
+// would match every client, and the library does not notify an event's
+// own source.)
+void notify(const std::string& nspace, int status, std::optional<std::uint32_t> source_rank, InfoArray* info)
+{
+    pmix_proc_t source;
+    if (source_rank)
+        PMIX_PROC_LOAD(&source, nspace.c_str(), *source_rank);
+    const pmix_status_t rc =
+        PMIx_Notify_event(status, source_rank ? &source : nullptr, PMIX_RANGE_LOCAL, info->info, info->n,
+                          [](pmix_status_t, void* cbdata) { delete static_cast<InfoArray*>(cbdata); }, info);
+    if (rc != PMIX_SUCCESS) {
+        if (rc != PMIX_OPERATION_SUCCEEDED)
+            log::error("PMIx_Notify_event(%s): %s", PMIx_Error_string(status), PMIx_Error_string(rc));
+        delete info;
+    }
+}
+
+}  // namespace
+
+void PmixHost::notify_terminated(std::uint32_t rank, int code, int exit_code)
 {
     for (const int status : {static_cast<int>(PMIX_EVENT_PROC_TERMINATED), code}) {
         auto* info = new InfoArray(3);
@@ -623,19 +647,27 @@ void PmixHost::notify_terminated(std::uint32_t rank, int code, int exit_code, bo
         PMIX_INFO_LOAD(&info->info[1], PMIX_EXIT_CODE, &exit_code, PMIX_INT);
         const pmix_status_t term = code;
         PMIX_INFO_LOAD(&info->info[2], PMIX_PROC_TERM_STATUS, &term, PMIX_STATUS);
-        pmix_proc_t source;
-        PMIX_PROC_LOAD(&source, nspace_.c_str(), rank);
-        const pmix_status_t rc = PMIx_Notify_event(
-            node_down ? static_cast<pmix_status_t>(PMIX_EVENT_NODE_DOWN) : status, &source, PMIX_RANGE_LOCAL,
-            info->info, info->n, [](pmix_status_t, void* cbdata) { delete static_cast<InfoArray*>(cbdata); }, info);
-        if (rc != PMIX_SUCCESS) {
-            if (rc != PMIX_OPERATION_SUCCEEDED)
-                log::error("PMIx_Notify_event for rank %u: %s", rank, PMIx_Error_string(rc));
-            delete info;
-        }
-        if (node_down)
-            break;
+        notify(nspace_, status, rank, info);
     }
+}
+
+void PmixHost::notify_node_down(std::uint32_t node, const std::string& hostname,
+                                const std::vector<std::uint32_t>& ranks, const std::vector<std::uint32_t>& terminated,
+                                int exit_code)
+{
+    auto* info = new InfoArray(3);
+    pmix_data_array_t* procs = nullptr;
+    PMIX_DATA_ARRAY_CREATE(procs, ranks.size(), PMIX_PROC);
+    auto* p = static_cast<pmix_proc_t*>(procs->array);
+    for (std::size_t i = 0; i < ranks.size(); ++i)
+        PMIX_PROC_LOAD(&p[i], nspace_.c_str(), ranks[i]);
+    PMIX_INFO_LOAD(&info->info[0], PMIX_EVENT_AFFECTED_PROCS, procs, PMIX_DATA_ARRAY);
+    PMIX_DATA_ARRAY_FREE(procs);
+    PMIX_INFO_LOAD(&info->info[1], PMIX_HOSTNAME, hostname.c_str(), PMIX_STRING);
+    PMIX_INFO_LOAD(&info->info[2], PMIX_NODEID, &node, PMIX_UINT32);
+    notify(nspace_, PMIX_EVENT_NODE_DOWN, std::nullopt, info);
+    for (std::uint32_t rank : terminated)
+        notify_terminated(rank, PMIX_ERR_PROC_ABORTED, exit_code);
 }
 
 }  // namespace exitpolicy::pmixd

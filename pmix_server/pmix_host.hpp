@@ -34,7 +34,13 @@ public:
     void dmodex(std::uint32_t rank, std::function<void(int status, wire::Bytes data)> done);
     // Tells every local client that `rank` ended abnormally: the standard
     // PMIX_EVENT_PROC_TERMINATED and the specific code.
-    void notify_terminated(std::uint32_t rank, int code, int exit_code, bool node_down);
+    void notify_terminated(std::uint32_t rank, int code, int exit_code);
+    // Tells every local client that a node is lost: PMIX_EVENT_NODE_DOWN
+    // (its lost ranks as the affected procs, hostname, node id), then the
+    // termination events (PMIX_ERR_PROC_ABORTED, `exit_code`) for each rank
+    // of `terminated` (those the clients have not heard of yet).
+    void notify_node_down(std::uint32_t node, const std::string& hostname, const std::vector<std::uint32_t>& ranks,
+                          const std::vector<std::uint32_t>& terminated, int exit_code);
     // An event a client on another node raised: to our clients.
     void deliver_relayed(int code, std::uint32_t source_rank, const wire::Bytes& info);
     const std::string& nspace() const noexcept { return nspace_; }

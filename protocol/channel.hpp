@@ -26,6 +26,10 @@ struct bufferevent;
 
 namespace exitpolicy::wire {
 
+// Every overlay TCP socket: no Nagle delay, and keepalive probes with a
+// bound, so that a peer that vanished without a word is noticed.
+void tune_socket(int fd) noexcept;
+
 class Channel {
 public:
     struct Handlers {

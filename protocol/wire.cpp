@@ -44,6 +44,8 @@ std::string_view type_name(Type type) noexcept
     case Type::data_request: return "data request";
     case Type::data_reply: return "data reply";
     case Type::relay: return "relay";
+    case Type::gone: return "gone";
+    case Type::node_down: return "node down";
     }
     return "unknown";
 }
@@ -257,7 +259,7 @@ Result<Hello> Hello::decode(std::span<const std::uint8_t> body)
     m.ranks = r.u32s();
     m.nonce = r.array<32>();
     m.mac = r.array<32>();
-    if (role != static_cast<std::uint8_t>(Role::stepd) && role != static_cast<std::uint8_t>(Role::daemon))
+    if (role < static_cast<std::uint8_t>(Role::stepd) || role > static_cast<std::uint8_t>(Role::orphan))
         return Result<Hello>::fail("hello with unknown role " + std::to_string(role));
     m.role = static_cast<Role>(role);
     return finish_decode(r, std::move(m), Type::hello);
@@ -372,7 +374,7 @@ Result<StepMap> StepMap::decode(std::span<const std::uint8_t> body)
 
 Bytes Event::encode() const
 {
-    return Writer(Type::event).u32(origin).u32(rank).i32(code).i32(exit_code).i32(wait_status).u8(node_down).finish();
+    return Writer(Type::event).u32(origin).u32(rank).i32(code).i32(exit_code).i32(wait_status).finish();
 }
 
 Result<Event> Event::decode(std::span<const std::uint8_t> body)
@@ -384,8 +386,36 @@ Result<Event> Event::decode(std::span<const std::uint8_t> body)
     m.code = r.i32();
     m.exit_code = r.i32();
     m.wait_status = r.i32();
-    m.node_down = r.u8();
     return finish_decode(r, m, Type::event);
+}
+
+Bytes Gone::encode() const
+{
+    return Writer(Type::gone).u32(node).finish();
+}
+
+Result<Gone> Gone::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    Gone m;
+    m.node = r.u32();
+    return finish_decode(r, m, Type::gone);
+}
+
+Bytes NodeDown::encode() const
+{
+    return Writer(Type::node_down).u32(node).str(hostname).u32s(ranks).i32(exit_code).finish();
+}
+
+Result<NodeDown> NodeDown::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    NodeDown m;
+    m.node = r.u32();
+    m.hostname = r.str();
+    m.ranks = r.u32s();
+    m.exit_code = r.i32();
+    return finish_decode(r, std::move(m), Type::node_down);
 }
 
 std::string fence_key(const std::vector<std::uint32_t>& sorted_ranks)

@@ -54,6 +54,9 @@ enum class Type : std::uint8_t {
     data_request = 19,  // daemon -> FE
     data_reply = 20,    // FE -> the requesting daemon
     relay = 21,         // an event a task raised, for the clients of every node
+    // Run-through (the tree loses a daemon).
+    gone = 22,       // toward the FE: a node's daemon left the tree (its link closed)
+    node_down = 23,  // FE -> every daemon: a node is lost with its tasks
 };
 std::string_view type_name(Type type) noexcept;
 
@@ -130,7 +133,9 @@ struct Challenge {
     static Result<Challenge> decode(std::span<const std::uint8_t> body);
 };
 
-enum class Role : std::uint8_t { stepd = 1, daemon = 2 };
+// orphan: a daemon whose parent left the tree, asking the next live ancestor
+// to adopt it (its Hello comes on a new link to that ancestor).
+enum class Role : std::uint8_t { stepd = 1, daemon = 2, orphan = 3 };
 
 struct Hello {
     Role role = Role::stepd;
@@ -201,9 +206,27 @@ struct Event {
     std::int32_t code = 0;         // the specific PMIx status (PMIX_ERR_...)
     std::int32_t exit_code = 0;    // the task's code (128 + signal, abort status)
     std::int32_t wait_status = 0;
-    std::uint8_t node_down = 0;    // the whole node was lost
     Bytes encode() const;
     static Result<Event> decode(std::span<const std::uint8_t> body);
+};
+
+// A node's daemon left the tree: reported up by whoever held its link, after
+// everything that came on it (so its outcomes reach the FE first).
+struct Gone {
+    std::uint32_t node = 0;
+    Bytes encode() const;
+    static Result<Gone> decode(std::span<const std::uint8_t> body);
+};
+
+// The FE declares a node lost: its daemon left the tree, its slurmstepd's
+// link is closed, and these ranks of it never reported an end.
+struct NodeDown {
+    std::uint32_t node = 0;
+    std::string hostname;
+    std::vector<std::uint32_t> ranks;  // lost, sorted
+    std::int32_t exit_code = 0;        // what the policy counts them as (lost_code)
+    Bytes encode() const;
+    static Result<NodeDown> decode(std::span<const std::uint8_t> body);
 };
 
 // A fence's participant set on the wire: "*" for everyone, else the sorted

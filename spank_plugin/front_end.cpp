@@ -1,6 +1,7 @@
 // front_end.cpp - the FE's libevent thread. See front_end.hpp.
 #include "front_end.hpp"
 
+#include "exitpolicy/report.hpp"
 #include "protocol/channel.hpp"
 #include "protocol/tree.hpp"
 #include "protocol/wire.hpp"
@@ -80,6 +81,13 @@ struct FrontEnd::Impl {
     std::optional<wire::Tree> tree;
     bool map_sent = false;
     std::map<std::string, RootFence> fences;
+    // Run-through and lost nodes, by node id.
+    std::vector<Conn*> tree_link;              // a daemon's open link to the FE
+    std::vector<std::uint32_t> stepd_links;    // slurmstepd's open links
+    std::vector<bool> daemon_gone;             // left the tree
+    std::vector<bool> declared_down;
+    // Events and node losses as broadcast, replayed to a daemon adopted later.
+    std::vector<wire::Bytes> history;
     // Published data (PMIx_Publish), and lookups waiting for it.
     std::map<std::string, std::pair<std::uint32_t, wire::Bytes>> published;
     std::vector<wire::DataRequest> waiting_lookups;
@@ -114,6 +122,15 @@ struct FrontEnd::Impl {
             --open_links;
         }
         cv.notify_all();
+        if (c->node && c->role == wire::Role::stepd) {
+            --stepd_links[*c->node];
+            check_lost(*c->node);
+        } else if (c->node && tree_link[*c->node] == c) {
+            tree_link[*c->node] = nullptr;
+            // Its way up was this link (not just the enrollment): it left.
+            if (tree && !tree->parent(*c->node))
+                node_left(*c->node);
+        }
         auto it = conns.find(c->channel.get());
         if (it == conns.end())
             return;
@@ -134,14 +151,83 @@ struct FrontEnd::Impl {
 
     // ---- the overlay root: daemons below the FE ----
 
-    // The daemons linked to the FE that are its children in the tree.
+    // The daemons linked to the FE that are its children in the tree now.
     std::vector<Conn*> children()
     {
         std::vector<Conn*> out;
-        for (auto& [channel, c] : conns)
-            if (c->node && c->role == wire::Role::daemon && tree && !tree->parent(*c->node))
-                out.push_back(c.get());
+        if (!tree)
+            return out;
+        for (std::uint32_t node : tree->children(std::nullopt))
+            if (tree_link[node])
+                out.push_back(tree_link[node]);
         return out;
+    }
+
+    // ---- run-through, lost nodes ----
+
+    // A daemon left the tree (its link to us closed, its parent reported
+    // it, or an orphan below it asked us to adopt it).
+    void node_left(std::uint32_t node)
+    {
+        if (!tree || node >= setup.nnodes)
+            return;
+        daemon_gone[node] = true;
+        if (tree->leave(node)) {
+            // Fences whose contributions may have been on their way through it.
+            for (auto it = fences.begin(); it != fences.end();) {
+                const auto ranks = *wire::fence_ranks(it->first);
+                bool through = ranks.empty();
+                for (std::uint32_t r : ranks)
+                    through = through || (r < node_of_rank.size() && tree->in_static_subtree(node_of_rank[r], node));
+                if (through) {
+                    broadcast(wire::FenceDown{it->first, -25 /* PMIX_ERR_UNREACH */, {}}.encode());
+                    it = fences.erase(it);
+                } else {
+                    ++it;
+                }
+            }
+        }
+        check_lost(node);
+    }
+
+    // A node is lost when its daemon left the tree and its slurmstepd's
+    // link is closed while some of its ranks never reported an end: the
+    // daemons tell their clients (PMIX_EVENT_NODE_DOWN, and a termination
+    // event per lost rank).
+    void check_lost(std::uint32_t node)
+    {
+        if (!map_sent || !daemon_gone[node] || stepd_links[node] != 0 || declared_down[node])
+            return;
+        wire::NodeDown down;
+        down.node = node;
+        down.exit_code = setup.lost_code;
+        {
+            std::lock_guard lock(mu);
+            down.hostname = node_names[node];
+            for (std::uint32_t r = 0; r < node_of_rank.size(); ++r)
+                if (node_of_rank[r] == node && !outcomes.has(r))
+                    down.ranks.push_back(r);
+        }
+        if (down.ranks.empty())
+            return;
+        declared_down[node] = true;
+        std::fprintf(stderr, "exitpolicy: %s: node lost (its node daemon and slurmstepd are gone) with rank%s %s\n",
+                     down.hostname.c_str(), down.ranks.size() == 1 ? "" : "s", compress_ranks(down.ranks).c_str());
+        for (auto it = fences.begin(); it != fences.end();) {
+            const auto ranks = *wire::fence_ranks(it->first);
+            const bool with = ranks.empty() || std::any_of(down.ranks.begin(), down.ranks.end(), [&](std::uint32_t r) {
+                                  return std::binary_search(ranks.begin(), ranks.end(), r);
+                              });
+            if (with) {
+                broadcast(wire::FenceDown{it->first, -1, {}}.encode());
+                it = fences.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        const wire::Bytes frame = down.encode();
+        history.push_back(frame);
+        broadcast(frame);
     }
 
     void broadcast(const wire::Bytes& frame)
@@ -212,7 +298,9 @@ struct FrontEnd::Impl {
 
     void event(const wire::Event& e)
     {
-        broadcast(e.encode());
+        const wire::Bytes frame = e.encode();
+        history.push_back(frame);
+        broadcast(frame);
         // A fence that loses a participant fails everywhere.
         for (auto it = fences.begin(); it != fences.end();) {
             const auto ranks = *wire::fence_ranks(it->first);
@@ -283,6 +371,13 @@ struct FrontEnd::Impl {
             if (!r)
                 return Result<bool>::fail(r.error());
             data_request(*r);
+            return Result<bool>::ok(true);
+        }
+        case wire::Type::gone: {
+            auto g = wire::Gone::decode(body);
+            if (!g)
+                return Result<bool>::fail(g.error());
+            node_left(g->node);
             return Result<bool>::ok(true);
         }
         case wire::Type::enroll: {
@@ -386,7 +481,24 @@ struct FrontEnd::Impl {
                     node_of_rank[rank] = hello.node_id;
         }
         c->node = hello.node_id;
-        c->role = hello.role;
+        c->role = hello.role == wire::Role::orphan ? wire::Role::daemon : hello.role;
+        if (hello.role == wire::Role::stepd) {
+            ++stepd_links[hello.node_id];
+            return;
+        }
+        if (hello.role == wire::Role::orphan) {
+            // Every daemon between it and us left the tree; it may have
+            // missed what we broadcast meanwhile.
+            if (!tree) {
+                c->channel->close("adoption asked before the step map");
+                return;
+            }
+            for (auto a = tree->static_parent(hello.node_id); a; a = tree->static_parent(*a))
+                node_left(*a);
+            for (const auto& frame : history)
+                send(c, frame);
+        }
+        tree_link[hello.node_id] = c;
     }
 
     Result<bool> on_frame(Conn* c, wire::Type type, std::span<const std::uint8_t> body)
@@ -529,6 +641,10 @@ Result<std::unique_ptr<FrontEnd>> FrontEnd::start(const FrontEndSetup& setup)
     impl->node_seen.assign(setup.nnodes, false);
     impl->enrolled.assign(setup.nnodes, std::nullopt);
     impl->node_of_rank.assign(setup.ntasks, setup.nnodes);  // unknown until a node says
+    impl->tree_link.assign(setup.nnodes, nullptr);
+    impl->stepd_links.assign(setup.nnodes, 0);
+    impl->daemon_gone.assign(setup.nnodes, false);
+    impl->declared_down.assign(setup.nnodes, false);
     auto secret = wire::random_secret();
     if (!secret)
         return R::fail(secret.error());

@@ -3,7 +3,10 @@
 // One libevent thread with a TCP listener. Each node's slurmstepd connects
 // once, proves it holds the step's secret (protocol/auth.hpp), and sends
 // every task outcome of its node; the FE acknowledges each one and keeps one
-// per rank + epoch. srun's main thread calls finish() after the step: it
+// per rank + epoch. In a step with the PMIx service the FE is also the root
+// of the node daemons' overlay tree, and it declares a node lost when both
+// its daemon and its slurmstepd are gone while some of its ranks never
+// reported. srun's main thread calls finish() after the step: it
 // waits (bounded) for the outcomes still missing, stops the thread and hands
 // over what arrived.
 //
@@ -34,6 +37,7 @@ struct FrontEndSetup {
     std::uint32_t nnodes = 0;
     std::optional<PortRange> ports;  // none: an ephemeral port
     std::uint32_t fanout = 32;       // the overlay tree of the node daemons
+    int lost_code = 1;               // what a lost task counts as (for the PMIx events)
 };
 
 // What finish() hands over.

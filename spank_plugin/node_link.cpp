@@ -1,6 +1,8 @@
 // node_link.cpp - the blocking node-side client. See node_link.hpp.
 #include "node_link.hpp"
 
+#include "protocol/channel.hpp"
+
 #include "blocking_io.hpp"
 
 #include <algorithm>
@@ -38,8 +40,7 @@ Result<int> open_socket(const std::string& host, std::uint16_t port, Clock::time
             error = std::strerror(errno);
             continue;
         }
-        const int on = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+        wire::tune_socket(fd);
         if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0)
             break;
         if (errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline)) {

@@ -215,27 +215,27 @@ int init_post_opt(spank_t sp)
     }
     remote.job_id = job_id;
     remote.step_id = step_id;
-    // The fan-out itself reaches the daemons with the FE's step map.
-    std::string failure;
-    const bool served = pmix_fanout && start_daemon(sp, setup, failure);
-    if (served)
-        remote.sinks.push_back(std::make_unique<DaemonSink>(remote.daemon_dir, ack_timeout));
     const std::string fe = setup.host + ":" + std::to_string(setup.port);
     const std::string node = setup.hostname;
-    auto sink = std::make_unique<FrontEndSink>(std::move(setup), connect_timeout, ack_timeout);
+    auto sink = std::make_unique<FrontEndSink>(setup, connect_timeout, ack_timeout);
+    // Opened now, also when a node daemon will carry the outcomes: the link
+    // is the fallback path, and while it is open the FE knows that this
+    // node's slurmstepd lives (a node whose daemon and slurmstepd are both
+    // gone is lost).
+    if (auto opened = sink->open(); !opened)
+        log::error("step %u.%u: cannot reach srun at %s: %s; will retry at the first task exit", job_id, step_id,
+                   fe.c_str(), opened.error().c_str());
+    else
+        log::debug("step %u.%u: connected to srun's front end at %s", job_id, step_id, fe.c_str());
+    // The fan-out itself reaches the daemons with the FE's step map.
+    std::string failure;
+    if (pmix_fanout && start_daemon(sp, setup, failure))
+        remote.sinks.push_back(std::make_unique<DaemonSink>(remote.daemon_dir, ack_timeout));
     if (!failure.empty()) {
         // A task that uses PMIx cannot run without it: the user hears of it.
         log::error("step %u.%u: %s", job_id, step_id, failure.c_str());
         if (auto told = sink->notice(failure + "; tasks on " + node + " that use PMIx will fail"); !told)
             log::error("step %u.%u: cannot tell srun: %s", job_id, step_id, told.error().c_str());
-    }
-    // With a daemon, the direct path is the fallback: opened only if needed.
-    if (remote.daemon_pid < 0) {
-        if (auto opened = sink->open(); !opened)
-            log::error("step %u.%u: cannot reach srun at %s: %s; will retry at the first task exit", job_id,
-                       step_id, fe.c_str(), opened.error().c_str());
-        else
-            log::debug("step %u.%u: connected to srun's front end at %s", job_id, step_id, fe.c_str());
     }
     remote.sinks.push_back(std::move(sink));
     return 0;

@@ -117,7 +117,7 @@ int local_user_init(spank_t sp)
         return -1;
     }
     FrontEndSetup setup{local.job_id, local.step_id, local.ntasks, nnodes, state().config.port_range,
-                        state().config.fanout};
+                        state().config.fanout, state().config.lost_code};
     auto fe = FrontEnd::start(setup);
     if (!fe) {
         log::user("warning: %s; srun keeps Slurm's exit code", fe.error().c_str());

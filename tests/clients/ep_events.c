@@ -1,19 +1,23 @@
-/* ep_events --victim R (--exit CODE | --signal SIG) [--expect K] [--timeout S]
- *           [--no-finalize-victim | --finalize-victim]
+/* ep_events --victim R (--exit CODE | --signal SIG | --hang) [--expect K] [--timeout S]
+ *           [--no-finalize-victim | --finalize-victim] [--fence-survivors]
  *
  * Every rank registers one event handler per failure code (code-specific
  * registrations only: OpenPMIx 4.2.2 servers drop default, code-less ones),
  * waits for the registrations to complete, and fences, so that every handler
  * is in place before anyone dies. Then
  *   the victim (rank R) prints "victim rank=R t_us=T" and either _exit()s with
- *   CODE or raises SIG (default action, e.g. SIGSEGV -> 139). By default it
- *   does not call PMIx_Finalize first; --finalize-victim makes it finalize
- *   before it dies (--no-finalize-victim states the default explicitly).
+ *   CODE, raises SIG (default action, e.g. SIGSEGV -> 139), or with --hang
+ *   waits to be killed from outside (say, with its whole node; after the
+ *   timeout it exits 3). By default it does not call PMIx_Finalize first;
+ *   --finalize-victim makes it finalize before it dies (--no-finalize-victim
+ *   states the default explicitly).
  *   every survivor prints one line per event received and waits until it has
- *   received K events (default 2) about the victim, or the timeout; it then
- *   finalizes, prints "survivor done rank=R events=E" (E = events about the
- *   victim) and exits 0 if E >= K, else 3. With K = 0 it listens for the
- *   whole timeout and exits 0.
+ *   received K events (default 2) about the victim, or the timeout. With
+ *   --fence-survivors it then fences with every rank that no event named
+ *   (the survivors on every node) and prints "survivor fence rank=R n=N"
+ *   (N = participants). It finalizes, prints "survivor done rank=R events=E"
+ *   (E = events about the victim) and exits 0 if E >= K, else 3. With K = 0
+ *   it listens for the whole timeout and exits 0.
  *
  * Event handlers run on the PMIx progress thread: they only copy the event
  * into a queue for the main thread (which prints) and complete it
@@ -22,7 +26,8 @@
  * stdout:
  *   victim rank=R t_us=T
  *   event rank=<me> code=<PMIx_Error_string, blanks as '_'> status=<int> affected=<ns>:<rank>|-
- *         exit_code=<int>|- term_status=<int>|- t_us=<handler entry, CLOCK_REALTIME us>
+ *         exit_code=<int>|- term_status=<int>|- host=<PMIX_HOSTNAME>|- t_us=<handler entry, CLOCK_REALTIME us>
+ *   survivor fence rank=R n=N
  *   survivor done rank=R events=E */
 #include "ep_pmix.h"
 
@@ -31,13 +36,14 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 static _Noreturn void usage(const char *why) {
   ep_die(EP_EXIT_USAGE,
-         "%s\nusage: ep_events --victim R (--exit CODE | --signal SIG) [--expect K] "
-         "[--timeout S] [--no-finalize-victim | --finalize-victim]",
+         "%s\nusage: ep_events --victim R (--exit CODE | --signal SIG | --hang) [--expect K] "
+         "[--timeout S] [--no-finalize-victim | --finalize-victim] [--fence-survivors]",
          why);
 }
 
@@ -85,6 +91,7 @@ struct ev {
   long long exit_code;
   bool has_term;
   long long term_status;
+  char host[64];
   int64_t t_us;
 };
 
@@ -98,6 +105,9 @@ static size_t ndropped; /* queue full */
 static size_t nabout;   /* queued events about the victim */
 
 static pmix_proc_t g_victim;
+/* Ranks any event named as affected (the survivors' fence leaves them out). */
+static uint32_t g_size;
+static bool *g_affected;
 
 static void regcb(pmix_status_t status, size_t refid, void *cbdata) {
   struct reg *r = cbdata;
@@ -113,6 +123,9 @@ static void regcb(pmix_status_t status, size_t refid, void *cbdata) {
 /* Append "<nspace>:<rank>" to the comma-separated list in buf (dropped if it
  * does not fit). */
 static void append_proc(char *buf, size_t len, const pmix_proc_t *p) {
+  if (p->rank != PMIX_RANK_WILDCARD && p->rank < g_size && g_affected != NULL) {
+    g_affected[p->rank] = true; /* under mu: the caller holds it */
+  }
   char one[PMIX_MAX_NSLEN + 32];
   if (p->rank == PMIX_RANK_WILDCARD) {
     snprintf(one, sizeof one, "%.*s:wildcard", PMIX_MAX_NSLEN, p->nspace);
@@ -140,6 +153,7 @@ static void handler(size_t ref, pmix_status_t status, const pmix_proc_t *source,
   memset(&e, 0, sizeof e);
   e.t_us = ep_now_us();
   e.status = status;
+  pthread_mutex_lock(&mu);
   for (size_t i = 0; i < ninfo; i++) {
     const pmix_info_t *in = &info[i];
     if (PMIX_CHECK_KEY(in, PMIX_EVENT_AFFECTED_PROC) && in->value.type == PMIX_PROC &&
@@ -162,13 +176,18 @@ static void handler(size_t ref, pmix_status_t status, const pmix_proc_t *source,
       e.has_exit = ep_value_int(&in->value, &e.exit_code);
     } else if (PMIX_CHECK_KEY(in, PMIX_PROC_TERM_STATUS)) {
       e.has_term = ep_value_int(&in->value, &e.term_status);
+    } else if (PMIX_CHECK_KEY(in, PMIX_HOSTNAME) && in->value.type == PMIX_STRING &&
+               in->value.data.string != NULL) {
+      snprintf(e.host, sizeof e.host, "%s", in->value.data.string);
     }
   }
   if (e.affected[0] == '\0') {
     strcpy(e.affected, "-");
   }
+  if (e.host[0] == '\0') {
+    strcpy(e.host, "-");
+  }
 
-  pthread_mutex_lock(&mu);
   if (nevents < MAX_EVENTS) {
     events[nevents++] = e;
     if (e.about_victim) {
@@ -205,17 +224,26 @@ static void print_event(uint32_t me, const struct ev *e) {
   if (e->has_term) {
     snprintf(term, sizeof term, "%lld", e->term_status);
   }
-  ep_out("event rank=%u code=%s status=%d affected=%s exit_code=%s term_status=%s t_us=%lld",
-         me, name, e->status, e->affected, exit_code, term,
-         (long long)e->t_us);
+  ep_out("event rank=%u code=%s status=%d affected=%s exit_code=%s term_status=%s host=%s t_us=%lld",
+         me, name, e->status, e->affected, exit_code, term, e->host, (long long)e->t_us);
 }
 
-static _Noreturn void die_as_victim(uint32_t me, bool finalize, long exit_code, long sig) {
+static _Noreturn void die_as_victim(uint32_t me, bool finalize, long exit_code, long sig, bool hang) {
   if (finalize) {
     ep_pmix_finalize();
   }
   ep_out("victim rank=%u t_us=%lld", me, (long long)ep_now_us());
   fflush(NULL);
+  if (hang) {
+    struct timespec deadline;
+    ep_deadline(ep_timeout(), &deadline);
+    pthread_mutex_lock(&mu);
+    while (pthread_cond_timedwait(&cv, &mu, &deadline) != ETIMEDOUT) {
+    }
+    pthread_mutex_unlock(&mu);
+    ep_diag("--hang: not killed within %g s", ep_timeout());
+    _exit(EP_EXIT_TIMEOUT);
+  }
   if (sig <= 0) {
     _exit((int)exit_code);
   }
@@ -233,7 +261,7 @@ static _Noreturn void die_as_victim(uint32_t me, bool finalize, long exit_code, 
 int main(int argc, char **argv) {
   ep_setup("ep_events");
   long victim = -1, exit_code = -1, sig = -1, expect = 2;
-  bool finalize_victim = false;
+  bool finalize_victim = false, hang = false, fence_survivors = false;
   static const struct option opts[] = {
       {"victim", required_argument, NULL, 'v'},
       {"exit", required_argument, NULL, 'x'},
@@ -242,6 +270,8 @@ int main(int argc, char **argv) {
       {"timeout", required_argument, NULL, 't'},
       {"no-finalize-victim", no_argument, NULL, 'n'},
       {"finalize-victim", no_argument, NULL, 'f'},
+      {"hang", no_argument, NULL, 'H'},
+      {"fence-survivors", no_argument, NULL, 'F'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -281,6 +311,8 @@ int main(int argc, char **argv) {
       break;
     case 'n': finalize_victim = false; break;
     case 'f': finalize_victim = true; break;
+    case 'H': hang = true; break;
+    case 'F': fence_survivors = true; break;
     case 'h': usage("help");
     default: usage("bad option");
     }
@@ -291,8 +323,8 @@ int main(int argc, char **argv) {
   if (victim < 0) {
     usage("--victim is required");
   }
-  if ((exit_code >= 0) == (sig > 0)) {
-    usage("give exactly one of --exit and --signal");
+  if ((exit_code >= 0) + (sig > 0) + hang != 1) {
+    usage("give exactly one of --exit, --signal and --hang");
   }
   ep_cond_init(&cv);
 
@@ -305,6 +337,13 @@ int main(int argc, char **argv) {
     return EP_EXIT_USAGE;
   }
   g_victim = ep_proc(&me, (pmix_rank_t)victim);
+  g_affected = calloc(size, sizeof *g_affected);
+  if (g_affected == NULL) {
+    ep_die(EP_EXIT_FAIL, "out of memory");
+  }
+  pthread_mutex_lock(&mu);
+  g_size = size;
+  pthread_mutex_unlock(&mu);
 
   /* One registration per code, non-blocking; then wait for all of them. */
   ep_wait_begin("register");
@@ -342,7 +381,7 @@ int main(int argc, char **argv) {
   ep_fence(&me, false);
 
   if ((long)me.rank == victim) {
-    die_as_victim(me.rank, finalize_victim, exit_code, sig);
+    die_as_victim(me.rank, finalize_victim, exit_code, sig, hang);
   }
 
   /* Survivor: print events as they come, until K about the victim or the
@@ -378,6 +417,30 @@ int main(int argc, char **argv) {
   if (expect > 0 && about < (size_t)expect) {
     ep_diag("timeout: %zu of %ld event(s) about rank %ld within %g s", about, expect, victim,
             ep_timeout());
+  }
+  if (fence_survivors) {
+    /* Everyone no event named: the same set on every survivor once each has
+     * heard of every loss (the expected count says when). */
+    pmix_proc_t *procs = calloc(size, sizeof *procs);
+    size_t n = 0;
+    if (procs == NULL) {
+      ep_die(EP_EXIT_FAIL, "out of memory");
+    }
+    pthread_mutex_lock(&mu);
+    for (uint32_t r = 0; r < size; r++) {
+      if (!g_affected[r]) {
+        procs[n++] = ep_proc(&me, r);
+      }
+    }
+    pthread_mutex_unlock(&mu);
+    ep_wait_begin("survivors' fence");
+    pmix_status_t rc = PMIx_Fence(procs, n, NULL, 0);
+    ep_wait_end();
+    free(procs);
+    if (rc != PMIX_SUCCESS) {
+      ep_pmix_fail("PMIx_Fence(survivors)", rc);
+    }
+    ep_out("survivor fence rank=%u n=%zu", me.rank, n);
   }
   ep_pmix_finalize();
   ep_out("survivor done rank=%u events=%zu", me.rank, about);

@@ -45,13 +45,17 @@ class Cluster:
     SCRIPT = SCRIPT
     NOBODY = NOBODY
 
-    def __init__(self, directory, nodes=NODES, owned=False):
+    def __init__(self, directory, nodes=NODES, owned=False, slurm_conf_extra=None):
         self.dir = pathlib.Path(directory)
         self.nodes = nodes
         self.owned = owned  # we created the directory and may delete it
+        self.slurm_conf_extra = slurm_conf_extra  # lines appended to slurm.conf
 
     def env(self):
-        return {**os.environ, "EXITPOLICY_CLUSTER_DIR": str(self.dir)}
+        env = {**os.environ, "EXITPOLICY_CLUSTER_DIR": str(self.dir)}
+        if self.slurm_conf_extra:
+            env["EXITPOLICY_CLUSTER_SLURM_CONF_EXTRA"] = self.slurm_conf_extra
+        return env
 
     def script(self, *args, timeout=120):
         """Run `cluster ARGS...`; returns the CompletedProcess (text)."""
@@ -73,6 +77,22 @@ class Cluster:
         if proc.returncode == 0:
             _live.pop(str(self.dir), None)
         return proc
+
+    def crash(self, node):
+        """Kill every process of `node` at once, as if the machine died."""
+        return self.script("crash", node)
+
+    def popen(self, *cmd, cwd=None, env=None):
+        """Start CMD inside the cluster; returns the Popen (text pipes)."""
+        return subprocess.Popen(
+            [str(SCRIPT), "exec", *[str(c) for c in cmd]],
+            env={**self.env(), **(env or {})},
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def exec(self, *cmd, user=None, cwd=None, input=None, timeout=60, env=None):
         """Run CMD inside the cluster; returns (rc, stdout, stderr).
@@ -209,10 +229,10 @@ def new_cluster():
     """Factory for extra clusters in fresh directories, each torn down."""
     made = []
 
-    def make(nodes):
+    def make(nodes, slurm_conf_extra=None):
         d = tempfile.mkdtemp(prefix="exitpolicy-cluster-", dir="/tmp")
         os.chmod(d, 0o755)
-        c = Cluster(d, nodes=nodes, owned=True)
+        c = Cluster(d, nodes=nodes, owned=True, slurm_conf_extra=slurm_conf_extra)
         made.append(c)
         return c
 
@@ -276,6 +296,18 @@ class Plugstack:
             self.file.unlink()
         except FileNotFoundError:
             pass
+
+
+@pytest.fixture
+def crashable(new_cluster, exitpolicy_so):
+    """A fresh 4-node cluster whose nodes may be crashed (cluster.crash), with
+    exitpolicy.so serving PMIx (fanout=2); slurmctld declares a silent node
+    down after 5 s. Torn down after the test."""
+    c = new_cluster(NODES, slurm_conf_extra="SlurmdTimeout=5\nMessageTimeout=3")
+    proc = c.up()
+    assert proc.returncode == 0, f"cluster up failed:\n{proc.stdout}\n{proc.stderr}"
+    Plugstack(c, exitpolicy_so).enable("fanout=2", "grace_ms=3000")
+    return c
 
 
 @pytest.fixture

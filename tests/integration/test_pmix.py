@@ -312,3 +312,70 @@ def test_a_parent_daemon_that_finishes_first_loses_nothing(cluster, workdir, pmi
         assert rc == 5, f"delay {delay}: {err}"
         doc = json.loads(path.read_text())
         assert doc["counts"]["lost"] == 0 and doc["counts"]["tasks"] == 8, f"delay {delay}: {err}"
+
+
+# --- lost nodes and run-through ------------------------------------------------------
+
+@pytest.mark.parametrize("node, lost, survivors_nodes", [
+    ("node3", [4, 5], ["node1", "node2", "node4"]),  # a leaf of the tree
+    ("node1", [0, 1], ["node2", "node3", "node4"]),  # the parent of node3 and node4 (fanout=2)
+], ids=["leaf-node3", "parent-node1"])
+def test_a_lost_node_is_announced_to_every_survivor(crashable, workdir, node, lost, survivors_nodes):
+    """srun --no-kill keeps the step running when a node dies. Every
+    survivor, on every other node, hears of it from exitpolicy before Slurm
+    has even noticed: PMIX_EVENT_NODE_DOWN naming the node and its ranks,
+    then PROC_TERMINATED and PMIX_ERR_PROC_ABORTED for each lost rank with
+    lost_code as its exit code. The survivors then fence among themselves,
+    which needs the tree mended when the lost node was a relay (run-through:
+    node3 and node4 are adopted by the front end), and end cleanly."""
+    victim = lost[-1]  # its events come last: once a survivor has them, it has all
+    proc = crashable.popen("srun", "--no-kill", *N4N8, "--exit-policy=lowest-rank", client("ep_events"),
+                           "--victim", str(victim), "--hang", "--expect", "3", "--timeout", "30",
+                           "--fence-survivors", cwd=workdir)
+    out_lines, ready = [], threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            out_lines.append(line)
+            if line.startswith(f"victim rank={victim} "):
+                ready.set()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert ready.wait(60), "the victim never got going: " + "".join(out_lines)
+    crashed = crashable.crash(node)
+    crashed_us = time.time_ns() // 1000
+    assert crashed.returncode == 0, crashed.stderr
+    try:
+        err = proc.stderr.read()
+        rc = proc.wait(90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        reader.join()
+    out = "".join(out_lines)
+
+    survivors = [r for r in range(8) if r not in lost]
+    assert rc == 1, out + err  # lowest-rank: the lowest lost rank, counted as lost_code 1
+    events = parse_events(out)
+    for rank in survivors:
+        mine = [e for e in events if e["rank"] == str(rank)]
+        down = [e for e in mine if e["status"] == "-231"]  # PMIX_EVENT_NODE_DOWN
+        assert len(down) == 1, f"rank {rank}: {mine}\n{err}"
+        assert down[0]["host"] == node, down
+        assert sorted(int(a.rsplit(":", 1)[1]) for a in down[0]["affected"].split(",")) == lost, down
+        for r in lost:
+            about = sorted(e["status"] for e in mine if e["affected"].endswith(f":{r}") and e["status"] != "-231")
+            assert about == ["-201", "-7"], f"rank {rank} about {r}: {mine}"  # PROC_TERMINATED, PROC_ABORTED
+        for e in mine:
+            if e["status"] != "-231":
+                assert e["exit_code"] == "1" and e["term_status"] == "-7", e
+            # Well before slurmctld declares the node down (SlurmdTimeout=5).
+            assert int(e["t_us"]) - crashed_us < 2_000_000, e
+        assert f"survivor fence rank={rank} n=6" in out, out + err
+        assert f"survivor done rank={rank} events=3" in out, out + err
+    reported = [l for l in lines(err, "exitpolicy: ") if "node lost" in l]
+    assert reported == [f"exitpolicy: {node}: node lost (its node daemon and slurmstepd are gone) "
+                        f"with ranks {lost[0]}-{lost[1]}"], err
+    assert f"exitpolicy:   ranks {lost[0]}-{lost[1]} on {node}: lost (no outcome reported; counted as code 1)" \
+        in lines(err, "exitpolicy:"), err

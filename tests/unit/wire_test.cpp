@@ -106,7 +106,7 @@ TEST(WireTest, OverlayMessagesRoundTrip)
     m.rank_node.push_back(2);  // a rank on a node that does not exist
     EXPECT_EQ(StepMap::decode(body(m.encode())).error(), "malformed step map frame: a rank on an unknown node");
 
-    const Event e{3, 5, -402, 139, 11, 0};
+    const Event e{3, 5, -402, 139, 11};
     const auto e2 = Event::decode(body(e.encode()));
     ASSERT_TRUE(e2);
     EXPECT_EQ(e2->origin, 3u);
@@ -137,6 +137,21 @@ TEST(WireTest, OverlayMessagesRoundTrip)
     const EnvReply env{0, "", {"PMIX_RANK=3", "PMIX_NAMESPACE=x"}};
     EXPECT_EQ(EnvReply::decode(body(env.encode()))->env, env.env);
     EXPECT_EQ(Abort::decode(body(Abort{5, 7, "bye"}.encode()))->message, "bye");
+
+    EXPECT_EQ(Gone::decode(body(Gone{3}.encode()))->node, 3u);
+    const NodeDown down{2, "node3", {4, 5}, 1};
+    const auto down2 = NodeDown::decode(body(down.encode()));
+    ASSERT_TRUE(down2) << down2.error();
+    EXPECT_EQ(down2->hostname, "node3");
+    EXPECT_EQ(down2->ranks, down.ranks);
+    EXPECT_EQ(down2->exit_code, 1);
+
+    Hello orphan;
+    orphan.role = Role::orphan;
+    EXPECT_EQ(Hello::decode(body(orphan.encode()))->role, Role::orphan);
+    Bytes bad = orphan.encode();
+    bad[header_size] = 4;  // no such role
+    EXPECT_EQ(Hello::decode(body(bad)).error(), "hello with unknown role 4");
 }
 
 TEST(WireTest, FenceKeysNameTheParticipants)
