@@ -5,6 +5,7 @@
 #include "exitpolicy/outcome.hpp"
 #include "log.hpp"
 #include "pmix_host.hpp"
+#include "protocol/events.hpp"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -33,21 +34,6 @@ namespace {
 bool has_rank(const std::vector<std::uint32_t>& ranks, std::uint32_t rank)
 {
     return ranks.empty() || std::binary_search(ranks.begin(), ranks.end(), rank);
-}
-
-// The specific PMIx code for a task's abnormal end; 0 when it ended well.
-int termination_code(const wire::Outcome& o, bool aborted, bool unfinalized)
-{
-    if (aborted)
-        return PMIX_ERR_PROC_REQUESTED_ABORT;
-    const WaitStatus s = WaitStatus::decode(o.wait_status);
-    if (s.kind == WaitStatus::Kind::signaled)
-        return PMIX_ERR_PROC_ABORTED_BY_SIG;
-    if (s.kind == WaitStatus::Kind::exited && s.exit_code != 0)
-        return PMIX_ERR_EXIT_NONZERO_TERM;
-    if (unfinalized)
-        return PMIX_ERR_PROC_TERM_WO_SYNC;
-    return 0;
 }
 
 }  // namespace
@@ -316,10 +302,10 @@ void Daemon::parent_lost(const std::string& why)
     // Every fence in progress here went, or would have gone, through the
     // parent: it fails here and below (never succeeds short, never hangs).
     while (!fences_.empty())
-        fail_fence(fences_.begin(), PMIX_ERR_UNREACH);
+        fail_fence(fences_.begin(), wire::pmix::unreach);
     // Publish / lookup requests it carried are lost with it.
     for (auto& [id, done] : std::exchange(data_waiting_, {}))
-        done(wire::DataReply{id, args_.node_id, PMIX_ERR_UNREACH, {}, {}, {}});
+        done(wire::DataReply{id, args_.node_id, wire::pmix::unreach, {}, {}, {}});
     connect_up();
 }
 
@@ -402,7 +388,7 @@ void Daemon::node_left(std::uint32_t node)
         for (std::uint32_t r : it->second.ranks)
             through = through || (r < map_->rank_node.size() && tree_->in_static_subtree(map_->rank_node[r], node));
         if (through)
-            fail_fence(it++, PMIX_ERR_UNREACH);
+            fail_fence(it++, wire::pmix::unreach);
         else
             ++it;
     }
@@ -717,7 +703,7 @@ void Daemon::fail_fence(std::map<std::string, FenceState>::iterator it, int stat
 
 // ---- direct modex ------------------------------------------------------------------
 
-void Daemon::direct_modex(std::uint32_t rank, Done done)
+void Daemon::direct_modex(std::uint32_t rank, int timeout_s, Done done)
 {
     if (rank >= map_->rank_node.size()) {
         done(PMIX_ERR_NOT_FOUND, {});
@@ -726,7 +712,7 @@ void Daemon::direct_modex(std::uint32_t rank, Done done)
     const std::uint64_t id = next_dmodex_++;
     dmodex_waiting_.emplace(id, std::move(done));
     route(map_->rank_node[rank], wire::DmodexReq{id, args_.node_id, map_->rank_node[rank], rank}.encode());
-    // Bounded: a request nobody answers fails after 30 s.
+    // Bounded: a request nobody answers fails with PMIX_ERR_TIMEOUT.
     struct Timeout {
         Daemon* d;
         std::uint64_t id;
@@ -747,7 +733,7 @@ void Daemon::direct_modex(std::uint32_t rank, Done done)
             delete t;
         },
         t);
-    const timeval limit{30, 0};
+    const timeval limit{timeout_s > 0 ? timeout_s : default_dmodex_timeout_s, 0};
     evtimer_add(t->ev, &limit);
 }
 
@@ -868,18 +854,12 @@ void Daemon::outcome(const wire::Outcome& in)
         if (finalized_.count(o.rank))
             o.flags |= wire::Outcome::flag_finalized;
     }
-    const int code = termination_code(o, aborted != aborts_.end(), was_client && !finalized_.count(o.rank));
-    if (code != 0) {
-        const int exit_code = exitpolicy::task_code(
-            TaskOutcome{o.rank, o.epoch, 0, o.pid, false, o.wait_status,
-                        aborted != aborts_.end() ? std::optional<int>(aborted->second.status) : std::nullopt,
-                        std::nullopt, o.end_time_us},
-            1);
+    if (const auto event = wire::pmix::termination_event(o, args_.node_id)) {
         // Our own clients first, then everyone else through the FE.
         if (notified_.insert(o.rank).second)
-            pmix_->notify_terminated(o.rank, code, exit_code);
+            pmix_->notify_terminated(o.rank, event->code, event->exit_code);
         fail_fences_with(o.rank);
-        send_up(wire::Event{args_.node_id, o.rank, code, exit_code, o.wait_status}.encode());
+        send_up(event->encode());
     }
     unacked_.push_back(o);
     send_up(o.encode());

@@ -45,8 +45,10 @@ public:
     using Done = std::function<void(int status, wire::Bytes data)>;
     // A fence over `ranks` (empty: all) with this node's data.
     void fence(std::vector<std::uint32_t> ranks, wire::Bytes data, Done done);
-    // The data `rank` committed, from the node that owns it.
-    void direct_modex(std::uint32_t rank, Done done);
+    // The data `rank` committed, from the node that owns it; fails after
+    // timeout_s seconds (<= 0: after default_dmodex_timeout_s).
+    static constexpr int default_dmodex_timeout_s = 30;
+    void direct_modex(std::uint32_t rank, int timeout_s, Done done);
     // A local task called PMIx_Abort.
     void abort(std::uint32_t rank, int status, std::string message);
     // PMIx_Publish / Lookup / Unpublish: to the FE and back.

@@ -6,6 +6,8 @@
 // thread and never block.
 #include "pmix_host.hpp"
 
+#include "protocol/events.hpp"
+
 #include "daemon.hpp"
 #include "log.hpp"
 
@@ -19,6 +21,17 @@
 #include <unistd.h>
 
 namespace exitpolicy::pmixd {
+
+// The overlay's copies of PMIx codes (protocol/events.hpp) are the library's.
+static_assert(wire::pmix::proc_aborted == PMIX_ERR_PROC_ABORTED);
+static_assert(wire::pmix::proc_requested_abort == PMIX_ERR_PROC_REQUESTED_ABORT);
+static_assert(wire::pmix::unreach == PMIX_ERR_UNREACH);
+static_assert(wire::pmix::proc_term_wo_sync == PMIX_ERR_PROC_TERM_WO_SYNC);
+static_assert(wire::pmix::proc_terminated == PMIX_EVENT_PROC_TERMINATED);
+static_assert(wire::pmix::proc_aborted_by_sig == PMIX_ERR_PROC_ABORTED_BY_SIG);
+static_assert(wire::pmix::exit_nonzero_term == PMIX_ERR_EXIT_NONZERO_TERM);
+static_assert(wire::pmix::node_down == PMIX_EVENT_NODE_DOWN);
+
 namespace {
 
 Daemon* the_daemon = nullptr;  // one daemon per process
@@ -105,12 +118,17 @@ pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info
     return PMIX_SUCCESS;
 }
 
-pmix_status_t on_direct_modex(const pmix_proc_t* proc, const pmix_info_t[], size_t, pmix_modex_cbfunc_t cbfunc,
-                              void* cbdata)
+pmix_status_t on_direct_modex(const pmix_proc_t* proc, const pmix_info_t info[], size_t ninfo,
+                              pmix_modex_cbfunc_t cbfunc, void* cbdata)
 {
     const std::uint32_t rank = proc->rank;
-    the_daemon->post([rank, cbfunc, cbdata] {
-        the_daemon->direct_modex(rank, [cbfunc, cbdata](int status, wire::Bytes data) {
+    // The caller's PMIX_TIMEOUT (seconds; 0 or absent: the daemon's bound).
+    int timeout_s = 0;
+    for (size_t i = 0; i < ninfo; ++i)
+        if (PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT) && info[i].value.type == PMIX_INT)
+            timeout_s = info[i].value.data.integer;
+    the_daemon->post([rank, timeout_s, cbfunc, cbdata] {
+        the_daemon->direct_modex(rank, timeout_s, [cbfunc, cbdata](int status, wire::Bytes data) {
             answer_modex(cbfunc, cbdata, status, std::move(data));
         });
     });

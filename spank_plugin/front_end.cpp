@@ -3,6 +3,7 @@
 
 #include "exitpolicy/report.hpp"
 #include "protocol/channel.hpp"
+#include "protocol/events.hpp"
 #include "protocol/tree.hpp"
 #include "protocol/wire.hpp"
 
@@ -180,7 +181,7 @@ struct FrontEnd::Impl {
                 for (std::uint32_t r : ranks)
                     through = through || (r < node_of_rank.size() && tree->in_static_subtree(node_of_rank[r], node));
                 if (through) {
-                    broadcast(wire::FenceDown{it->first, -25 /* PMIX_ERR_UNREACH */, {}}.encode());
+                    broadcast(wire::FenceDown{it->first, wire::pmix::unreach, {}}.encode());
                     it = fences.erase(it);
                 } else {
                     ++it;
@@ -539,6 +540,12 @@ struct FrontEnd::Impl {
                     ", which is not a task of this step");
         cv.notify_all();
         send(c, wire::Ack{o->rank, o->epoch}.encode());
+        // A node whose daemon is gone cannot tell the others' clients of its
+        // tasks' ends: the FE does, for what comes by the direct path.
+        if (recorded == OutcomeSet::Recorded::added && c->role == wire::Role::stepd && map_sent &&
+            t.node < setup.nnodes && daemon_gone[t.node])
+            if (const auto e = wire::pmix::termination_event(*o, t.node))
+                event(*e);
         return Result<bool>::ok(true);
     }
 

@@ -1,11 +1,12 @@
-/* ep_events --victim R (--exit CODE | --signal SIG | --hang) [--expect K] [--timeout S]
- *           [--no-finalize-victim | --finalize-victim] [--fence-survivors]
+/* ep_events --victim R (--exit CODE | --signal SIG | --hang) [--delay S] [--expect K]
+ *           [--timeout S] [--no-finalize-victim | --finalize-victim] [--fence-survivors]
  *
  * Every rank registers one event handler per failure code (code-specific
  * registrations only: OpenPMIx 4.2.2 servers drop default, code-less ones),
  * waits for the registrations to complete, and fences, so that every handler
  * is in place before anyone dies. Then
- *   the victim (rank R) prints "victim rank=R t_us=T" and either _exit()s with
+ *   the victim (rank R) waits --delay seconds (default 0; every rank prints
+ *   "ready rank=R" first), prints "victim rank=R t_us=T" and either _exit()s with
  *   CODE, raises SIG (default action, e.g. SIGSEGV -> 139), or with --hang
  *   waits to be killed from outside (say, with its whole node; after the
  *   timeout it exits 3). By default it does not call PMIx_Finalize first;
@@ -38,12 +39,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static _Noreturn void usage(const char *why) {
   ep_die(EP_EXIT_USAGE,
-         "%s\nusage: ep_events --victim R (--exit CODE | --signal SIG | --hang) [--expect K] "
-         "[--timeout S] [--no-finalize-victim | --finalize-victim] [--fence-survivors]",
+         "%s\nusage: ep_events --victim R (--exit CODE | --signal SIG | --hang) [--delay S] "
+         "[--expect K] [--timeout S] [--no-finalize-victim | --finalize-victim] [--fence-survivors]",
          why);
 }
 
@@ -262,6 +264,7 @@ int main(int argc, char **argv) {
   ep_setup("ep_events");
   long victim = -1, exit_code = -1, sig = -1, expect = 2;
   bool finalize_victim = false, hang = false, fence_survivors = false;
+  double delay = 0;
   static const struct option opts[] = {
       {"victim", required_argument, NULL, 'v'},
       {"exit", required_argument, NULL, 'x'},
@@ -271,6 +274,7 @@ int main(int argc, char **argv) {
       {"no-finalize-victim", no_argument, NULL, 'n'},
       {"finalize-victim", no_argument, NULL, 'f'},
       {"hang", no_argument, NULL, 'H'},
+      {"delay", required_argument, NULL, 'd'},
       {"fence-survivors", no_argument, NULL, 'F'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
@@ -312,6 +316,11 @@ int main(int argc, char **argv) {
     case 'n': finalize_victim = false; break;
     case 'f': finalize_victim = true; break;
     case 'H': hang = true; break;
+    case 'd':
+      if (!ep_parse_seconds(optarg, &delay)) {
+        usage("bad --delay (seconds > 0)");
+      }
+      break;
     case 'F': fence_survivors = true; break;
     case 'h': usage("help");
     default: usage("bad option");
@@ -380,7 +389,16 @@ int main(int argc, char **argv) {
 
   ep_fence(&me, false);
 
+  if (delay > 0) {
+    ep_out("ready rank=%u", me.rank);
+    fflush(NULL);
+  }
   if ((long)me.rank == victim) {
+    if (delay > 0) {
+      struct timespec d = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+      while (nanosleep(&d, &d) != 0 && errno == EINTR) {
+      }
+    }
     die_as_victim(me.rank, finalize_victim, exit_code, sig, hang);
   }
 

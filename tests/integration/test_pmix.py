@@ -211,17 +211,7 @@ def test_outcomes_survive_a_killed_daemon(cluster, workdir, pmix):
 
     t = threading.Thread(target=run)
     t.start()
-    deadline = time.monotonic() + 10
-    victim = None
-    while victim is None and time.monotonic() < deadline:
-        for pid in daemons():
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
-            if b"--hostname" in args and args[args.index(b"--hostname") + 1] == b"node3":
-                victim = pid
-        time.sleep(0.05)
-    assert victim, "no daemon for node3 appeared"
-    os.kill(victim, 9)
+    os.kill(node_daemon("node3"), 9)
     t.join(60)
     rc, out, err = result["r"]
     assert rc == 6, err
@@ -316,6 +306,89 @@ def test_a_parent_daemon_that_finishes_first_loses_nothing(cluster, workdir, pmi
 
 # --- lost nodes and run-through ------------------------------------------------------
 
+class Streamed:
+    """A running srun whose stdout is read as it comes."""
+
+    def __init__(self, proc, prefix, count):
+        self.proc, self.lines, self.seen = proc, [], 0
+        self._event = threading.Event()
+
+        def read():
+            for line in proc.stdout:
+                self.lines.append(line)
+                if line.startswith(prefix):
+                    self.seen += 1
+                    if self.seen == count:
+                        self._event.set()
+            self._event.set()  # the end: no use waiting any longer
+
+        self.count = count
+        self.err = []
+        self.readers = [threading.Thread(target=read),
+                        threading.Thread(target=lambda: self.err.extend(proc.stderr))]
+        for r in self.readers:
+            r.start()
+
+    def wait(self, timeout):
+        """True once `count` lines starting with `prefix` have appeared."""
+        self._event.wait(timeout)
+        return self.seen >= self.count
+
+    def abandon(self, why):
+        """Kills srun; `why` with everything it printed."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        rc, out, err = self.finish(30)
+        return f"{why} (srun rc {rc}):\n{out}{err}"
+
+    def finish(self, timeout):
+        """(rc, stdout, stderr) once srun has ended; killed after timeout."""
+        try:
+            rc = self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            for r in self.readers:
+                r.join()
+        return rc, "".join(self.lines), "".join(self.err)
+
+
+def node_daemon(host, timeout=10):
+    """The pid of the running exitpolicy-pmixd serving `host`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in daemons():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    args = f.read().split(b"\0")
+            except OSError:
+                continue
+            if b"--hostname" in args and args[args.index(b"--hostname") + 1] == host.encode():
+                return pid
+        time.sleep(0.05)
+    pytest.fail(f"no daemon for {host} appeared")
+
+
+def test_a_node_whose_daemon_died_still_tells_the_others(cluster, workdir, pmix):
+    """node3's daemon is killed; then rank 5 on node3 exits 6. Its outcome
+    reaches srun by slurmstepd's direct link, and the front end tells every
+    survivor elsewhere, as the daemon would have."""
+    proc = cluster.popen("srun", *N4N8, "--exit-policy=lowest-rank", client("ep_events"), "--victim", "5",
+                         "--exit", "6", "--delay", "3", "--expect", "2", "--timeout", "15", cwd=workdir)
+    step = Streamed(proc, "ready rank=", 8)
+    assert step.wait(60), step.abandon("the step never got going")
+    os.kill(node_daemon("node3"), 9)
+    rc, out, err = step.finish(60)
+    assert rc != 0, out + err  # rank 4 lost its server with it: it fails
+    events = parse_events(out)
+    for rank in (0, 1, 2, 3, 6, 7):  # not on node3
+        mine = [e for e in events if e["rank"] == str(rank)]
+        assert sorted(e["status"] for e in mine) == ["-201", "-404"], f"rank {rank}: {mine}\n{err}"
+        assert all(e["affected"].endswith(":5") and e["exit_code"] == "6" for e in mine), mine
+        assert f"survivor done rank={rank} events=2" in out, out + err
+    assert "exitpolicy:   rank 5 on node3: exited with code 6" in lines(err, "exitpolicy:"), err
+
 @pytest.mark.parametrize("node, lost, survivors_nodes", [
     ("node3", [4, 5], ["node1", "node2", "node4"]),  # a leaf of the tree
     ("node1", [0, 1], ["node2", "node3", "node4"]),  # the parent of node3 and node4 (fanout=2)
@@ -332,28 +405,12 @@ def test_a_lost_node_is_announced_to_every_survivor(crashable, workdir, node, lo
     proc = crashable.popen("srun", "--no-kill", *N4N8, "--exit-policy=lowest-rank", client("ep_events"),
                            "--victim", str(victim), "--hang", "--expect", "3", "--timeout", "30",
                            "--fence-survivors", cwd=workdir)
-    out_lines, ready = [], threading.Event()
-
-    def read():
-        for line in proc.stdout:
-            out_lines.append(line)
-            if line.startswith(f"victim rank={victim} "):
-                ready.set()
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    assert ready.wait(60), "the victim never got going: " + "".join(out_lines)
+    step = Streamed(proc, f"victim rank={victim} ", 1)
+    assert step.wait(60), step.abandon("the victim never got going")
     crashed = crashable.crash(node)
     crashed_us = time.time_ns() // 1000
     assert crashed.returncode == 0, crashed.stderr
-    try:
-        err = proc.stderr.read()
-        rc = proc.wait(90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        reader.join()
-    out = "".join(out_lines)
+    rc, out, err = step.finish(90)
 
     survivors = [r for r in range(8) if r not in lost]
     assert rc == 1, out + err  # lowest-rank: the lowest lost rank, counted as lost_code 1

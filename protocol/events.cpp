@@ -1,0 +1,33 @@
+// events.cpp - see events.hpp.
+#include "events.hpp"
+
+#include "exitpolicy/outcome.hpp"
+
+namespace exitpolicy::wire::pmix {
+
+std::optional<Event> termination_event(const Outcome& o, std::uint32_t origin)
+{
+    const bool aborted = (o.flags & Outcome::flag_aborted) != 0;
+    const bool unfinalized =
+        (o.flags & Outcome::flag_finalized_known) != 0 && (o.flags & Outcome::flag_finalized) == 0;
+    const WaitStatus s = WaitStatus::decode(o.wait_status);
+    int code = 0;
+    if (aborted)
+        code = proc_requested_abort;
+    else if (s.kind == WaitStatus::Kind::signaled)
+        code = proc_aborted_by_sig;
+    else if (s.kind == WaitStatus::Kind::exited && s.exit_code != 0)
+        code = exit_nonzero_term;
+    else if (unfinalized)
+        code = proc_term_wo_sync;
+    else
+        return std::nullopt;
+    TaskOutcome t;
+    t.rank = o.rank;
+    t.wait_status = o.wait_status;
+    if (aborted)
+        t.abort_status = o.abort_status;
+    return Event{origin, o.rank, code, task_code(t, 1), o.wait_status};
+}
+
+}  // namespace exitpolicy::wire::pmix
