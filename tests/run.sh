@@ -5,7 +5,8 @@
 # configures and builds with warnings as errors, runs every CTest label
 # (unit, pmix, integration; integration brings up a real local Slurm cluster
 # and always tears it down), then builds again with ASan+UBSan and runs the
-# unit tests there. Exits non-zero on any failure.
+# unit tests there, and fuzzes the frame codec for 30 s (tests/fuzz/run.sh).
+# Exits non-zero on any failure.
 #
 #   bash tests/run.sh            everything
 #   EXITPOLICY_SKIP_SANITIZE=1   skip the sanitizer build
@@ -47,6 +48,16 @@ if [ "${EXITPOLICY_SKIP_SANITIZE:-0}" != 1 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$build-sanitize" --output-on-failure -L unit
 fi
+
+step "the frame codec under libFuzzer (30 s)"
+fuzz_log=$(mktemp)
+if ! EXITPOLICY_FUZZ_BUILD_DIR="$build-fuzz" bash "$src/tests/fuzz/run.sh" 30 >"$fuzz_log" 2>&1; then
+  tail -n 80 "$fuzz_log"
+  echo "tests/run.sh: the codec fuzzer found something (see above)" >&2
+  exit 1
+fi
+tail -n 5 "$fuzz_log"
+rm -f "$fuzz_log"
 
 step "no cluster process left"
 "$src/contrib/slurm/cluster" down
