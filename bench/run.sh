@@ -8,6 +8,8 @@
 #   bash bench/run.sh pmix     Open MPI -N4 -n8 under exitpolicy's PMIx servers vs
 #                              Slurm's mpi/pmix (PAIRS=9), failure-event latency
 #                              (EVENT_RUNS=10)
+#   bash bench/run.sh nodeloss node3 crashed mid-step: when the survivors hear of
+#                              it, and when Slurm does (NODELOSS_RUNS=5)
 #
 # Figures are for comparison on one machine in one run, never thresholds.
 set -euo pipefail
@@ -25,13 +27,13 @@ case $what in
     echo "== policy core: deciding and reporting (bench/decide_bench.cpp)"
     "$build/bench/decide_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
       --benchmark_min_time=0.5 2>/dev/null | grep -E '^Benchmark|_median' ;;
-  srun|pmix) ;;
-  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, srun, pmix" >&2; exit 2 ;;
+  srun|pmix|nodeloss) ;;
+  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, srun, pmix, nodeloss" >&2; exit 2 ;;
 esac
 
 export EXITPOLICY_CLUSTER_DIR=${EXITPOLICY_CLUSTER_DIR:-/tmp/exitpolicy-bench-cluster}
 cluster=$src/contrib/slurm/cluster
-if [ "$what" != decide ]; then
+if [ "$what" != decide ] && [ "$what" != nodeloss ]; then
   trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
   "$cluster" up 4 >/dev/null
   cd "$(mktemp -d /tmp/exitpolicy-bench.XXXXXX)"
@@ -47,4 +49,11 @@ case $what in
     echo "== PMIx service vs Slurm's mpi/pmix (bench/pmix_bench.py)"
     "$cluster" exec /usr/bin/python3 "$src/bench/pmix_bench.py" "$build/spank_plugin/exitpolicy.so" \
       "$build/tests/clients" "$EXITPOLICY_CLUSTER_DIR/etc/plugstack.d" "${PAIRS:-9}" "${EVENT_RUNS:-10}" ;;
+esac
+case $what in
+  all|nodeloss)
+    echo "== a lost node: PMIx events vs Slurm's own notice (bench/nodeloss_bench.py)"
+    cd "$(mktemp -d /tmp/exitpolicy-bench.XXXXXX)"
+    /usr/bin/python3 "$src/bench/nodeloss_bench.py" "$build/spank_plugin/exitpolicy.so" "$build/tests/clients" \
+      "${NODELOSS_RUNS:-5}" ;;
 esac
