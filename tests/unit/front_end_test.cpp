@@ -3,6 +3,9 @@
 #include "spank_plugin/front_end.hpp"
 #include "spank_plugin/node_link.hpp"
 #include "spank_plugin/outcome_sink.hpp"
+#include "protocol/channel.hpp"
+
+#include <event2/event.h>
 
 #include <gtest/gtest.h>
 
@@ -12,8 +15,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <functional>
+#include <thread>
 
 namespace exitpolicy::plugin {
 namespace {
@@ -262,6 +268,158 @@ TEST(FrontEndSinkTest, GivesUpOnceTheFrontEndIsGone)
     EXPECT_TRUE(sink.gave_up());
     // No further attempt: the error says so instead of a connect failure.
     EXPECT_EQ(sink.deliver(outcome(2, 0)).error(), "gave up on the front end earlier in this step");
+}
+
+// ---- the overlay root: daemons played by protocol channels on a loop of our own ----
+
+// A node daemon as the FE sees one: an authenticated channel that enrolls
+// and records every frame that comes down to it.
+struct FakeDaemon {
+    std::unique_ptr<wire::Channel> channel;
+    std::vector<std::pair<wire::Type, wire::Bytes>> got;
+    bool closed = false;
+
+    std::size_t count(wire::Type type) const
+    {
+        return static_cast<std::size_t>(
+            std::count_if(got.begin(), got.end(), [type](const auto& f) { return f.first == type; }));
+    }
+    template <typename M>
+    M last(wire::Type type) const
+    {
+        for (auto it = got.rbegin(); it != got.rend(); ++it)
+            if (it->first == type)
+                return *M::decode(it->second);
+        ADD_FAILURE() << "no " << wire::type_name(type) << " frame";
+        return M{};
+    }
+};
+
+class Loop {
+public:
+    Loop() : base_(event_base_new()) {}
+    ~Loop() { event_base_free(base_); }
+    event_base* base() const { return base_; }
+    bool run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = 5s)
+    {
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        while (!done()) {
+            if (std::chrono::steady_clock::now() > deadline)
+                return false;
+            event_base_loop(base_, EVLOOP_NONBLOCK);
+            std::this_thread::sleep_for(1ms);
+        }
+        return true;
+    }
+
+private:
+    event_base* base_;
+};
+
+std::unique_ptr<FakeDaemon> fake_daemon(Loop& loop, const FrontEnd& fe, std::uint32_t node,
+                                        std::vector<std::uint32_t> ranks, wire::Role role = wire::Role::daemon)
+{
+    auto d = std::make_unique<FakeDaemon>();
+    FakeDaemon* raw = d.get();
+    wire::Hello me;
+    me.role = role;
+    me.node_id = node;
+    me.hostname = "node" + std::to_string(node + 1);
+    me.ranks = std::move(ranks);
+    wire::Channel::Handlers h;
+    h.ready = [role](wire::Channel& c) {
+        if (role == wire::Role::daemon)
+            c.send(wire::Enroll{"127.0.0.1", 1}.encode());
+    };
+    h.frame = [raw](wire::Channel&, wire::Type type, std::span<const std::uint8_t> body) {
+        raw->got.emplace_back(type, wire::Bytes(body.begin(), body.end()));
+        return Result<bool>::ok(true);
+    };
+    h.closed = [raw](wire::Channel&, const std::string&) { raw->closed = true; };
+    auto c = wire::Channel::connect(loop.base(), "127.0.0.1", fe.port(), fe.secret(), job, step, me, std::move(h));
+    EXPECT_TRUE(c) << c.error();
+    if (c)
+        d->channel = std::move(*c);
+    return d;
+}
+
+TEST(FrontEndOverlayTest, ALostNodeIsAnnouncedAndTheDaemonBelowItAdoptedWithWhatItMissed)
+{
+    // fanout 2 over 3 nodes: FE -> node1, node2; node1 -> node3 (ids 0, 1, 2).
+    auto started = FrontEnd::start({job, step, 3, 3, std::nullopt, 2, 9});
+    ASSERT_TRUE(started) << started.error();
+    auto fe = std::move(*started);
+    Loop loop;
+    NodeLink stepd0 = connect(node(*fe, 0, {0}));
+    NodeLink stepd1 = connect(node(*fe, 1, {1}));
+    NodeLink stepd2 = connect(node(*fe, 2, {2}));
+    auto d0 = fake_daemon(loop, *fe, 0, {0});
+    auto d1 = fake_daemon(loop, *fe, 1, {1});
+    auto d2 = fake_daemon(loop, *fe, 2, {2});
+    ASSERT_TRUE(loop.run_until([&] {
+        return d0->count(wire::Type::step_map) && d1->count(wire::Type::step_map) && d2->count(wire::Type::step_map);
+    }));
+    // node3's daemon links to node1's and drops its enrollment link: not a
+    // departure, its way up is node1.
+    d2->channel.reset();
+    // node1 dies: its daemon and its slurmstepd vanish, rank 0 unreported.
+    d0->channel.reset();
+    stepd0.close();
+    ASSERT_TRUE(loop.run_until([&] { return d1->count(wire::Type::node_down) == 1; }));
+    const auto down = d1->last<wire::NodeDown>(wire::Type::node_down);
+    EXPECT_EQ(down.node, 0u);
+    EXPECT_EQ(down.hostname, "node1");
+    EXPECT_EQ(down.ranks, std::vector<std::uint32_t>{0});
+    EXPECT_EQ(down.exit_code, 9);  // lost_code
+
+    // node3's daemon lost its parent: the FE adopts it and replays the loss.
+    auto orphan = fake_daemon(loop, *fe, 2, {2}, wire::Role::orphan);
+    ASSERT_TRUE(loop.run_until([&] { return orphan->count(wire::Type::node_down) == 1; }));
+    EXPECT_EQ(orphan->last<wire::NodeDown>(wire::Type::node_down).node, 0u);
+    EXPECT_EQ(orphan->count(wire::Type::step_map), 0u);
+
+    // From now on it is the FE's child: events and fence results reach it,
+    // and a fence of the survivors counts it.
+    d1->channel->send(wire::Event{1, 1, -404, 3, 3 << 8}.encode());
+    d1->channel->send(wire::FenceUp{"1,2,", 1, wire::Bytes{1}}.encode());
+    orphan->channel->send(wire::FenceUp{"1,2,", 1, wire::Bytes{2}}.encode());
+    ASSERT_TRUE(loop.run_until([&] {
+        return orphan->count(wire::Type::event) == 1 && orphan->count(wire::Type::fence_down) == 1 &&
+               d1->count(wire::Type::fence_down) == 1;
+    }));
+    const auto result = orphan->last<wire::FenceDown>(wire::Type::fence_down);
+    EXPECT_EQ(result.status, 0);
+    EXPECT_EQ(result.data.size(), 2u);
+    EXPECT_EQ(d1->count(wire::Type::node_down), 1u);  // once
+
+    const Collected got = fe->finish(0ms);
+    EXPECT_TRUE(got.step.tasks[0].lost);
+}
+
+TEST(FrontEndOverlayTest, ADaemonThatDiesAloneIsNoLostNode)
+{
+    // Its slurmstepd still runs: the tasks' ends come by the direct path,
+    // and the FE tells the other daemons of an abnormal one.
+    auto started = FrontEnd::start({job, step, 2, 2, std::nullopt, 2, 9});
+    ASSERT_TRUE(started) << started.error();
+    auto fe = std::move(*started);
+    Loop loop;
+    NodeLink stepd0 = connect(node(*fe, 0, {0}));
+    NodeLink stepd1 = connect(node(*fe, 1, {1}));
+    auto d0 = fake_daemon(loop, *fe, 0, {0});
+    auto d1 = fake_daemon(loop, *fe, 1, {1});
+    ASSERT_TRUE(loop.run_until([&] { return d0->count(wire::Type::step_map) && d1->count(wire::Type::step_map); }));
+    d0->channel.reset();
+    loop.run_until([] { return false; }, 200ms);  // the FE sees it go
+    EXPECT_TRUE(stepd0.send_outcome(outcome(0, SIGSEGV), 2s));
+    ASSERT_TRUE(loop.run_until([&] { return d1->count(wire::Type::event) == 1; }));
+    const auto e = d1->last<wire::Event>(wire::Type::event);
+    EXPECT_EQ(e.rank, 0u);
+    EXPECT_EQ(e.code, -402);  // PMIX_ERR_PROC_ABORTED_BY_SIG
+    EXPECT_EQ(e.exit_code, 139);
+    stepd0.close();
+    loop.run_until([] { return false; }, 200ms);
+    EXPECT_EQ(d1->count(wire::Type::node_down), 0u);  // every rank of it reported
 }
 
 }  // namespace
