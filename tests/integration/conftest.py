@@ -300,14 +300,18 @@ class Plugstack:
 
 @pytest.fixture
 def crashable(new_cluster, exitpolicy_so):
-    """A fresh 4-node cluster whose nodes may be crashed (cluster.crash), with
-    exitpolicy.so serving PMIx (fanout=2); slurmctld declares a silent node
-    down after 5 s. Torn down after the test."""
-    c = new_cluster(NODES, slurm_conf_extra="SlurmdTimeout=5\nMessageTimeout=3")
-    proc = c.up()
-    assert proc.returncode == 0, f"cluster up failed:\n{proc.stdout}\n{proc.stderr}"
-    Plugstack(c, exitpolicy_so).enable("fanout=2", "grace_ms=3000")
-    return c
+    """Factory: crashable(nodes) is a fresh cluster whose nodes may be crashed
+    (cluster.crash), with exitpolicy.so serving PMIx (fanout=2); slurmctld
+    declares a silent node down after 5 s. Torn down after the test."""
+
+    def make(nodes=NODES):
+        c = new_cluster(nodes, slurm_conf_extra="SlurmdTimeout=5\nMessageTimeout=3")
+        proc = c.up()
+        assert proc.returncode == 0, f"cluster up failed:\n{proc.stdout}\n{proc.stderr}"
+        Plugstack(c, exitpolicy_so).enable("fanout=2", "grace_ms=3000")
+        return c
+
+    return make
 
 
 @pytest.fixture
