@@ -84,6 +84,17 @@ def daemons():
     return out
 
 
+def daemon_arg(pid, flag):
+    """The value of exitpolicy-pmixd's command-line option `flag` (bytes,
+    e.g. b"--job") for process pid; None if it is gone or has none."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return None
+    return args[args.index(flag) + 1].decode() if flag in args[:-1] else None
+
+
 def leftovers():
     return sorted(p.name for p in pathlib.Path("/tmp").glob("exitpolicy.*.*.*"))
 
@@ -233,16 +244,7 @@ def test_fifty_steps_leave_nothing_behind(cluster, workdir, pmix):
         return [p for p in leftovers() if p.split(".")[1] in jobs]
 
     def mine():
-        found = []
-        for pid in daemons():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    args = f.read().split(b"\0")
-            except OSError:
-                continue
-            if b"--job" in args and args[args.index(b"--job") + 1].decode() in jobs:
-                found.append(pid)
-        return found
+        return [pid for pid in daemons() if daemon_arg(pid, b"--job") in jobs]
 
     deadline = time.monotonic() + 10
     while (mine() or ours()) and time.monotonic() < deadline:
@@ -359,12 +361,7 @@ def node_daemon(host, timeout=10):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for pid in daemons():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    args = f.read().split(b"\0")
-            except OSError:
-                continue
-            if b"--hostname" in args and args[args.index(b"--hostname") + 1] == host.encode():
+            if daemon_arg(pid, b"--hostname") == host:
                 return pid
         time.sleep(0.05)
     pytest.fail(f"no daemon for {host} appeared")
