@@ -10,6 +10,9 @@
    handler, over all survivors of all runs: p50 and p99. Every node is a
    namespace on this one machine, so their clocks are the same clock.
 
+The daemons' tree has the site default fan-out (32: a star on 4 nodes)
+unless FANOUT says otherwise (FANOUT=2: node1 relays for node3 and node4).
+
 Run inside the cluster's namespace (bench/run.sh pmix does):
     contrib/slurm/cluster exec /usr/bin/python3 bench/pmix_bench.py PLUGIN CLIENTS PLUGSTACK_D PAIRS EVENT_RUNS
 """
@@ -21,8 +24,9 @@ import sys
 import time
 
 plugin, clients, plugstack_d, pairs, event_runs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+fanout = int(os.environ.get("FANOUT", "32"))
 with open(os.path.join(plugstack_d, "exitpolicy.conf"), "w") as f:
-    f.write(f"optional {plugin} fanout=2\n")
+    f.write(f"optional {plugin} fanout={fanout}\n")
 env = {**os.environ, "OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": "lo",
        "OMPI_MCA_oob_tcp_if_include": "lo", "OMPI_MCA_pml": "ob1"}
 ring = os.path.join(clients, "ep_mpi_ring")
@@ -52,7 +56,7 @@ for i in range(pairs):
     for mpi in order:
         (ours if mpi == "none" else theirs).append(run(mpi))
 ratios = [a / b for a, b in zip(ours, theirs)]
-print(f"Open MPI ring, srun -N4 -n8, {pairs} alternating pairs")
+print(f"Open MPI ring, srun -N4 -n8, {pairs} alternating pairs (exitpolicy's fanout={fanout})")
 print(f"  exitpolicy (--mpi=none)  median {statistics.median(ours) * 1000:7.1f} ms")
 print(f"  Slurm mpi/pmix           median {statistics.median(theirs) * 1000:7.1f} ms")
 print(f"  median ratio exitpolicy / mpi/pmix: {statistics.median(ratios):.3f}")

@@ -7,7 +7,8 @@
 #                              loaded, and with a policy (ROUNDS=15 paired rounds)
 #   bash bench/run.sh pmix     Open MPI -N4 -n8 under exitpolicy's PMIx servers vs
 #                              Slurm's mpi/pmix (PAIRS=9), failure-event latency
-#                              (EVENT_RUNS=10)
+#                              (EVENT_RUNS=10); the daemons' fan-out is the site
+#                              default (FANOUT=32) unless FANOUT says otherwise
 #   bash bench/run.sh nodeloss node3 crashed mid-step: when the survivors hear of
 #                              it, and when Slurm does (NODELOSS_RUNS=5)
 #

@@ -712,28 +712,37 @@ void Daemon::direct_modex(std::uint32_t rank, int timeout_s, Done done)
     const std::uint64_t id = next_dmodex_++;
     dmodex_waiting_.emplace(id, std::move(done));
     route(map_->rank_node[rank], wire::DmodexReq{id, args_.node_id, map_->rank_node[rank], rank}.encode());
-    // Bounded: a request nobody answers fails with PMIX_ERR_TIMEOUT.
-    struct Timeout {
-        Daemon* d;
-        std::uint64_t id;
-        event* ev;
+    // Bounded: a request nobody answers fails.
+    after(timeout_s > 0 ? timeout_s : default_timeout_s, [this, id] {
+        auto it = dmodex_waiting_.find(id);
+        if (it == dmodex_waiting_.end())
+            return;  // answered
+        auto done = std::move(it->second);
+        dmodex_waiting_.erase(it);
+        done(PMIX_ERR_TIMEOUT, {});
+    });
+}
+
+void Daemon::after(int seconds, std::function<void()> fn)
+{
+    struct Timer {
+        std::function<void()> fn;
+        event* ev = nullptr;
     };
-    auto* t = new Timeout{this, id, nullptr};
+    auto* t = new Timer{std::move(fn), nullptr};
     t->ev = evtimer_new(
         base_,
         [](evutil_socket_t, short, void* arg) {
-            auto* t = static_cast<Timeout*>(arg);
-            auto it = t->d->dmodex_waiting_.find(t->id);
-            if (it != t->d->dmodex_waiting_.end()) {
-                auto done = std::move(it->second);
-                t->d->dmodex_waiting_.erase(it);
-                done(PMIX_ERR_TIMEOUT, {});
-            }
+            std::unique_ptr<Timer> t(static_cast<Timer*>(arg));
             event_free(t->ev);
-            delete t;
+            try {
+                t->fn();
+            } catch (const std::exception& e) {
+                log::error("internal error: %s", e.what());
+            }
         },
         t);
-    const timeval limit{timeout_s > 0 ? timeout_s : default_dmodex_timeout_s, 0};
+    const timeval limit{seconds, 0};
     evtimer_add(t->ev, &limit);
 }
 
@@ -773,12 +782,24 @@ void Daemon::abort(std::uint32_t rank, int status, std::string message)
     send_up(wire::Abort{rank, status, std::move(message)}.encode());
 }
 
-void Daemon::data_request(wire::DataRequest request, DataDone done)
+void Daemon::data_request(wire::DataRequest request, int timeout_s, DataDone done)
 {
-    request.id = next_data_++;
+    const std::uint64_t id = next_data_++;
+    request.id = id;
     request.node = args_.node_id;
-    data_waiting_.emplace(request.id, std::move(done));
+    const bool waits_for_publish = request.op == wire::DataRequest::Op::lookup && request.wait;
+    data_waiting_.emplace(id, std::move(done));
     send_up(request.encode());
+    if (waits_for_publish && timeout_s <= 0)
+        return;
+    after(timeout_s > 0 ? timeout_s : default_timeout_s, [this, id] {
+        auto it = data_waiting_.find(id);
+        if (it == data_waiting_.end())
+            return;  // answered
+        auto done = std::move(it->second);
+        data_waiting_.erase(it);
+        done(wire::DataReply{id, args_.node_id, PMIX_ERR_TIMEOUT, {}, {}, {}});
+    });
 }
 
 void Daemon::relay(int code, std::uint32_t source_rank, wire::Bytes info)

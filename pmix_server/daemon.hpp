@@ -45,15 +45,18 @@ public:
     using Done = std::function<void(int status, wire::Bytes data)>;
     // A fence over `ranks` (empty: all) with this node's data.
     void fence(std::vector<std::uint32_t> ranks, wire::Bytes data, Done done);
-    // The data `rank` committed, from the node that owns it; fails after
-    // timeout_s seconds (<= 0: after default_dmodex_timeout_s).
-    static constexpr int default_dmodex_timeout_s = 30;
+    // Requests to other nodes fail with PMIX_ERR_TIMEOUT after the caller's
+    // PMIX_TIMEOUT, or after this many seconds when it gave none.
+    static constexpr int default_timeout_s = 30;
+    // The data `rank` committed, from the node that owns it.
     void direct_modex(std::uint32_t rank, int timeout_s, Done done);
     // A local task called PMIx_Abort.
     void abort(std::uint32_t rank, int status, std::string message);
-    // PMIx_Publish / Lookup / Unpublish: to the FE and back.
+    // PMIx_Publish / Lookup / Unpublish: to the FE and back. A lookup that
+    // waits for the keys to be published (PMIX_WAIT) without a PMIX_TIMEOUT
+    // waits as long as it takes, as the caller asked.
     using DataDone = std::function<void(const wire::DataReply& reply)>;
-    void data_request(wire::DataRequest request, DataDone done);
+    void data_request(wire::DataRequest request, int timeout_s, DataDone done);
     // An event a local client raised for more than this node.
     void relay(int code, std::uint32_t source_rank, wire::Bytes info);
     // The whole step ends (PMIx_Job_control terminate): through the FE.
@@ -100,6 +103,8 @@ private:
     void on_dmodex_req(const wire::DmodexReq& r);
     void on_dmodex_resp(const wire::DmodexResp& r);
     void route(std::uint32_t to, const wire::Bytes& frame);
+    // Runs fn on the loop after `seconds`.
+    void after(int seconds, std::function<void()> fn);
     void outcome(const wire::Outcome& o);
     void flush_outcomes();
     void terminate_local(const std::string& why);

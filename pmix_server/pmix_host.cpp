@@ -14,6 +14,7 @@
 #include <pmix.h>
 #include <pmix_server.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -118,15 +119,20 @@ pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info
     return PMIX_SUCCESS;
 }
 
+// The caller's PMIX_TIMEOUT in seconds; 0 when it gave none.
+int timeout_of(const pmix_info_t info[], size_t ninfo)
+{
+    for (size_t i = 0; i < ninfo; ++i)
+        if (PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT) && info[i].value.type == PMIX_INT)
+            return std::max(0, info[i].value.data.integer);
+    return 0;
+}
+
 pmix_status_t on_direct_modex(const pmix_proc_t* proc, const pmix_info_t info[], size_t ninfo,
                               pmix_modex_cbfunc_t cbfunc, void* cbdata)
 {
     const std::uint32_t rank = proc->rank;
-    // The caller's PMIX_TIMEOUT (seconds; 0 or absent: the daemon's bound).
-    int timeout_s = 0;
-    for (size_t i = 0; i < ninfo; ++i)
-        if (PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT) && info[i].value.type == PMIX_INT)
-            timeout_s = info[i].value.data.integer;
+    const int timeout_s = timeout_of(info, ninfo);
     the_daemon->post([rank, timeout_s, cbfunc, cbdata] {
         the_daemon->direct_modex(rank, timeout_s, [cbfunc, cbdata](int status, wire::Bytes data) {
             answer_modex(cbfunc, cbdata, status, std::move(data));
@@ -196,8 +202,9 @@ pmix_status_t on_publish(const pmix_proc_t* proc, const pmix_info_t info[], size
         r.keys.emplace_back(info[i].key);
         r.values.push_back(std::move(*packed));
     }
-    the_daemon->post([r = std::move(r), cbfunc, cbdata]() mutable {
-        the_daemon->data_request(std::move(r), [cbfunc, cbdata](const wire::DataReply& reply) {
+    const int timeout_s = timeout_of(info, ninfo);
+    the_daemon->post([r = std::move(r), timeout_s, cbfunc, cbdata]() mutable {
+        the_daemon->data_request(std::move(r), timeout_s, [cbfunc, cbdata](const wire::DataReply& reply) {
             if (cbfunc)
                 cbfunc(reply.status, cbdata);
         });
@@ -215,8 +222,9 @@ pmix_status_t on_lookup(const pmix_proc_t* proc, char** keys, const pmix_info_t 
     for (size_t i = 0; i < ninfo; ++i)
         if (PMIX_CHECK_KEY(&info[i], PMIX_WAIT) && PMIX_INFO_TRUE(&info[i]))
             r.wait = 1;
-    the_daemon->post([r = std::move(r), cbfunc, cbdata]() mutable {
-        the_daemon->data_request(std::move(r), [cbfunc, cbdata](const wire::DataReply& reply) {
+    const int timeout_s = timeout_of(info, ninfo);
+    the_daemon->post([r = std::move(r), timeout_s, cbfunc, cbdata]() mutable {
+        the_daemon->data_request(std::move(r), timeout_s, [cbfunc, cbdata](const wire::DataReply& reply) {
             if (!cbfunc)
                 return;
             pmix_pdata_t* data = nullptr;
@@ -243,15 +251,16 @@ pmix_status_t on_lookup(const pmix_proc_t* proc, char** keys, const pmix_info_t 
     return PMIX_SUCCESS;
 }
 
-pmix_status_t on_unpublish(const pmix_proc_t* proc, char** keys, const pmix_info_t[], size_t,
+pmix_status_t on_unpublish(const pmix_proc_t* proc, char** keys, const pmix_info_t info[], size_t ninfo,
                            pmix_op_cbfunc_t cbfunc, void* cbdata)
 {
     wire::DataRequest r;
     r.op = wire::DataRequest::Op::unpublish;
     r.rank = proc->rank;
     r.keys = key_list(keys);
-    the_daemon->post([r = std::move(r), cbfunc, cbdata]() mutable {
-        the_daemon->data_request(std::move(r), [cbfunc, cbdata](const wire::DataReply& reply) {
+    const int timeout_s = timeout_of(info, ninfo);
+    the_daemon->post([r = std::move(r), timeout_s, cbfunc, cbdata]() mutable {
+        the_daemon->data_request(std::move(r), timeout_s, [cbfunc, cbdata](const wire::DataReply& reply) {
             if (cbfunc)
                 cbfunc(reply.status, cbdata);
         });
