@@ -46,7 +46,10 @@ public:
     const std::string& nspace() const noexcept { return nspace_; }
 
 private:
+    static std::string topology_xml();
+
     Daemon& daemon_;
+    std::string topology_xml_;  // hwloc XML of this node, given to the clients
     std::string nspace_;
     bool initialized_ = false;
 };

@@ -2,15 +2,18 @@
  *
  * PMIx_Init, then the job's and the process's basic keys:
  *   PMIX_JOB_SIZE   on rank WILDCARD (job level)
- *   PMIX_LOCAL_RANK, PMIX_NODE_RANK, PMIX_HOSTNAME on my own proc.
+ *   PMIX_LOCAL_RANK, PMIX_NODE_RANK, PMIX_HOSTNAME on my own proc;
+ *   and, optionally, the node's hwloc topology (PMIX_HWLOC_XML_V2, job level),
+ *   reported as the number of PUs its XML lists ("-" when absent).
  *
- * stdout: hello rank=R size=N local_rank=L node_rank=NR hostname=H nspace=NS
+ * stdout: hello rank=R size=N local_rank=L node_rank=NR hostname=H nspace=NS topology_pus=P
  * (a missing key is printed as "-", named on stderr, and the exit status is 1). */
 #include "ep_pmix.h"
 
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static _Noreturn void usage(const char *why) {
   ep_die(EP_EXIT_USAGE, "%s\nusage: ep_hello [--timeout S]", why);
@@ -76,8 +79,21 @@ int main(int argc, char **argv) {
     missing++;
   }
 
-  ep_out("hello rank=%u size=%s local_rank=%s node_rank=%s hostname=%s nspace=%s", me.rank,
-         size, lrank, nrank, host != NULL ? host : "-", me.nspace);
+  /* Open MPI 4.1 reads the topology this way and discovers its own
+   * (in every process) when it is absent. */
+  char pus[32] = "-";
+  char *xml = NULL;
+  if (ep_get_string(&wild, PMIX_HWLOC_XML_V2, true, &xml) == PMIX_SUCCESS && xml != NULL) {
+    int n = 0;
+    for (const char *p = xml; (p = strstr(p, "type=\"PU\"")) != NULL; p++) {
+      n++;
+    }
+    snprintf(pus, sizeof pus, "%d", n);
+  }
+  free(xml);
+
+  ep_out("hello rank=%u size=%s local_rank=%s node_rank=%s hostname=%s nspace=%s topology_pus=%s",
+         me.rank, size, lrank, nrank, host != NULL ? host : "-", me.nspace, pus);
   free(host);
   ep_pmix_finalize();
   return missing > 0 ? EP_EXIT_FAIL : EP_EXIT_OK;

@@ -112,6 +112,8 @@ def test_job_info_on_every_node(cluster, workdir, pmix):
         assert f"local_rank={rank % 2}" in line and f"node_rank={rank % 2}" in line
         assert f"hostname=node{rank // 2 + 1}" in line
         assert re.search(r"nspace=exitpolicy\.\d+\.0", line), line
+        # The node's topology comes with the job info: one PU per CPU here.
+        assert f"topology_pus={os.cpu_count()}" in line, line
 
 
 @pytest.mark.parametrize("args", [["--data"], []], ids=["with-data", "without-data"])
