@@ -103,6 +103,7 @@ int Daemon::run()
         },
         this);
     pmix_ = std::make_unique<PmixHost>(*this);
+    pmix_->discover_topology();
     pmix_init_ = std::thread([this] { pmix_init_result_ = pmix_->init(args_.dir); });
     listen_local();
     listen_children();

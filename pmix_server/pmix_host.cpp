@@ -423,6 +423,8 @@ PmixHost::PmixHost(Daemon& daemon) : daemon_(daemon)
 
 PmixHost::~PmixHost()
 {
+    if (topology_thread_.joinable())
+        topology_thread_.join();
     if (initialized_)
         PMIx_server_finalize();
 }
@@ -442,8 +444,16 @@ Result<bool> PmixHost::init(const std::string& tmpdir)
     if (rc != PMIX_SUCCESS)
         return Result<bool>::fail(std::string("PMIx_server_init: ") + PMIx_Error_string(rc));
     initialized_ = true;
-    topology_xml_ = topology_xml();
     return Result<bool>::ok(true);
+}
+
+void PmixHost::discover_topology()
+{
+    try {
+        topology_thread_ = std::thread([this] { topology_xml_ = topology_xml(); });
+    } catch (const std::exception& e) {
+        log::info("no hardware topology for the clients (%s): each discovers its own", e.what());
+    }
 }
 
 // The node's hardware topology as hwloc XML, discovered once here: given to
@@ -513,6 +523,8 @@ Result<bool> PmixHost::register_namespace(std::function<void(int status)> done)
 
     // Job info, then one PMIX_PROC_DATA array per rank (local and node rank
     // for every process: with any per-process data OpenPMIx derives nothing).
+    if (topology_thread_.joinable())
+        topology_thread_.join();
     const std::size_t njob = topology_xml_.empty() ? 13 : 14;
     auto* info = new InfoArray(njob + ntasks);
     pmix_info_t* i = info->info;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace exitpolicy::pmixd {
@@ -26,6 +27,10 @@ public:
     ~PmixHost();
 
     Result<bool> init(const std::string& tmpdir);
+    // Starts discovering the node's hardware topology on a thread of its
+    // own, so that it overlaps PMIx_server_init and the enrollment;
+    // register_namespace() waits for it and gives it to the clients.
+    void discover_topology();
     // Registers the step's namespace and this node's clients; `done` runs
     // on the loop once the library has them.
     Result<bool> register_namespace(std::function<void(int status)> done);
@@ -49,6 +54,7 @@ private:
     static std::string topology_xml();
 
     Daemon& daemon_;
+    std::thread topology_thread_;
     std::string topology_xml_;  // hwloc XML of this node, given to the clients
     std::string nspace_;
     bool initialized_ = false;

@@ -1,5 +1,11 @@
-/* ep_publish [--timeout S]
+/* ep_publish [--timeout S] [--missing T]
  *
+ * --missing T: every rank looks up "ep.never", which nobody publishes, with
+ * PMIX_WAIT and PMIX_TIMEOUT = T seconds, and prints
+ *   missing rank=R status=<PMIx_Error_string, blanks as '_'> seconds=<elapsed>
+ * exiting 0 when the lookup failed (as it must), 1 when it found something.
+ *
+ * Otherwise:
  * rank 0:   PMIx_Publish "ep.service" = "service-of-<nspace>"
  * all:      fence
  * rank != 0: PMIx_Lookup "ep.service" (PMIX_WAIT, PMIX_TIMEOUT) and check the
@@ -16,16 +22,48 @@
 #include <string.h>
 
 static _Noreturn void usage(const char *why) {
-  ep_die(EP_EXIT_USAGE, "%s\nusage: ep_publish [--timeout S]", why);
+  ep_die(EP_EXIT_USAGE, "%s\nusage: ep_publish [--timeout S] [--missing T]", why);
+}
+
+static int lookup_missing(const pmix_proc_t *me, int seconds) {
+  pmix_pdata_t pdata;
+  PMIX_PDATA_CONSTRUCT(&pdata);
+  PMIX_LOAD_KEY(pdata.key, "ep.never");
+  pmix_info_t info[2];
+  int wait_all = 0;
+  PMIX_INFO_CONSTRUCT(&info[0]);
+  PMIX_INFO_CONSTRUCT(&info[1]);
+  PMIx_Info_load(&info[0], PMIX_WAIT, &wait_all, PMIX_INT);
+  PMIx_Info_load(&info[1], PMIX_TIMEOUT, &seconds, PMIX_INT);
+  const int64_t t0 = ep_now_us();
+  ep_wait_begin("lookup of a key nobody publishes");
+  pmix_status_t rc = PMIx_Lookup(&pdata, 1, info, 2);
+  ep_wait_end();
+  const double elapsed = (double)(ep_now_us() - t0) / 1e6;
+  PMIX_INFO_DESTRUCT(&info[0]);
+  PMIX_INFO_DESTRUCT(&info[1]);
+  PMIX_PDATA_DESTRUCT(&pdata);
+  char name[128];
+  snprintf(name, sizeof name, "%s", PMIx_Error_string(rc));
+  for (char *p = name; *p != '\0'; p++) {
+    if (*p == ' ') {
+      *p = '_';
+    }
+  }
+  ep_out("missing rank=%u status=%s seconds=%.2f", me->rank, name, elapsed);
+  ep_pmix_finalize();
+  return rc == PMIX_SUCCESS ? EP_EXIT_FAIL : EP_EXIT_OK;
 }
 
 int main(int argc, char **argv) {
   ep_setup("ep_publish");
   static const struct option opts[] = {
       {"timeout", required_argument, NULL, 't'},
+      {"missing", required_argument, NULL, 'm'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
+  long missing = 0;
   for (;;) {
     int c = getopt_long(argc, argv, "", opts, NULL);
     if (c == -1) {
@@ -39,6 +77,11 @@ int main(int argc, char **argv) {
       }
       ep_set_timeout(t);
       break;
+    case 'm':
+      if (!ep_parse_long(optarg, 1, 3600, &missing)) {
+        usage("bad --missing (seconds, 1..3600)");
+      }
+      break;
     case 'h': usage("help");
     default: usage("bad option");
     }
@@ -49,6 +92,9 @@ int main(int argc, char **argv) {
 
   pmix_proc_t me;
   ep_pmix_init(&me);
+  if (missing > 0) {
+    return lookup_missing(&me, (int)missing);
+  }
   char service[PMIX_MAX_NSLEN + 32];
   snprintf(service, sizeof service, "service-of-%s", me.nspace);
 

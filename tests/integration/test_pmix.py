@@ -137,6 +137,19 @@ def test_publish_lookup_across_nodes(cluster, workdir, pmix):
     assert len(lines(out, "publish ok ")) == 8, out + err
 
 
+def test_a_lookup_of_what_nobody_publishes_ends_with_its_timeout(cluster, workdir, pmix):
+    """PMIX_WAIT with PMIX_TIMEOUT=2: the request goes to the front end and
+    waits there; the daemon gives up after the caller's 2 s."""
+    rc, out, err = srun(cluster, workdir, *N4N8, client("ep_publish"), "--missing", "2")
+    assert rc == 0, out + err
+    missing = lines(out, "missing ")
+    assert len(missing) == 8, out + err
+    for line in missing:
+        fields = dict(kv.split("=", 1) for kv in line.split()[1:])
+        assert fields["status"] == "TIMEOUT", line
+        assert 1.5 < float(fields["seconds"]) < 15, line  # its own bound, not the daemon's 30 s
+
+
 def test_open_mpi_program_completes(cluster, workdir, pmix):
     rc, out, err = srun_mpi(cluster, workdir, *N4N8, client("ep_mpi_ring"))
     assert rc == 0, err
