@@ -220,8 +220,11 @@ pmix_status_t on_lookup(const pmix_proc_t* proc, char** keys, const pmix_info_t 
     r.op = wire::DataRequest::Op::lookup;
     r.rank = proc->rank;
     r.keys = key_list(keys);
+    // PMIX_WAIT is an int (0: wait for every key, N: for N of them); a
+    // bool is taken as well. Either way its presence asks to wait.
     for (size_t i = 0; i < ninfo; ++i)
-        if (PMIX_CHECK_KEY(&info[i], PMIX_WAIT) && PMIX_INFO_TRUE(&info[i]))
+        if (PMIX_CHECK_KEY(&info[i], PMIX_WAIT) &&
+            (info[i].value.type != PMIX_BOOL || PMIX_INFO_TRUE(&info[i])))
             r.wait = 1;
     const int timeout_s = timeout_of(info, ninfo);
     the_daemon->post([r = std::move(r), timeout_s, cbfunc, cbdata]() mutable {
