@@ -69,6 +69,11 @@ Result<Args> parse_args(const std::vector<std::string>& argv)
     }
     if (const std::string* s = need("log-dir"))
         args.log_dir = *s;
+    if (const std::string* s = need("topology")) {
+        if (*s != "discover" && *s != "none" && (s->empty() || s->front() != '/'))
+            return R::fail("bad --topology " + *s + " (discover, none or an absolute path)");
+        args.topology = *s;
+    }
     if (const std::string* s = need("debug"); s && (!number(*s, args.debug) || args.debug < 0 || args.debug > 3))
         return R::fail("bad --debug");
     if (args.node_id >= args.nnodes)

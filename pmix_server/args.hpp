@@ -26,12 +26,13 @@ struct Args {
     std::string dir;                   // private directory: local socket, PMIx rendezvous
     std::uint32_t uid = 0;             // the job's user (accepted on the local socket)
     std::string log_dir;               // empty: syslog
+    std::string topology = "discover"; // discover, none, or an hwloc XML file
     int debug = 0;
 };
 
 // --job J --step S --node N --nnodes M --ntasks T --ranks 0,1 --hostname H
 // --fe HOST:PORT --secret-fd FD --ready-fd FD --dir DIR --uid U
-// [--log-dir DIR] [--debug L]
+// [--log-dir DIR] [--topology discover|none|/PATH] [--debug L]
 Result<Args> parse_args(const std::vector<std::string>& argv);
 
 }  // namespace exitpolicy::pmixd

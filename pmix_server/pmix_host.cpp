@@ -17,6 +17,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -452,8 +454,23 @@ Result<bool> PmixHost::init(const std::string& tmpdir)
 
 void PmixHost::discover_topology()
 {
+    const std::string source = daemon_.args().topology;
+    if (source == "none")
+        return;
     try {
-        topology_thread_ = std::thread([this] { topology_xml_ = topology_xml(); });
+        topology_thread_ = std::thread([this, source] {
+            if (source != "discover") {
+                std::ifstream in(source);
+                std::ostringstream xml;
+                xml << in.rdbuf();
+                if (in && xml.str().find("<topology") != std::string::npos) {
+                    topology_xml_ = xml.str();
+                    return;
+                }
+                log::info("cannot read an hwloc topology from %s: discovering it", source.c_str());
+            }
+            topology_xml_ = topology_xml();
+        });
     } catch (const std::exception& e) {
         log::info("no hardware topology for the clients (%s): each discovers its own", e.what());
     }

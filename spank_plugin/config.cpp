@@ -49,7 +49,7 @@ std::string_view config_usage() noexcept
 {
     return "default_policy=POLICY allowed_policies=POLICY[,POLICY...] report=auto|always|never "
            "lost_code=0..255 grace_ms=0..600000 pmix=auto|never fanout=2..1024 port_range=FIRST-LAST "
-           "daemon=/PATH debug=0..3 log_dir=/PATH";
+           "daemon=/PATH debug=0..3 log_dir=/PATH topology=discover|none|/PATH";
 }
 
 Result<Config> parse_config(const std::vector<std::string_view>& args)
@@ -127,6 +127,11 @@ Result<Config> parse_config(const std::vector<std::string_view>& args)
             if (value.empty() || value.front() != '/')
                 return Result<Config>::fail(bad(key, value, "expected an absolute path"));
             (key == "daemon" ? c.daemon : c.log_dir) = std::string(value);
+        } else if (key == "topology") {
+            if (value != "discover" && value != "none" && (value.empty() || value.front() != '/'))
+                return Result<Config>::fail(
+                    bad(key, value, "expected discover, none, or the absolute path of an hwloc XML file"));
+            c.topology = std::string(value);
         } else if (key == "debug") {
             auto v = number<int>(value, 0, 3);
             if (!v)

@@ -37,6 +37,11 @@ struct Config {
     std::string daemon;                      // path of exitpolicy-pmixd; empty: installed default
     int debug = 0;                           // 0..3
     std::string log_dir;
+    // What the node daemon gives its PMIx clients as the node's hardware
+    // topology: "discover" (hwloc, once per node and step), "none", or an
+    // absolute path of an hwloc XML file, %n standing for the node's name
+    // (e.g. slurmd's own <SlurmdSpoolDir>/hwloc_topo_whole.xml).
+    std::string topology = "discover";
 
     bool allows(Policy policy) const noexcept;
     // "main-rank, max" or "all policies".

@@ -134,6 +134,10 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
                    "--dir", dir, "--uid", std::to_string(uid), "--debug", std::to_string(config.debug)};
     if (!config.log_dir.empty())
         launch.args.insert(launch.args.end(), {"--log-dir", config.log_dir});
+    std::string topology = config.topology;
+    for (auto at = topology.find("%n"); at != std::string::npos; at = topology.find("%n", at + link.hostname.size()))
+        topology.replace(at, 2, link.hostname);
+    launch.args.insert(launch.args.end(), {"--topology", topology});
     auto pid = launch_daemon(launch);
     if (!pid) {
         failure = "PMIx service failed: " + pid.error();

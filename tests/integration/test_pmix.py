@@ -116,6 +116,37 @@ def test_job_info_on_every_node(cluster, workdir, pmix):
         assert f"topology_pus={os.cpu_count()}" in line, line
 
 
+def hwloc_xml(pus):
+    """A small hwloc v2 XML topology: one package of `pus` PUs."""
+    mask = f"0x{(1 << pus) - 1:08x}"
+    units = "".join(f'<object type="PU" os_index="{i}" cpuset="0x{1 << i:08x}" complete_cpuset="0x{1 << i:08x}" '
+                    f'gp_index="{10 + i}"/>' for i in range(pus))
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE topology SYSTEM "hwloc2.dtd">\n'
+            f'<topology version="2.0"><object type="Machine" os_index="0" cpuset="{mask}" '
+            f'complete_cpuset="{mask}" allowed_cpuset="{mask}" gp_index="1"><object type="Package" '
+            f'os_index="0" cpuset="{mask}" complete_cpuset="{mask}" gp_index="2">{units}</object></object>'
+            '</topology>\n')
+
+
+def test_the_site_chooses_where_the_topology_comes_from(cluster, workdir, plugstack):
+    """topology=PATH (%n: the node's name) is read and given to the clients
+    as it is; topology=none gives none; an unreadable file falls back to
+    discovery."""
+    for k in range(1, 5):
+        (workdir / f"topo-node{k}.xml").write_text(hwloc_xml(k))  # node K: K PUs
+    for setting, expect in [(f"topology={workdir}/topo-%n.xml", lambda node: str(node)),
+                            ("topology=none", lambda node: "-"),
+                            (f"topology={workdir}/missing-%n.xml", lambda node: str(os.cpu_count()))]:
+        plugstack.enable("fanout=2", "grace_ms=3000", setting)
+        rc, out, err = srun(cluster, workdir, *N4N8, client("ep_hello"))
+        assert rc == 0, setting + err
+        hello = lines(out, "hello ")
+        assert len(hello) == 8, setting + out + err
+        for line in hello:
+            node = int(re.search(r"hostname=node(\d)", line).group(1))
+            assert f"topology_pus={expect(node)}" in line, f"{setting}: {line}"
+
+
 @pytest.mark.parametrize("args", [["--data"], []], ids=["with-data", "without-data"])
 def test_fence_across_nodes(cluster, workdir, pmix, args):
     rc, out, err = srun(cluster, workdir, *N4N8, client("ep_fence"), *args)

@@ -27,6 +27,7 @@ TEST(ConfigTest, DefaultsWithoutArguments)
     EXPECT_EQ(c->fanout, 32u);
     EXPECT_FALSE(c->port_range);
     EXPECT_EQ(c->debug, 0);
+    EXPECT_EQ(c->topology, "discover");
     EXPECT_TRUE(c->allows(Policy::lowest_rank));
     EXPECT_EQ(c->allowed_list(), "all policies");
 }
@@ -35,7 +36,8 @@ TEST(ConfigTest, EveryArgument)
 {
     const auto c = parse({"default_policy=rank0", "allowed_policies=main-rank,max,all-success", "report=always",
                           "lost_code=75", "grace_ms=0", "pmix=never", "fanout=2", "port_range=60000-60010",
-                          "daemon=/usr/libexec/exitpolicy-pmixd", "debug=3", "log_dir=/var/log/exitpolicy"});
+                          "daemon=/usr/libexec/exitpolicy-pmixd", "debug=3", "log_dir=/var/log/exitpolicy",
+                          "topology=/var/spool/slurmd/%n/hwloc_topo_whole.xml"});
     ASSERT_TRUE(c) << c.error();
     EXPECT_EQ(c->default_policy, Policy::main_rank);
     EXPECT_EQ(c->allowed_policies, (std::vector<Policy>{Policy::main_rank, Policy::max, Policy::all_success}));
@@ -52,6 +54,8 @@ TEST(ConfigTest, EveryArgument)
     EXPECT_EQ(c->daemon, "/usr/libexec/exitpolicy-pmixd");
     EXPECT_EQ(c->debug, 3);
     EXPECT_EQ(c->log_dir, "/var/log/exitpolicy");
+    EXPECT_EQ(c->topology, "/var/spool/slurmd/%n/hwloc_topo_whole.xml");
+    EXPECT_EQ(parse({"topology=none"})->topology, "none");
 }
 
 TEST(ConfigTest, BadArgumentsAreOneClearError)
@@ -59,7 +63,7 @@ TEST(ConfigTest, BadArgumentsAreOneClearError)
     const std::string usage =
         "valid arguments: default_policy=POLICY allowed_policies=POLICY[,POLICY...] report=auto|always|never "
         "lost_code=0..255 grace_ms=0..600000 pmix=auto|never fanout=2..1024 port_range=FIRST-LAST "
-        "daemon=/PATH debug=0..3 log_dir=/PATH";
+        "daemon=/PATH debug=0..3 log_dir=/PATH topology=discover|none|/PATH";
     const std::pair<std::vector<std::string_view>, std::string> cases[] = {
         {{"policy=max"}, "unknown plugstack.conf argument 'policy'; " + usage},
         {{"debug"}, "plugstack.conf argument 'debug' is not KEY=VALUE; " + usage},
@@ -94,6 +98,9 @@ TEST(ConfigTest, BadArgumentsAreOneClearError)
          "plugstack.conf argument daemon=exitpolicy-pmixd is invalid: expected an absolute path"},
         {{"log_dir="}, "plugstack.conf argument log_dir= is invalid: expected an absolute path"},
         {{"debug=4"}, "plugstack.conf argument debug=4 is invalid: expected a level, 0 to 3"},
+        {{"topology=hwloc.xml"},
+         "plugstack.conf argument topology=hwloc.xml is invalid: expected discover, none, or the absolute path of "
+         "an hwloc XML file"},
     };
     for (const auto& [args, message] : cases) {
         const auto c = parse(args);

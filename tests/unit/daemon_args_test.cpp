@@ -32,6 +32,10 @@ TEST(DaemonArgsTest, EveryArgument)
     EXPECT_EQ(a->uid, 1000u);
     EXPECT_EQ(a->debug, 2);
     EXPECT_TRUE(a->log_dir.empty());
+    EXPECT_EQ(a->topology, "discover");
+    auto v = good();
+    v.insert(v.end(), {"--topology", "/var/spool/slurmd/hwloc_topo_whole.xml"});
+    EXPECT_EQ(parse_args(v)->topology, "/var/spool/slurmd/hwloc_topo_whole.xml");
 }
 
 TEST(DaemonArgsTest, BadArgumentsAreNamed)
@@ -53,6 +57,8 @@ TEST(DaemonArgsTest, BadArgumentsAreNamed)
         {with("--node", "4"), "--node is not below --nnodes"},
         {with("--debug", "7"), "bad --debug"},
         {with("--dir", ""), "missing --dir"},
+        {[&] { auto v = good(); v.insert(v.end(), {"--topology", "x.xml"}); return v; }(),
+         "bad --topology x.xml (discover, none or an absolute path)"},
         {{"--job"}, "unexpected argument '--job'"},
         {{"job", "1"}, "unexpected argument 'job'"},
     };
