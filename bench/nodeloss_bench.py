@@ -29,14 +29,14 @@ events_ms, slurm_ms = [], []
 for run in range(runs):
     d = tempfile.mkdtemp(prefix="exitpolicy-nodeloss-", dir="/tmp")
     os.chmod(d, 0o755)
+    work = tempfile.mkdtemp(prefix="exitpolicy-nodeloss-work-", dir="/tmp")
+    os.chmod(work, 0o1777)
     env = {**os.environ, "EXITPOLICY_CLUSTER_DIR": d,
            "EXITPOLICY_CLUSTER_SLURM_CONF_EXTRA": "SlurmdTimeout=5\nMessageTimeout=3"}
     try:
         subprocess.run([script, "up", "4"], env=env, check=True, capture_output=True)
         with open(os.path.join(d, "etc", "plugstack.d", "exitpolicy.conf"), "w") as f:
             f.write(f"required {plugin} fanout=2 grace_ms=3000\n")
-        work = tempfile.mkdtemp(prefix="exitpolicy-nodeloss-work-", dir="/tmp")
-        os.chmod(work, 0o1777)
         p = subprocess.Popen([script, "exec", "srun", "--no-kill", "--mpi=none", "-N4", "-n8",
                               os.path.join(clients, "ep_events"), "--victim", "5", "--hang", "--expect", "3",
                               "--timeout", "60"], env=env, cwd=work, stdin=subprocess.DEVNULL,
@@ -74,7 +74,7 @@ for run in range(runs):
             slurm_ms.append((slurm_seen[0] - killed_us) / 1000)
     finally:
         subprocess.run([script, "down"], env=env, capture_output=True)
-        subprocess.run(["rm", "-rf", d])
+        subprocess.run(["rm", "-rf", d, work])
 
 print(f"node3 crashed under srun --no-kill -N4 -n8, {runs} runs (SlurmdTimeout=5)")
 print(f"  PMIX_EVENT_NODE_DOWN in the survivors' handlers after the kill: p50 {statistics.median(events_ms):.1f} ms, "
