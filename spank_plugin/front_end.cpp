@@ -175,18 +175,11 @@ struct FrontEnd::Impl {
         daemon_gone[node] = true;
         if (tree->leave(node)) {
             // Fences whose contributions may have been on their way through it.
-            for (auto it = fences.begin(); it != fences.end();) {
-                const auto ranks = *wire::fence_ranks(it->first);
-                bool through = ranks.empty();
-                for (std::uint32_t r : ranks)
-                    through = through || (r < node_of_rank.size() && tree->in_static_subtree(node_of_rank[r], node));
-                if (through) {
-                    broadcast(wire::FenceDown{it->first, wire::pmix::unreach, {}}.encode());
-                    it = fences.erase(it);
-                } else {
-                    ++it;
-                }
-            }
+            fail_fences(wire::pmix::unreach, [&](const std::vector<std::uint32_t>& ranks) {
+                return std::any_of(ranks.begin(), ranks.end(), [&](std::uint32_t r) {
+                    return r < node_of_rank.size() && tree->in_static_subtree(node_of_rank[r], node);
+                });
+            });
         }
         check_lost(node);
     }
@@ -214,18 +207,10 @@ struct FrontEnd::Impl {
         declared_down[node] = true;
         std::fprintf(stderr, "exitpolicy: %s: node lost (its node daemon and slurmstepd are gone) with rank%s %s\n",
                      down.hostname.c_str(), down.ranks.size() == 1 ? "" : "s", compress_ranks(down.ranks).c_str());
-        for (auto it = fences.begin(); it != fences.end();) {
-            const auto ranks = *wire::fence_ranks(it->first);
-            const bool with = ranks.empty() || std::any_of(down.ranks.begin(), down.ranks.end(), [&](std::uint32_t r) {
-                                  return std::binary_search(ranks.begin(), ranks.end(), r);
-                              });
-            if (with) {
-                broadcast(wire::FenceDown{it->first, -1, {}}.encode());
-                it = fences.erase(it);
-            } else {
-                ++it;
-            }
-        }
+        fail_fences(-1, [&](const std::vector<std::uint32_t>& ranks) {
+            return std::any_of(down.ranks.begin(), down.ranks.end(),
+                               [&](std::uint32_t r) { return std::binary_search(ranks.begin(), ranks.end(), r); });
+        });
         const wire::Bytes frame = down.encode();
         history.push_back(frame);
         broadcast(frame);
@@ -303,10 +288,21 @@ struct FrontEnd::Impl {
         history.push_back(frame);
         broadcast(frame);
         // A fence that loses a participant fails everywhere.
+        fail_fences(-1, [&](const std::vector<std::uint32_t>& ranks) {
+            return std::binary_search(ranks.begin(), ranks.end(), e.rank);
+        });
+    }
+
+    // Fails, on every node, each fence in progress at the root whose
+    // participants (sorted ranks; every rank when empty) `hit` says are
+    // affected.
+    template <typename Hit>
+    void fail_fences(int status, Hit hit)
+    {
         for (auto it = fences.begin(); it != fences.end();) {
-            const auto ranks = *wire::fence_ranks(it->first);
-            if (ranks.empty() || std::binary_search(ranks.begin(), ranks.end(), e.rank)) {
-                broadcast(wire::FenceDown{it->first, -1, {}}.encode());
+            const auto ranks = *wire::fence_ranks(it->first);  // checked by decode
+            if (ranks.empty() || hit(ranks)) {
+                broadcast(wire::FenceDown{it->first, status, {}}.encode());
                 it = fences.erase(it);
             } else {
                 ++it;
