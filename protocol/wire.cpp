@@ -131,6 +131,14 @@ Writer& Writer::strs(const std::vector<std::string>& v)
     return *this;
 }
 
+Writer& Writer::blobs(const std::vector<Bytes>& v)
+{
+    u32(static_cast<std::uint32_t>(v.size()));
+    for (const auto& x : v)
+        blob(x);
+    return *this;
+}
+
 Bytes Writer::finish()
 {
     const auto length = static_cast<std::uint32_t>(buf_.size() - header_size);
@@ -207,6 +215,21 @@ std::vector<std::string> Reader::strs()
     v.reserve(n);
     for (std::uint32_t i = 0; i < n && !failed_; ++i)
         v.push_back(str());
+    return v;
+}
+
+std::vector<Bytes> Reader::blobs()
+{
+    const std::uint32_t n = u32();
+    // Every blob takes at least its 4-byte length.
+    if (failed_ || (body_.size() - pos_) / 4 < n) {
+        failed_ = true;
+        return {};
+    }
+    std::vector<Bytes> v;
+    v.reserve(n);
+    for (std::uint32_t i = 0; i < n && !failed_; ++i)
+        v.push_back(blob());
     return v;
 }
 
@@ -540,28 +563,6 @@ Result<Terminate> Terminate::decode(std::span<const std::uint8_t> body)
     return finish_decode(r, std::move(m), Type::terminate);
 }
 
-namespace {
-
-void write_blobs(Writer& w, const std::vector<Bytes>& blobs)
-{
-    w.u32(static_cast<std::uint32_t>(blobs.size()));
-    for (const auto& b : blobs)
-        w.blob(b);
-}
-
-std::vector<Bytes> read_blobs(Reader& r, std::size_t body_size)
-{
-    const std::uint32_t n = r.u32();
-    std::vector<Bytes> out;
-    if (r.failed() || n > body_size / 4)
-        return out;
-    for (std::uint32_t i = 0; i < n && !r.failed(); ++i)
-        out.push_back(r.blob());
-    return out;
-}
-
-}  // namespace
-
 Bytes Relay::encode() const
 {
     return Writer(Type::relay).u32(origin).i32(code).u32(source_rank).blob(info).finish();
@@ -582,7 +583,7 @@ Bytes DataRequest::encode() const
 {
     Writer w(Type::data_request);
     w.u8(static_cast<std::uint8_t>(op)).u64(id).u32(node).u32(rank).u8(wait).strs(keys);
-    write_blobs(w, values);
+    w.blobs(values);
     return w.finish();
 }
 
@@ -596,7 +597,7 @@ Result<DataRequest> DataRequest::decode(std::span<const std::uint8_t> body)
     m.rank = r.u32();
     m.wait = r.u8();
     m.keys = r.strs();
-    m.values = read_blobs(r, body.size());
+    m.values = r.blobs();
     if (op < 1 || op > 3)
         return Result<DataRequest>::fail("data request with unknown operation " + std::to_string(op));
     m.op = static_cast<Op>(op);
@@ -610,7 +611,7 @@ Bytes DataReply::encode() const
 {
     Writer w(Type::data_reply);
     w.u64(id).u32(node).i32(status).strs(keys).u32s(ranks);
-    write_blobs(w, values);
+    w.blobs(values);
     return w.finish();
 }
 
@@ -623,7 +624,7 @@ Result<DataReply> DataReply::decode(std::span<const std::uint8_t> body)
     m.status = r.i32();
     m.keys = r.strs();
     m.ranks = r.u32s();
-    m.values = read_blobs(r, body.size());
+    m.values = r.blobs();
     if (m.ranks.size() != m.keys.size() || m.values.size() != m.keys.size())
         return Result<DataReply>::fail("malformed data reply frame");
     return finish_decode(r, std::move(m), Type::data_reply);

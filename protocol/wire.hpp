@@ -85,6 +85,7 @@ public:
     Writer& u32s(std::span<const std::uint32_t> v);  // u32 count + values
     Writer& blob(std::span<const std::uint8_t> v);    // u32 length + bytes, unbounded but by the frame
     Writer& strs(const std::vector<std::string>& v);  // u32 count + strings
+    Writer& blobs(const std::vector<Bytes>& v);       // u32 count + blobs
     // The frame, with the body length filled in.
     Bytes finish();
 
@@ -112,6 +113,7 @@ public:
     std::vector<std::uint32_t> u32s();
     Bytes blob();
     std::vector<std::string> strs();
+    std::vector<Bytes> blobs();
     bool failed() const noexcept { return failed_; }
     // Everything read, nothing left over, nothing failed.
     bool complete() const noexcept { return !failed_ && pos_ == body_.size(); }

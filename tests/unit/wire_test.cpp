@@ -211,6 +211,10 @@ TEST(WireTest, HostileLengthsInsideBodiesAreBounded)
     EXPECT_FALSE(Hello::decode(body(b)));
     b = Writer(Type::hello).u8(1).u32(0).str("n").u32(0x40000000u).finish();
     EXPECT_FALSE(Hello::decode(body(b)));
+    // A value list that claims more blobs than the body could hold (found
+    // by the fuzzer: it decoded as an empty list and encoded differently).
+    b = Writer(Type::data_reply).u64(1).u32(0).i32(0).u32(0).u32(0).u32(0x3e000000u).finish();
+    EXPECT_FALSE(DataReply::decode(body(b)));
     b = Writer(Type::hello).u8(7).u32(0).str("n").u32(0).bytes(Nonce{}).bytes(Mac{}).finish();
     const auto r = Hello::decode(body(b));
     ASSERT_FALSE(r);
