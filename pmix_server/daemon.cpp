@@ -2,6 +2,7 @@
 // modex, events, outcomes and the local socket. See daemon.hpp.
 #include "daemon.hpp"
 
+#include "event_anchor.hpp"
 #include "exitpolicy/outcome.hpp"
 #include "log.hpp"
 #include "pmix_host.hpp"
@@ -25,6 +26,7 @@
 #include <cstring>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -36,6 +38,13 @@ bool has_rank(const std::vector<std::uint32_t>& ranks, std::uint32_t rank)
     return ranks.empty() || std::binary_search(ranks.begin(), ranks.end(), rank);
 }
 
+std::int64_t now_us()
+{
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    return std::int64_t{now.tv_sec} * 1'000'000 + now.tv_nsec / 1000;
+}
+
 }  // namespace
 
 // One connection on the local socket.
@@ -43,6 +52,7 @@ struct Daemon::Local {
     Daemon* d = nullptr;
     bufferevent* bev = nullptr;
     uid_t uid = static_cast<uid_t>(-1);
+    pid_t pid = -1;  // the peer, as the kernel says
     ~Local()
     {
         if (bev)
@@ -52,8 +62,15 @@ struct Daemon::Local {
 
 Daemon::Daemon(Args args, wire::Secret secret) : args_(std::move(args)), secret_(secret) {}
 
+Daemon::Task::~Task()
+{
+    if (pidfd >= 0)
+        ::close(pidfd);
+}
+
 Daemon::~Daemon()
 {
+    anchor_.reset();  // a client of our server: it finalizes first
     pmix_.reset();
     children_.clear();
     up_.reset();
@@ -104,7 +121,17 @@ int Daemon::run()
         this);
     pmix_ = std::make_unique<PmixHost>(*this);
     pmix_->discover_topology();
-    pmix_init_ = std::thread([this] { pmix_init_result_ = pmix_->init(args_.dir); });
+    anchor_ = std::make_unique<EventAnchor>(*this);
+    pmix_init_ = std::thread([this] {
+        pmix_init_result_ = pmix_->init(args_.dir);
+        if (*pmix_init_result_)
+            post([this] {
+                anchor_->start([this](bool) {
+                    anchor_settled_ = true;
+                    ready();
+                });
+            });
+    });
     listen_local();
     listen_children();
     start_fe_link();
@@ -399,7 +426,7 @@ void Daemon::ready()
 {
     // Serving once the namespace is in and the way up is open: a task's
     // first fence must find both.
-    if (!namespace_ready_ || (up_ && !up_->is_ready()))
+    if (!namespace_ready_ || !anchor_settled_ || (up_ && !up_->is_ready()))
         return;
     if (ready_sent_ || args_.ready_fd < 0)
         return;
@@ -561,7 +588,7 @@ Result<bool> Daemon::dispatch(bool from_above, wire::Channel* from, wire::Type t
             return R::ok(true);
         }
         send_down(std::nullopt, t->encode());
-        terminate_local(t->reason);
+        terminate_local(t->reason, t->kill_after_ms);
         return R::ok(true);
     }
     default:
@@ -579,6 +606,7 @@ void Daemon::on_event(const wire::Event& e, bool from_above)
     }
     if (!events_seen_.insert(e.rank).second)
         return;  // a replay
+    failure_known(e.rank);
     const wire::Bytes frame = e.encode();
     history_.push_back(frame);
     send_down(std::nullopt, frame);
@@ -598,6 +626,7 @@ void Daemon::on_node_down(const wire::NodeDown& d)
     tree_->leave(d.node);
     std::vector<std::uint32_t> fresh;
     for (std::uint32_t r : d.ranks) {
+        failure_known(r);
         fail_fences_with(r);
         if (notified_.insert(r).second)
             fresh.push_back(r);
@@ -726,6 +755,11 @@ void Daemon::direct_modex(std::uint32_t rank, int timeout_s, Done done)
 
 void Daemon::after(int seconds, std::function<void()> fn)
 {
+    after_ms(static_cast<std::uint32_t>(seconds) * 1000, std::move(fn));
+}
+
+void Daemon::after_ms(std::uint32_t ms, std::function<void()> fn)
+{
     struct Timer {
         std::function<void()> fn;
         event* ev = nullptr;
@@ -743,7 +777,7 @@ void Daemon::after(int seconds, std::function<void()> fn)
             }
         },
         t);
-    const timeval limit{seconds, 0};
+    const timeval limit{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000) * 1000};
     evtimer_add(t->ev, &limit);
 }
 
@@ -776,9 +810,8 @@ void Daemon::on_dmodex_resp(const wire::DmodexResp& r)
 
 void Daemon::abort(std::uint32_t rank, int status, std::string message)
 {
-    timespec now{};
-    ::clock_gettime(CLOCK_REALTIME, &now);
-    aborts_[rank] = {status, std::int64_t{now.tv_sec} * 1'000'000 + now.tv_nsec / 1000};
+    aborts_[rank] = {status, now_us()};
+    failure_known(rank);
     log::info("rank %u called abort with status %d: %s", rank, status, message.c_str());
     send_up(wire::Abort{rank, status, std::move(message)}.encode());
 }
@@ -848,12 +881,61 @@ void Daemon::client_finalized(std::uint32_t rank)
     finalized_.insert(rank);
 }
 
-void Daemon::terminate_local(const std::string& why)
+void Daemon::failure_known(std::uint32_t rank)
 {
-    log::info("terminating local tasks: %s", why.c_str());
-    for (const auto& [rank, pid] : pids_)
-        if (!ended_.count(rank) && pid > 0)
-            ::kill(static_cast<pid_t>(pid), SIGKILL);
+    if (!first_known_)
+        first_known_ = KnownFailure{rank, now_us()};
+}
+
+// Ended (or aborted) at `when_us` after this node knew of another task's
+// failure, or signalled by our own teardown.
+bool Daemon::collateral(std::uint32_t rank, std::int64_t when_us) const
+{
+    if (torn_down_.count(rank))
+        return true;
+    return first_known_ && first_known_->rank != rank && when_us > first_known_->at_us;
+}
+
+void Daemon::terminate_local(const std::string& why, std::uint32_t kill_after_ms)
+{
+    if (!torn_down_.empty())
+        return;  // a teardown is under way here already
+    std::set<std::uint32_t> running;
+    for (const auto& [rank, task] : tasks_)
+        if (!ended_.count(rank))
+            running.insert(rank);
+    log::info("terminating %zu local tasks: %s", running.size(), why.c_str());
+    if (running.empty())
+        return;
+    torn_down_ = running;
+    signal_local(SIGTERM, running);
+    signal_local(SIGCONT, running);  // a stopped task must see its SIGTERM
+    after_ms(kill_after_ms, [this] {
+        std::set<std::uint32_t> left;
+        for (std::uint32_t rank : torn_down_)
+            if (!ended_.count(rank))
+                left.insert(rank);
+        if (left.empty())
+            return;
+        log::info("%zu local tasks outlived SIGTERM: SIGKILL", left.size());
+        signal_local(SIGKILL, left);
+    });
+}
+
+void Daemon::signal_local(int sig, const std::set<std::uint32_t>& ranks)
+{
+    for (std::uint32_t rank : ranks) {
+        auto it = tasks_.find(rank);
+        if (it == tasks_.end() || ended_.count(rank))
+            continue;
+        const Task& t = *it->second;
+        if (t.pidfd >= 0) {
+            if (::syscall(SYS_pidfd_send_signal, t.pidfd, sig, nullptr, 0) != 0 && errno != ESRCH)
+                log::error("cannot signal rank %u: %s", rank, std::strerror(errno));
+        } else if (t.pid > 0) {
+            ::kill(t.pid, sig);  // no pidfds on this kernel
+        }
+    }
 }
 
 // ---- outcomes ----------------------------------------------------------------------
@@ -877,6 +959,10 @@ void Daemon::outcome(const wire::Outcome& in)
             o.flags |= wire::Outcome::flag_finalized;
     }
     if (const auto event = wire::pmix::termination_event(o, args_.node_id)) {
+        const std::int64_t when = aborted != aborts_.end() ? aborted->second.when_us : o.end_time_us;
+        if (collateral(o.rank, when))
+            o.flags |= wire::Outcome::flag_collateral;
+        failure_known(o.rank);
         // Our own clients first, then everyone else through the FE.
         if (notified_.insert(o.rank).second)
             pmix_->notify_terminated(o.rank, event->code, event->exit_code);
@@ -953,6 +1039,7 @@ void Daemon::listen_local()
             auto l = std::make_unique<Local>();
             l->d = d;
             l->uid = cred.uid;
+            l->pid = cred.pid;
             l->bev = bufferevent_socket_new(d->base_, fd, BEV_OPT_CLOSE_ON_FREE);
             bufferevent_setcb(
                 l->bev,
@@ -1007,7 +1094,11 @@ void Daemon::on_local_frame(Local& l, wire::Type type, std::span<const std::uint
             out.status = 1;
             out.error = env.error();
         } else {
-            pids_[r->rank] = r->pid;
+            // The task itself asks, before exec: its pid is the peer's.
+            auto task = std::make_unique<Task>();
+            task->pid = l.pid;
+            task->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, l.pid, 0));
+            tasks_[r->rank] = std::move(task);
             out.env = std::move(*env);
         }
         reply(out.encode());

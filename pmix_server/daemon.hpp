@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <sys/types.h>
 #include <functional>
 #include <map>
 #include <memory>
@@ -30,6 +31,7 @@ struct evconnlistener;
 namespace exitpolicy::pmixd {
 
 class PmixHost;
+class EventAnchor;
 
 class Daemon {
 public:
@@ -67,6 +69,9 @@ public:
     void client_finalized(std::uint32_t rank);
 
     const Args& args() const noexcept { return args_; }
+    event_base* base() const noexcept { return base_; }
+    // Runs fn on the loop after `ms` milliseconds.
+    void after_ms(std::uint32_t ms, std::function<void()> fn);
     const wire::StepMap& map() const noexcept { return *map_; }
 
 private:
@@ -105,9 +110,16 @@ private:
     void route(std::uint32_t to, const wire::Bytes& frame);
     // Runs fn on the loop after `seconds`.
     void after(int seconds, std::function<void()> fn);
+    // This node learned that `rank` ended abnormally (or called abort):
+    // what ends here after it is collateral.
+    void failure_known(std::uint32_t rank);
+    bool collateral(std::uint32_t rank, std::int64_t when_us) const;
     void outcome(const wire::Outcome& o);
     void flush_outcomes();
-    void terminate_local(const std::string& why);
+    // Teardown: SIGTERM to every local task still running, SIGKILL to
+    // those left after kill_after_ms.
+    void terminate_local(const std::string& why, std::uint32_t kill_after_ms);
+    void signal_local(int sig, const std::set<std::uint32_t>& ranks);
     void listen_children();
     void listen_local();
     void on_local_frame(Local& l, wire::Type type, std::span<const std::uint8_t> body);
@@ -137,6 +149,10 @@ private:
     std::vector<std::unique_ptr<Local>> locals_;
 
     std::unique_ptr<PmixHost> pmix_;
+    // Keeps clients' default event handlers registered (event_anchor.hpp);
+    // ready waits until it registered or failed.
+    std::unique_ptr<EventAnchor> anchor_;
+    bool anchor_settled_ = false;
     // PMIx_server_init takes ~20 ms: it runs on its own thread while the
     // daemon enrolls, and is joined when the step map arrives.
     std::thread pmix_init_;
@@ -152,7 +168,26 @@ private:
     int exit_code_ = 0;
 
     std::deque<wire::Outcome> unacked_;  // sent up, not yet acknowledged
-    std::map<std::uint32_t, std::int64_t> pids_;
+    // The local tasks, as their env requests came (the kernel's word for
+    // the pid: SO_PEERCRED): a pidfd, so that a signal never reaches a
+    // process that reused a pid.
+    struct Task {
+        pid_t pid = -1;
+        int pidfd = -1;
+        Task() = default;
+        Task(const Task&) = delete;
+        Task& operator=(const Task&) = delete;
+        ~Task();
+    };
+    std::map<std::uint32_t, std::unique_ptr<Task>> tasks_;
+    // The first abnormal end this node learned of (its own tasks' or, by
+    // an event, another node's), and when, on this node's clock.
+    struct KnownFailure {
+        std::uint32_t rank = 0;
+        std::int64_t at_us = 0;
+    };
+    std::optional<KnownFailure> first_known_;
+    std::set<std::uint32_t> torn_down_;  // local ranks our teardown signalled
     struct AbortCall {
         int status = 0;
         std::int64_t when_us = 0;  // the failure's moment: the kill comes later

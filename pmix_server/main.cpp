@@ -3,6 +3,7 @@
 // spank_plugin/daemon_launch.cpp), never by hand.
 #include "args.hpp"
 #include "daemon.hpp"
+#include "event_anchor.hpp"
 #include "log.hpp"
 
 #include "protocol/auth.hpp"
@@ -39,6 +40,8 @@ void on_crash(int sig)
 int main(int argc, char** argv)
 {
     using namespace exitpolicy;
+    if (argc == 2 && std::strcmp(argv[1], "--event-anchor") == 0)
+        return pmixd::run_event_anchor();
     std::vector<std::string> words(argv + 1, argv + argc);
     auto args = pmixd::parse_args(words);
     if (!args) {

@@ -9,6 +9,7 @@
 #include "protocol/events.hpp"
 
 #include "daemon.hpp"
+#include "event_anchor.hpp"
 #include "log.hpp"
 
 #include <hwloc.h>
@@ -67,11 +68,21 @@ void answer_modex(pmix_modex_cbfunc_t cbfunc, void* cbdata, int status, wire::By
 
 // ---- the upcalls ---------------------------------------------------------------
 
+// The event anchor (event_anchor.hpp) is a client of ours too, in a
+// namespace of its own: it is none of the step's tasks.
+bool is_anchor(const pmix_proc_t* proc)
+{
+    const Args& args = the_daemon->args();
+    return EventAnchor::nspace_of(args.job_id, args.step_id) == proc->nspace;
+}
+
 pmix_status_t on_client_connected(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t cbfunc, void* cbdata)
 {
+    const bool anchor = is_anchor(proc);
     const std::uint32_t rank = proc->rank;
-    the_daemon->post([rank, cbfunc, cbdata] {
-        the_daemon->client_connected(rank);
+    the_daemon->post([anchor, rank, cbfunc, cbdata] {
+        if (!anchor)
+            the_daemon->client_connected(rank);
         if (cbfunc)
             cbfunc(PMIX_SUCCESS, cbdata);
     });
@@ -80,9 +91,11 @@ pmix_status_t on_client_connected(const pmix_proc_t* proc, void*, pmix_op_cbfunc
 
 pmix_status_t on_client_finalized(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t cbfunc, void* cbdata)
 {
+    const bool anchor = is_anchor(proc);
     const std::uint32_t rank = proc->rank;
-    the_daemon->post([rank, cbfunc, cbdata] {
-        the_daemon->client_finalized(rank);
+    the_daemon->post([anchor, rank, cbfunc, cbdata] {
+        if (!anchor)
+            the_daemon->client_finalized(rank);
         if (cbfunc)
             cbfunc(PMIX_SUCCESS, cbdata);
     });
@@ -545,7 +558,8 @@ Result<bool> PmixHost::register_namespace(std::function<void(int status)> done)
     // for every process: with any per-process data OpenPMIx derives nothing).
     if (topology_thread_.joinable())
         topology_thread_.join();
-    const std::size_t njob = topology_xml_.empty() ? 13 : 14;
+    const bool recoverable = map.recoverable;
+    const std::size_t njob = 13 + (topology_xml_.empty() ? 0 : 1) + (recoverable ? 1 : 0);
     auto* info = new InfoArray(njob + ntasks);
     pmix_info_t* i = info->info;
     PMIX_INFO_LOAD(&i[0], PMIX_UNIV_SIZE, &ntasks, PMIX_UINT32);
@@ -562,8 +576,13 @@ Result<bool> PmixHost::register_namespace(std::function<void(int status)> done)
     PMIX_INFO_LOAD(&i[11], PMIX_HOSTNAME, args.hostname.c_str(), PMIX_STRING);
     const std::string jobid = std::to_string(args.job_id) + "." + std::to_string(args.step_id);
     PMIX_INFO_LOAD(&i[12], PMIX_JOBID, jobid.c_str(), PMIX_STRING);
+    std::size_t next = 13;
     if (!topology_xml_.empty())
-        PMIX_INFO_LOAD(&i[13], PMIX_HWLOC_XML_V2, topology_xml_.c_str(), PMIX_STRING);
+        PMIX_INFO_LOAD(&i[next++], PMIX_HWLOC_XML_V2, topology_xml_.c_str(), PMIX_STRING);
+    // Run-through: the step goes on after a task fails (PRRTE's
+    // --enable-recovery); clients can see it.
+    if (recoverable)
+        PMIX_INFO_LOAD(&i[next++], PMIX_JOB_RECOVERABLE, &recoverable, PMIX_BOOL);
     std::free(node_regex);
     std::free(proc_regex);
     for (std::uint32_t r = 0; r < ntasks; ++r) {
@@ -728,7 +747,13 @@ void notify(const std::string& nspace, int status, std::optional<std::uint32_t> 
 
 void PmixHost::notify_terminated(std::uint32_t rank, int code, int exit_code)
 {
-    for (const int status : {static_cast<int>(PMIX_EVENT_PROC_TERMINATED), code}) {
+    // The standard event, the specific code, and always the legacy generic
+    // PMIX_ERR_PROC_ABORTED: Open MPI 5's ULFM handler and OpenPMIx's own
+    // examples/fault.c register that one, not the standard event.
+    std::vector<int> statuses{PMIX_EVENT_PROC_TERMINATED, code};
+    if (code != PMIX_ERR_PROC_ABORTED)
+        statuses.push_back(PMIX_ERR_PROC_ABORTED);
+    for (const int status : statuses) {
         auto* info = new InfoArray(3);
         pmix_proc_t affected;
         PMIX_PROC_LOAD(&affected, nspace_.c_str(), rank);

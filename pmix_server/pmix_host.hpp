@@ -38,7 +38,8 @@ public:
     // The data a local rank committed, for a peer node's direct modex.
     void dmodex(std::uint32_t rank, std::function<void(int status, wire::Bytes data)> done);
     // Tells every local client that `rank` ended abnormally: the standard
-    // PMIX_EVENT_PROC_TERMINATED and the specific code.
+    // PMIX_EVENT_PROC_TERMINATED, the specific code, and the legacy
+    // PMIX_ERR_PROC_ABORTED (unless that is the specific code).
     void notify_terminated(std::uint32_t rank, int code, int exit_code);
     // Tells every local client that a node is lost: PMIX_EVENT_NODE_DOWN
     // (its lost ranks as the affected procs, hostname, node id), then the

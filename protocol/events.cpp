@@ -27,7 +27,8 @@ std::optional<Event> termination_event(const Outcome& o, std::uint32_t origin)
     t.wait_status = o.wait_status;
     if (aborted)
         t.abort_status = o.abort_status;
-    return Event{origin, o.rank, code, task_code(t, 1), o.wait_status};
+    const bool client = (o.flags & Outcome::flag_finalized_known) != 0;
+    return Event{origin, o.rank, code, task_code(t, 1), o.wait_status, client};
 }
 
 }  // namespace exitpolicy::wire::pmix

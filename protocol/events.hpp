@@ -27,7 +27,8 @@ inline constexpr int node_down = -231;             // PMIX_EVENT_NODE_DOWN
 // (abort, signal, non-zero exit, or a client that never finalized, in that
 // order) and the task's code (128 + signal, the abort status, ...); none
 // when the task ended well. What is known of abort and finalization comes in
-// the outcome's flags.
+// the outcome's flags, and so is whether the task was a PMIx client (the
+// event's `client`).
 std::optional<Event> termination_event(const Outcome& o, std::uint32_t origin);
 
 }  // namespace exitpolicy::wire::pmix

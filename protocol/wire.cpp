@@ -368,6 +368,7 @@ Bytes StepMap::encode() const
     w.u32(static_cast<std::uint32_t>(rank_node.size()));
     for (auto n : rank_node)
         w.u32(n);
+    w.u8(recoverable ? 1 : 0);
     return w.finish();
 }
 
@@ -387,6 +388,10 @@ Result<StepMap> StepMap::decode(std::span<const std::uint8_t> body)
         for (auto& x : *v)
             x = r.u32();
     }
+    const std::uint8_t recoverable = r.u8();
+    if (recoverable > 1)
+        return Result<StepMap>::fail("malformed step map frame: recoverable is neither 0 nor 1");
+    m.recoverable = recoverable == 1;
     if (m.hosts.size() != m.hostnames.size() || m.ports.size() != m.hostnames.size())
         return Result<StepMap>::fail("malformed step map frame: node lists differ in length");
     for (auto n : m.rank_node)
@@ -397,7 +402,14 @@ Result<StepMap> StepMap::decode(std::span<const std::uint8_t> body)
 
 Bytes Event::encode() const
 {
-    return Writer(Type::event).u32(origin).u32(rank).i32(code).i32(exit_code).i32(wait_status).finish();
+    return Writer(Type::event)
+        .u32(origin)
+        .u32(rank)
+        .i32(code)
+        .i32(exit_code)
+        .i32(wait_status)
+        .u8(client ? 1 : 0)
+        .finish();
 }
 
 Result<Event> Event::decode(std::span<const std::uint8_t> body)
@@ -409,6 +421,10 @@ Result<Event> Event::decode(std::span<const std::uint8_t> body)
     m.code = r.i32();
     m.exit_code = r.i32();
     m.wait_status = r.i32();
+    const std::uint8_t flags = r.u8();
+    if (flags > 1)
+        return Result<Event>::fail("malformed event frame: unknown flags");
+    m.client = flags == 1;
     return finish_decode(r, m, Type::event);
 }
 
@@ -552,7 +568,7 @@ Result<Abort> Abort::decode(std::span<const std::uint8_t> body)
 
 Bytes Terminate::encode() const
 {
-    return Writer(Type::terminate).str(reason).finish();
+    return Writer(Type::terminate).str(reason).u32(kill_after_ms).finish();
 }
 
 Result<Terminate> Terminate::decode(std::span<const std::uint8_t> body)
@@ -560,6 +576,7 @@ Result<Terminate> Terminate::decode(std::span<const std::uint8_t> body)
     Reader r(body);
     Terminate m;
     m.reason = r.str();
+    m.kill_after_ms = r.u32();
     return finish_decode(r, std::move(m), Type::terminate);
 }
 

@@ -160,6 +160,10 @@ struct Outcome {
     static constexpr std::uint8_t flag_aborted = 1;
     static constexpr std::uint8_t flag_finalized_known = 2;
     static constexpr std::uint8_t flag_finalized = 4;
+    // The node saw the task end (or call PMIx_Abort) after it had learned of
+    // another task's abnormal end, or killed it itself in a teardown: not a
+    // root cause.
+    static constexpr std::uint8_t flag_collateral = 8;
     std::uint32_t rank = 0;
     std::uint32_t epoch = 0;
     std::int64_t pid = -1;
@@ -197,6 +201,7 @@ struct StepMap {
     std::vector<std::string> hosts;      // listen addresses, by node id
     std::vector<std::uint32_t> ports;    // by node id
     std::vector<std::uint32_t> rank_node;  // by rank
+    bool recoverable = false;  // run-through: no teardown after a failure (PMIX_JOB_RECOVERABLE)
     Bytes encode() const;
     static Result<StepMap> decode(std::span<const std::uint8_t> body);
 };
@@ -208,6 +213,9 @@ struct Event {
     std::int32_t code = 0;         // the specific PMIx status (PMIX_ERR_...)
     std::int32_t exit_code = 0;    // the task's code (128 + signal, abort status)
     std::int32_t wait_status = 0;
+    // The task was a PMIx client of the service: its abnormal end tears a
+    // step down unless the step is recoverable.
+    bool client = false;
     Bytes encode() const;
     static Result<Event> decode(std::span<const std::uint8_t> body);
 };
@@ -280,8 +288,11 @@ struct Abort {
     static Result<Abort> decode(std::span<const std::uint8_t> body);
 };
 
+// FE -> every daemon: end every local task that is still running, SIGTERM
+// first and SIGKILL after kill_after_ms.
 struct Terminate {
     std::string reason;
+    std::uint32_t kill_after_ms = 0;
     Bytes encode() const;
     static Result<Terminate> decode(std::span<const std::uint8_t> body);
 };

@@ -21,6 +21,7 @@ int init_post_opt(spank_t)
         {&st.cli.main_rank, opt_main_rank.env},
         {&st.cli.report, opt_report.env},
         {&st.cli.report_json, opt_report_json.env},
+        {&st.cli.recoverable, opt_recoverable.env},
     };
     for (const auto& [value, name] : vars)
         if (*value && ::setenv(name, (*value)->c_str(), 1) != 0)

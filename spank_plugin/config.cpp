@@ -2,7 +2,9 @@
 #include "config.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <string>
 
 namespace exitpolicy::plugin {
 namespace {
@@ -49,7 +51,20 @@ std::string_view config_usage() noexcept
 {
     return "default_policy=POLICY allowed_policies=POLICY[,POLICY...] report=auto|always|never "
            "lost_code=0..255 grace_ms=0..600000 pmix=auto|never fanout=2..1024 port_range=FIRST-LAST "
-           "daemon=/PATH debug=0..3 log_dir=/PATH topology=discover|none|/PATH";
+           "daemon=/PATH debug=0..3 log_dir=/PATH topology=discover|none|/PATH recoverable=yes|no "
+           "teardown_grace_ms=0..60000";
+}
+
+Result<bool> parse_switch(std::string_view text)
+{
+    std::string lower(text);
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (lower == "yes" || lower == "true" || lower == "1")
+        return Result<bool>::ok(true);
+    if (lower == "no" || lower == "false" || lower == "0")
+        return Result<bool>::ok(false);
+    return Result<bool>::fail("invalid value '" + std::string(text) + "': expected yes or no (or true/false, 1/0)");
 }
 
 Result<Config> parse_config(const std::vector<std::string_view>& args)
@@ -132,6 +147,16 @@ Result<Config> parse_config(const std::vector<std::string_view>& args)
                 return Result<Config>::fail(
                     bad(key, value, "expected discover, none, or the absolute path of an hwloc XML file"));
             c.topology = std::string(value);
+        } else if (key == "recoverable") {
+            auto v = parse_switch(value);
+            if (!v)
+                return Result<Config>::fail("plugstack.conf recoverable: " + v.error());
+            c.recoverable = *v;
+        } else if (key == "teardown_grace_ms") {
+            auto v = number<std::uint32_t>(value, 0, 60000);
+            if (!v)
+                return Result<Config>::fail(bad(key, value, "expected milliseconds, 0 to 60000"));
+            c.teardown_grace_ms = *v;
         } else if (key == "debug") {
             auto v = number<int>(value, 0, 3);
             if (!v)

@@ -42,6 +42,10 @@ struct Config {
     // absolute path of an hwloc XML file, %n standing for the node's name
     // (e.g. slurmd's own <SlurmdSpoolDir>/hwloc_topo_whole.xml).
     std::string topology = "discover";
+    // Failures in a PMIx step: run-through (recoverable) or teardown after
+    // teardown_grace_ms (the default).
+    bool recoverable = false;
+    std::uint32_t teardown_grace_ms = 500;
 
     bool allows(Policy policy) const noexcept;
     // "main-rank, max" or "all policies".
@@ -50,6 +54,9 @@ struct Config {
 
 // args: the words after the plugin path in plugstack.conf.
 Result<Config> parse_config(const std::vector<std::string_view>& args);
+
+// yes/no, true/false, 1/0 (any case), for switches; the error lists them.
+Result<bool> parse_switch(std::string_view text);
 
 // The valid arguments, for error messages and docs.
 std::string_view config_usage() noexcept;

@@ -38,6 +38,19 @@ struct ListenerDeleter {
     void operator()(evconnlistener* l) const noexcept { evconnlistener_free(l); }
 };
 
+// "was killed by SIGSEGV", "exited with code 3", ... for srun's user.
+std::string how_it_ended(const wire::Event& e)
+{
+    if (e.code == wire::pmix::proc_requested_abort)
+        return "called abort with status " + std::to_string(e.exit_code);
+    const WaitStatus s = WaitStatus::decode(e.wait_status);
+    if (s.kind == WaitStatus::Kind::signaled)
+        return "was killed by " + signal_name(s.signal);
+    if (s.kind == WaitStatus::Kind::exited && s.exit_code != 0)
+        return "exited with code " + std::to_string(s.exit_code);
+    return "exited without finalizing PMIx";
+}
+
 // A fence at the root of the overlay tree.
 struct RootFence {
     std::uint32_t expected = 0;
@@ -92,6 +105,9 @@ struct FrontEnd::Impl {
     // Published data (PMIx_Publish), and lookups waiting for it.
     std::map<std::string, std::pair<std::uint32_t, wire::Bytes>> published;
     std::vector<wire::DataRequest> waiting_lookups;
+    // Teardown (FE thread only): scheduled after a failure, sent once.
+    bool teardown_scheduled = false;
+    bool teardown_sent = false;
 
     void problem(std::string text)
     {
@@ -214,12 +230,69 @@ struct FrontEnd::Impl {
         const wire::Bytes frame = down.encode();
         history.push_back(frame);
         broadcast(frame);
+        failure(down.hostname + " was lost");
     }
 
     void broadcast(const wire::Bytes& frame)
     {
         for (Conn* c : children())
             send(c, frame);
+    }
+
+    // ---- teardown: failures end a step that is not recoverable ----
+
+    // Every daemon ends its node's tasks that still run. Kept in the
+    // history: a daemon adopted later must hear it too.
+    void teardown(const std::string& reason)
+    {
+        if (teardown_sent)
+            return;
+        teardown_sent = true;
+        wire::Terminate t;
+        t.reason = reason;
+        t.kill_after_ms = static_cast<std::uint32_t>(setup.kill_after.count());
+        const wire::Bytes frame = t.encode();
+        history.push_back(frame);
+        broadcast(frame);
+    }
+
+    // A failure that ends the step unless it is recoverable: the survivors
+    // have been told; they get teardown_grace to act on it first.
+    void failure(const std::string& what)
+    {
+        if (setup.recoverable || teardown_scheduled || teardown_sent)
+            return;
+        teardown_scheduled = true;
+        std::fprintf(stderr, "exitpolicy: %s: ending the step (srun --exit-recoverable lets the others run on)\n",
+                     what.c_str());
+        struct Later {
+            Impl* fe;
+            std::string reason;
+        };
+        auto* later = new Later{this, what};
+        const auto ms = setup.teardown_grace.count();
+        const timeval grace{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000) * 1000};
+        if (event_base_once(
+                base.get(), -1, EV_TIMEOUT,
+                [](evutil_socket_t, short, void* arg) {
+                    std::unique_ptr<Later> l(static_cast<Later*>(arg));
+                    try {
+                        l->fe->teardown(l->reason);
+                    } catch (...) {
+                        l->fe->problem("the teardown could not be sent");
+                    }
+                },
+                later, &grace) != 0) {
+            delete later;
+            teardown(what);
+        }
+    }
+
+    std::string where(std::uint32_t rank)
+    {
+        std::lock_guard lock(mu);
+        const std::uint32_t node = rank < node_of_rank.size() ? node_of_rank[rank] : setup.nnodes;
+        return "rank " + std::to_string(rank) + " on " + (node < node_names.size() ? node_names[node] : "?");
     }
 
     void route(std::uint32_t to, const wire::Bytes& frame)
@@ -255,6 +328,7 @@ struct FrontEnd::Impl {
             map.hostnames = node_names;
             map.rank_node = node_of_rank;
         }
+        map.recoverable = setup.recoverable;
         for (const auto& slot_of : enrolled) {
             map.hosts.push_back(slot_of->first);
             map.ports.push_back(slot_of->second);
@@ -287,6 +361,9 @@ struct FrontEnd::Impl {
         const wire::Bytes frame = e.encode();
         history.push_back(frame);
         broadcast(frame);
+        // Tasks that never used our PMIx keep Slurm's own rules (-K, ...).
+        if (e.client)
+            failure(where(e.rank) + " " + how_it_ended(e));
         // A fence that loses a participant fails everywhere.
         fail_fences(-1, [&](const std::vector<std::uint32_t>& ranks) {
             return std::binary_search(ranks.begin(), ranks.end(), e.rank);
@@ -422,10 +499,9 @@ struct FrontEnd::Impl {
                 first = aborts.empty();
                 aborts.emplace(a->rank, a->status);
             }
+            // An abort ends the step at once, recoverable or not.
             if (first)
-                broadcast(wire::Terminate{"rank " + std::to_string(a->rank) + " called abort with status " +
-                                          std::to_string(a->status)}
-                              .encode());
+                teardown(where(a->rank) + " called abort with status " + std::to_string(a->status));
             return Result<bool>::ok(true);
         }
         case wire::Type::notice: {
@@ -451,7 +527,7 @@ struct FrontEnd::Impl {
             auto t = wire::Terminate::decode(body);
             if (!t)
                 return Result<bool>::fail(t.error());
-            broadcast(t->encode());
+            teardown(t->reason);
             return Result<bool>::ok(true);
         }
         default:

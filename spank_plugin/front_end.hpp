@@ -6,7 +6,9 @@
 // per rank + epoch. In a step with the PMIx service the FE is also the root
 // of the node daemons' overlay tree, and it declares a node lost when both
 // its daemon and its slurmstepd are gone while some of its ranks never
-// reported. srun's main thread calls finish() after the step: it
+// reported; unless the step is recoverable, it then tears the step down
+// (the daemons signal their tasks). srun's main thread calls finish() after
+// the step: it
 // waits (bounded) for the outcomes still missing, stops the thread and hands
 // over what arrived.
 //
@@ -38,6 +40,13 @@ struct FrontEndSetup {
     std::optional<PortRange> ports;  // none: an ephemeral port
     std::uint32_t fanout = 32;       // the overlay tree of the node daemons
     int lost_code = 1;               // what a lost task counts as (for the PMIx events)
+    // Failures in a PMIx step: when a PMIx client ends abnormally or a node
+    // is lost, the FE tears the whole step down after teardown_grace
+    // (SIGTERM, then SIGKILL after kill_after), unless the step is
+    // recoverable (run-through). An abort tears it down at once.
+    bool recoverable = false;
+    std::chrono::milliseconds teardown_grace{500};
+    std::chrono::milliseconds kill_after{2000};
 };
 
 // What finish() hands over.

@@ -41,6 +41,10 @@ Result<bool> check_option(const OptionName& name, std::string_view value, const 
         auto m = named(source.c_str(), parse_report_mode(value));
         if (!m)
             return Result<bool>::fail(m.error());
+    } else if (option == opt_recoverable.option) {
+        auto v = named(source.c_str(), parse_switch(value));
+        if (!v)
+            return Result<bool>::fail(v.error());
     } else if (option == opt_report_json.option) {
         if (value.empty())
             return Result<bool>::fail(source + ": expected a file path (%j and %s expand to the job and step id)");
@@ -53,6 +57,7 @@ Result<StepOptions> resolve_options(const RawOptions& cli, const RawOptions& env
     StepOptions o;
     o.report = config.report;
     o.policy = config.default_policy;
+    o.recoverable = config.recoverable;
 
     auto pick = [](const std::optional<std::string>& c, const std::optional<std::string>& e, const OptionName& n,
                    std::string& source) -> const std::optional<std::string>& {
@@ -84,6 +89,12 @@ Result<StepOptions> resolve_options(const RawOptions& cli, const RawOptions& env
             return Result<StepOptions>::fail(source +
                                              ": expected a file path (%j and %s expand to the job and step id)");
         o.report_json = *v;
+    }
+    if (const auto& v = pick(cli.recoverable, env.recoverable, opt_recoverable, source)) {
+        auto r = named(source.c_str(), parse_switch(*v));
+        if (!r)
+            return Result<StepOptions>::fail(r.error());
+        o.recoverable = *r;
     }
     return Result<StepOptions>::ok(o);
 }

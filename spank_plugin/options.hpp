@@ -26,6 +26,8 @@ inline constexpr OptionName opt_policy{"exit-policy", "SLURM_EXIT_POLICY"};
 inline constexpr OptionName opt_main_rank{"exit-main-rank", "SLURM_EXIT_MAIN_RANK"};
 inline constexpr OptionName opt_report{"exit-report", "SLURM_EXIT_REPORT"};
 inline constexpr OptionName opt_report_json{"exit-report-json", "SLURM_EXIT_REPORT_JSON"};
+// A flag on the command line (no value); yes/no in the environment.
+inline constexpr OptionName opt_recoverable{"exit-recoverable", "SLURM_EXIT_RECOVERABLE"};
 
 // Raw values, as given, from one source.
 struct RawOptions {
@@ -33,7 +35,8 @@ struct RawOptions {
     std::optional<std::string> main_rank;
     std::optional<std::string> report;
     std::optional<std::string> report_json;
-    bool any() const noexcept { return policy || main_rank || report || report_json; }
+    std::optional<std::string> recoverable;  // the flag on the command line: "yes"
+    bool any() const noexcept { return policy || main_rank || report || report_json || recoverable; }
 };
 
 struct StepOptions {
@@ -42,6 +45,7 @@ struct StepOptions {
     bool main_rank_given = false;
     ReportMode report = ReportMode::automatic;
     std::string report_json;          // path template, empty: none
+    bool recoverable = false;         // run-through after a PMIx client fails
 };
 
 // Checks one value as an option callback would: the error names the option.

@@ -21,6 +21,7 @@ std::optional<std::string>* slot(int val)
     case 2: return &the_state.cli.main_rank;
     case 3: return &the_state.cli.report;
     case 4: return &the_state.cli.report_json;
+    case 5: return &the_state.cli.recoverable;
     default: return nullptr;
     }
 }
@@ -31,6 +32,7 @@ const OptionName& name_of(int val)
     case 1: return opt_policy;
     case 2: return opt_main_rank;
     case 3: return opt_report;
+    case 5: return opt_recoverable;
     default: return opt_report_json;
     }
 }
@@ -44,7 +46,8 @@ int on_option(int val, const char* optarg, int remote) noexcept
         auto* target = slot(val);
         if (!target)
             return 0;
-        const std::string value = optarg ? optarg : "";
+        // --exit-recoverable is a flag: no value means yes.
+        const std::string value = optarg ? optarg : (val == 5 ? "yes" : "");
         if (!remote && !the_state.disabled) {
             if (auto ok = check_option(name_of(val), value, the_state.config); !ok) {
                 log::error("%s", ok.error().c_str());
@@ -76,6 +79,10 @@ struct spank_option options[] = {
      1, 3, on_option},
     {const_cast<char*>(opt_report_json.option), const_cast<char*>("PATH"),
      const_cast<char*>("Also write the exit report as JSON to PATH (%j: job id, %s: step id)"), 1, 4, on_option},
+    {const_cast<char*>(opt_recoverable.option), nullptr,
+     const_cast<char*>("In a step served by exitpolicy's PMIx: when a task fails, tell the others and let them "
+                       "run on (default: end the step)"),
+     0, 5, on_option},
 };
 
 }  // namespace

@@ -39,6 +39,7 @@ RawOptions options_from_env(Lookup&& lookup)
     env.main_rank = lookup(opt_main_rank.env);
     env.report = lookup(opt_report.env);
     env.report_json = lookup(opt_report_json.env);
+    env.recoverable = lookup(opt_recoverable.env);
     return env;
 }
 

@@ -160,6 +160,7 @@ void forward_batch_options(spank_t sp)
         {&cli.main_rank, opt_main_rank.env},
         {&cli.report, opt_report.env},
         {&cli.report_json, opt_report_json.env},
+        {&cli.recoverable, opt_recoverable.env},
     };
     for (const auto& [value, name] : vars)
         if (*value && spank_setenv(sp, name, (*value)->c_str(), 1) != ESPANK_SUCCESS)

@@ -118,6 +118,8 @@ int local_user_init(spank_t sp)
     }
     FrontEndSetup setup{local.job_id, local.step_id, local.ntasks, nnodes, state().config.port_range,
                         state().config.fanout, state().config.lost_code};
+    setup.recoverable = local.options->recoverable;
+    setup.teardown_grace = std::chrono::milliseconds(state().config.teardown_grace_ms);
     auto fe = FrontEnd::start(setup);
     if (!fe) {
         log::user("warning: %s; srun keeps Slurm's exit code", fe.error().c_str());
@@ -148,8 +150,22 @@ int exit(spank_t)
     local.fe.reset();
     for (const auto& p : got.problems)
         log::verbose("front end: %s", p.c_str());
-    if (!opts.policy)
-        return 0;  // the PMIx service only: srun's code is Slurm's
+    // No policy of the user's: srun's code is Slurm's, but for an abort
+    // that is the root cause in a step our PMIx serves (as under Slurm's
+    // mpi/pmix, MPI_Abort(comm, 7) makes srun exit 7).
+    const bool user_policy = opts.policy && !local.report_only;
+    auto slurms_code = [&](const Decision& d) {
+        if (local.pmix && !got.missing && d.reason == Reason::aborted) {
+            std::fflush(nullptr);
+            ::_exit(d.code);
+        }
+        return 0;
+    };
+    if (!opts.policy) {
+        if (auto d = decide(got.step, Settings{Policy::max, 0, st.config.lost_code}); d)
+            return slurms_code(*d);
+        return 0;
+    }
 
     if (got.missing && got.nodes_reporting < got.nnodes) {
         log::user("warning: %u of %u nodes never reported (see the Slurm log of those nodes); "
@@ -172,8 +188,8 @@ int exit(spank_t)
         write_json(expand_report_path(opts.report_json, local.job_id, local.step_id),
                    render_json(got.step, settings, *decision, ctx));
     }
-    if (local.report_only)
-        return 0;
+    if (!user_policy)
+        return slurms_code(*decision);
     // _exit sets srun's code and skips later atexit handlers: everything of
     // ours is done, and stdio is flushed first so that no output is lost.
     std::fflush(nullptr);

@@ -1,8 +1,11 @@
 /* ep_events --victim R (--exit CODE | --signal SIG | --hang) [--delay S] [--expect K]
  *           [--timeout S] [--no-finalize-victim | --finalize-victim] [--fence-survivors]
+ *           [--register all|default|aborted]
  *
- * Every rank registers one event handler per failure code (code-specific
- * registrations only: OpenPMIx 4.2.2 servers drop default, code-less ones),
+ * Every rank registers one event handler per failure code (--register all,
+ * the default), or one default (code-less) handler as Open MPI 4.1 does
+ * (--register default), or a handler for PMIX_ERR_PROC_ABORTED alone as
+ * OpenPMIx's examples/fault.c does (--register aborted); it
  * waits for the registrations to complete, and fences, so that every handler
  * is in place before anyone dies. Then
  *   the victim (rank R) waits --delay seconds (default 0; every rank prints
@@ -45,7 +48,8 @@
 static _Noreturn void usage(const char *why) {
   ep_die(EP_EXIT_USAGE,
          "%s\nusage: ep_events --victim R (--exit CODE | --signal SIG | --hang) [--delay S] "
-         "[--expect K] [--timeout S] [--no-finalize-victim | --finalize-victim] [--fence-survivors]",
+         "[--expect K] [--timeout S] [--no-finalize-victim | --finalize-victim] [--fence-survivors] "
+         "[--register all|default|aborted]",
          why);
 }
 
@@ -83,6 +87,8 @@ static struct reg regs[] = {
 #endif
 };
 #define NREGS (sizeof regs / sizeof regs[0])
+/* --register default: one code-less (default) handler, as Open MPI 4.1 has. */
+static struct reg default_reg = {0, "default", false, PMIX_SUCCESS, 0};
 
 /* An event as the handler saw it. */
 struct ev {
@@ -264,6 +270,7 @@ int main(int argc, char **argv) {
   ep_setup("ep_events");
   long victim = -1, exit_code = -1, sig = -1, expect = 2;
   bool finalize_victim = false, hang = false, fence_survivors = false;
+  const char *which = "all";
   double delay = 0;
   static const struct option opts[] = {
       {"victim", required_argument, NULL, 'v'},
@@ -276,6 +283,7 @@ int main(int argc, char **argv) {
       {"hang", no_argument, NULL, 'H'},
       {"delay", required_argument, NULL, 'd'},
       {"fence-survivors", no_argument, NULL, 'F'},
+      {"register", required_argument, NULL, 'r'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -322,6 +330,12 @@ int main(int argc, char **argv) {
       }
       break;
     case 'F': fence_survivors = true; break;
+    case 'r':
+      if (strcmp(optarg, "all") != 0 && strcmp(optarg, "default") != 0 && strcmp(optarg, "aborted") != 0) {
+        usage("bad --register (all, default or aborted)");
+      }
+      which = optarg;
+      break;
     case 'h': usage("help");
     default: usage("bad option");
     }
@@ -354,32 +368,51 @@ int main(int argc, char **argv) {
   g_size = size;
   pthread_mutex_unlock(&mu);
 
-  /* One registration per code, non-blocking; then wait for all of them. */
-  ep_wait_begin("register");
+  /* The registrations --register asks for: one per code (all), one
+   * code-less default handler, or PMIX_ERR_PROC_ABORTED alone (what
+   * OpenPMIx's examples/fault.c registers). */
+  struct reg *chosen[NREGS + 1];
+  size_t nchosen = 0;
   for (size_t i = 0; i < NREGS; i++) {
+    if (strcmp(which, "all") == 0 ||
+        (strcmp(which, "aborted") == 0 && strcmp(regs[i].name, "PMIX_ERR_PROC_ABORTED") == 0)) {
+      chosen[nchosen++] = &regs[i];
+    }
+  }
+  if (strcmp(which, "default") == 0) {
+    chosen[nchosen++] = &default_reg;
+  }
+  if (nchosen == 0) {
+    ep_die(EP_EXIT_USAGE, "--register %s: no such code in this PMIx", which);
+  }
+  /* Non-blocking; then wait for all of them. */
+  ep_wait_begin("register");
+  for (size_t i = 0; i < nchosen; i++) {
     pmix_info_t info;
     char name[64];
-    snprintf(name, sizeof name, "ep_events:%s", regs[i].name);
+    snprintf(name, sizeof name, "ep_events:%s", chosen[i]->name);
     PMIX_INFO_CONSTRUCT(&info);
     PMIx_Info_load(&info, PMIX_EVENT_HDLR_NAME, name, PMIX_STRING);
-    pmix_status_t code = regs[i].code;
-    pmix_status_t rc = PMIx_Register_event_handler(&code, 1, &info, 1, handler, regcb, &regs[i]);
+    pmix_status_t code = chosen[i]->code;
+    bool is_default = chosen[i] == &default_reg;
+    pmix_status_t rc = PMIx_Register_event_handler(is_default ? NULL : &code, is_default ? 0 : 1, &info, 1,
+                                                   handler, regcb, chosen[i]);
     PMIX_INFO_DESTRUCT(&info);
     if (rc != PMIX_SUCCESS) {
-      ep_pmix_fail(regs[i].name, rc);
+      ep_pmix_fail(chosen[i]->name, rc);
     }
   }
   pthread_mutex_lock(&mu);
-  while (nregs_done < NREGS) {
+  while (nregs_done < nchosen) {
     pthread_cond_wait(&cv, &mu);
   }
   pthread_mutex_unlock(&mu);
   ep_wait_end();
   int failed = 0;
-  for (size_t i = 0; i < NREGS; i++) {
-    if (regs[i].status != PMIX_SUCCESS) {
-      ep_diag("registration of a handler for %s (%d) failed: %s", regs[i].name, regs[i].code,
-              PMIx_Error_string(regs[i].status));
+  for (size_t i = 0; i < nchosen; i++) {
+    if (chosen[i]->status != PMIX_SUCCESS) {
+      ep_diag("registration of a handler for %s (%d) failed: %s", chosen[i]->name, chosen[i]->code,
+              PMIx_Error_string(chosen[i]->status));
       failed++;
     }
   }

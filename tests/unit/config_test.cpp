@@ -28,6 +28,8 @@ TEST(ConfigTest, DefaultsWithoutArguments)
     EXPECT_FALSE(c->port_range);
     EXPECT_EQ(c->debug, 0);
     EXPECT_EQ(c->topology, "discover");
+    EXPECT_FALSE(c->recoverable);
+    EXPECT_EQ(c->teardown_grace_ms, 500u);
     EXPECT_TRUE(c->allows(Policy::lowest_rank));
     EXPECT_EQ(c->allowed_list(), "all policies");
 }
@@ -37,7 +39,8 @@ TEST(ConfigTest, EveryArgument)
     const auto c = parse({"default_policy=rank0", "allowed_policies=main-rank,max,all-success", "report=always",
                           "lost_code=75", "grace_ms=0", "pmix=never", "fanout=2", "port_range=60000-60010",
                           "daemon=/usr/libexec/exitpolicy-pmixd", "debug=3", "log_dir=/var/log/exitpolicy",
-                          "topology=/var/spool/slurmd/%n/hwloc_topo_whole.xml"});
+                          "topology=/var/spool/slurmd/%n/hwloc_topo_whole.xml", "recoverable=yes",
+                          "teardown_grace_ms=0"});
     ASSERT_TRUE(c) << c.error();
     EXPECT_EQ(c->default_policy, Policy::main_rank);
     EXPECT_EQ(c->allowed_policies, (std::vector<Policy>{Policy::main_rank, Policy::max, Policy::all_success}));
@@ -56,6 +59,10 @@ TEST(ConfigTest, EveryArgument)
     EXPECT_EQ(c->log_dir, "/var/log/exitpolicy");
     EXPECT_EQ(c->topology, "/var/spool/slurmd/%n/hwloc_topo_whole.xml");
     EXPECT_EQ(parse({"topology=none"})->topology, "none");
+    EXPECT_TRUE(c->recoverable);
+    EXPECT_EQ(c->teardown_grace_ms, 0u);
+    EXPECT_FALSE(parse({"recoverable=No"})->recoverable);
+    EXPECT_EQ(parse({"teardown_grace_ms=60000"})->teardown_grace_ms, 60000u);
 }
 
 TEST(ConfigTest, BadArgumentsAreOneClearError)
@@ -63,7 +70,8 @@ TEST(ConfigTest, BadArgumentsAreOneClearError)
     const std::string usage =
         "valid arguments: default_policy=POLICY allowed_policies=POLICY[,POLICY...] report=auto|always|never "
         "lost_code=0..255 grace_ms=0..600000 pmix=auto|never fanout=2..1024 port_range=FIRST-LAST "
-        "daemon=/PATH debug=0..3 log_dir=/PATH topology=discover|none|/PATH";
+        "daemon=/PATH debug=0..3 log_dir=/PATH topology=discover|none|/PATH recoverable=yes|no "
+        "teardown_grace_ms=0..60000";
     const std::pair<std::vector<std::string_view>, std::string> cases[] = {
         {{"policy=max"}, "unknown plugstack.conf argument 'policy'; " + usage},
         {{"debug"}, "plugstack.conf argument 'debug' is not KEY=VALUE; " + usage},
@@ -83,6 +91,10 @@ TEST(ConfigTest, BadArgumentsAreOneClearError)
         {{"lost_code=256"}, "plugstack.conf argument lost_code=256 is invalid: expected an exit code, 0 to 255"},
         {{"lost_code=-1"}, "plugstack.conf argument lost_code=-1 is invalid: expected an exit code, 0 to 255"},
         {{"grace_ms=5s"}, "plugstack.conf argument grace_ms=5s is invalid: expected milliseconds, 0 to 600000"},
+        {{"teardown_grace_ms=60001"},
+         "plugstack.conf argument teardown_grace_ms=60001 is invalid: expected milliseconds, 0 to 60000"},
+        {{"recoverable=maybe"},
+         "plugstack.conf recoverable: invalid value 'maybe': expected yes or no (or true/false, 1/0)"},
         {{"pmix=yes"}, "plugstack.conf argument pmix=yes is invalid: expected auto or never"},
         {{"fanout=1"}, "plugstack.conf argument fanout=1 is invalid: expected a tree fan-out, 2 to 1024"},
         {{"port_range=70000-70010"},

@@ -81,6 +81,26 @@ TEST(OptionsTest, ErrorsNameTheirSource)
     EXPECT_TRUE(resolve_options({"max"}, {"best"}, site));
 }
 
+TEST(OptionsTest, RecoverableFromTheSiteTheEnvironmentOrTheFlag)
+{
+    Config site;
+    EXPECT_FALSE(resolve_options({}, {}, site)->recoverable);
+    site.recoverable = true;
+    EXPECT_TRUE(resolve_options({}, {}, site)->recoverable);
+    RawOptions env;
+    env.recoverable = "NO";
+    EXPECT_FALSE(resolve_options({}, env, site)->recoverable);
+    RawOptions cli;
+    cli.recoverable = "yes";  // what the flag --exit-recoverable records
+    EXPECT_TRUE(resolve_options(cli, env, site)->recoverable);
+    env.recoverable = "sometimes";
+    EXPECT_EQ(resolve_options({}, env, site).error(),
+              "SLURM_EXIT_RECOVERABLE: invalid value 'sometimes': expected yes or no (or true/false, 1/0)");
+    EXPECT_TRUE(resolve_options(cli, env, site));  // the command line wins
+    EXPECT_TRUE(check_option(opt_recoverable, "1", site));
+    EXPECT_FALSE(check_option(opt_recoverable, "on", site));
+}
+
 TEST(OptionsTest, CheckOptionAsTheCallbackDoes)
 {
     const Config site;

@@ -1,0 +1,324 @@
+// event_anchor.cpp - see event_anchor.hpp.
+#include "event_anchor.hpp"
+
+#include "daemon.hpp"
+#include "log.hpp"
+
+#include <event2/event.h>
+#include <pmix.h>
+#include <pmix_server.h>
+
+#include <cerrno>
+#include <climits>
+#include <condition_variable>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <map>
+#include <mutex>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+extern char** environ;
+
+namespace exitpolicy::pmixd {
+namespace {
+
+// PMIX_MAX_ERR_CONSTANT, the code of the server's default-handler entry. It
+// lives in OpenPMIx's private pmix_globals.h (INT_MIN in 4.2 and 5.0).
+constexpr pmix_status_t default_handlers_code = INT_MIN;
+
+constexpr int settle_bound_s = 5;
+constexpr const char* registered_line = "registered\n";
+
+long long now_us()
+{
+    timespec t{};
+    ::clock_gettime(CLOCK_MONOTONIC, &t);
+    return static_cast<long long>(t.tv_sec) * 1'000'000 + t.tv_nsec / 1000;
+}
+
+struct Info {
+    pmix_info_t* info = nullptr;
+    size_t n = 0;
+    explicit Info(size_t count) : n(count) { PMIX_INFO_CREATE(info, n); }
+    ~Info() { PMIX_INFO_FREE(info, n); }
+    Info(const Info&) = delete;
+    Info& operator=(const Info&) = delete;
+};
+
+}  // namespace
+
+std::string EventAnchor::nspace_of(std::uint32_t job_id, std::uint32_t step_id)
+{
+    return "exitpolicy-anchor." + std::to_string(job_id) + "." + std::to_string(step_id);
+}
+
+EventAnchor::EventAnchor(Daemon& daemon) : daemon_(daemon) {}
+
+EventAnchor::~EventAnchor()
+{
+    stop();
+}
+
+void EventAnchor::start(std::function<void(bool)> settled)
+{
+    settled_ = std::move(settled);
+    started_us_ = now_us();
+    const Args& args = daemon_.args();
+    nspace_ = nspace_of(args.job_id, args.step_id);
+
+    char* node_map = nullptr;
+    char* proc_map = nullptr;
+    if (PMIx_generate_regex(args.hostname.c_str(), &node_map) != PMIX_SUCCESS ||
+        PMIx_generate_ppn("0", &proc_map) != PMIX_SUCCESS) {
+        std::free(node_map);
+        settle(false, "cannot generate its maps");
+        return;
+    }
+    const std::uint32_t one = 1;
+    const pmix_rank_t leader = 0;
+    const std::uint32_t node = args.node_id;
+    auto* info = new Info(10);
+    PMIX_INFO_LOAD(&info->info[0], PMIX_UNIV_SIZE, &one, PMIX_UINT32);
+    PMIX_INFO_LOAD(&info->info[1], PMIX_JOB_SIZE, &one, PMIX_UINT32);
+    PMIX_INFO_LOAD(&info->info[2], PMIX_MAX_PROCS, &one, PMIX_UINT32);
+    PMIX_INFO_LOAD(&info->info[3], PMIX_LOCAL_SIZE, &one, PMIX_UINT32);
+    PMIX_INFO_LOAD(&info->info[4], PMIX_LOCAL_PEERS, "0", PMIX_STRING);
+    PMIX_INFO_LOAD(&info->info[5], PMIX_LOCALLDR, &leader, PMIX_PROC_RANK);
+    PMIX_INFO_LOAD(&info->info[6], PMIX_NODE_MAP, node_map, PMIX_STRING);
+    PMIX_INFO_LOAD(&info->info[7], PMIX_PROC_MAP, proc_map, PMIX_STRING);
+    PMIX_INFO_LOAD(&info->info[8], PMIX_HOSTNAME, args.hostname.c_str(), PMIX_STRING);
+    PMIX_INFO_LOAD(&info->info[9], PMIX_NODEID, &node, PMIX_UINT32);
+    std::free(node_map);
+    std::free(proc_map);
+
+    // Library callbacks run on PMIx's thread: each posts to the loop.
+    struct Call {
+        EventAnchor* self;
+        Info* info;
+    };
+    auto* call = new Call{this, info};
+    const pmix_status_t rc = PMIx_server_register_nspace(
+        nspace_.c_str(), 1, info->info, info->n,
+        [](pmix_status_t status, void* cbdata) {
+            auto* call = static_cast<Call*>(cbdata);
+            call->self->daemon_.post([call, status] {
+                EventAnchor* self = call->self;
+                delete call->info;
+                delete call;
+                if (status != PMIX_SUCCESS) {
+                    self->settle(false, "its namespace was refused");
+                    return;
+                }
+                pmix_proc_t proc;
+                PMIX_PROC_LOAD(&proc, self->nspace_.c_str(), 0);
+                const pmix_status_t rc = PMIx_server_register_client(
+                    &proc, ::getuid(), ::getgid(), nullptr,
+                    [](pmix_status_t st, void* cbdata) {
+                        auto* self = static_cast<EventAnchor*>(cbdata);
+                        self->daemon_.post([self, st] {
+                            if (st != PMIX_SUCCESS)
+                                self->settle(false, "its client was refused");
+                            else
+                                self->spawn();
+                        });
+                    },
+                    self);
+                if (rc != PMIX_SUCCESS)
+                    self->settle(false, "its client was refused");
+            });
+        },
+        call);
+    if (rc != PMIX_SUCCESS) {
+        delete info;
+        delete call;
+        settle(false, "its namespace was refused");
+    }
+}
+
+void EventAnchor::spawn()
+{
+    pmix_proc_t proc;
+    PMIX_PROC_LOAD(&proc, nspace_.c_str(), 0);
+    char** added = nullptr;
+    if (PMIx_server_setup_fork(&proc, &added) != PMIX_SUCCESS) {
+        settle(false, "no PMIx environment for it");
+        return;
+    }
+    // The daemon's environment with the client's PMIx variables over it.
+    std::map<std::string, std::string> env;
+    for (char** e = environ; e && *e; ++e) {
+        const std::string kv = *e;
+        env[kv.substr(0, kv.find('='))] = kv;
+    }
+    for (char** e = added; e && *e; ++e) {
+        const std::string kv = *e;
+        env[kv.substr(0, kv.find('='))] = kv;
+        std::free(*e);
+    }
+    std::free(added);
+    std::vector<std::string> kept;
+    for (auto& [key, kv] : env)
+        kept.push_back(std::move(kv));
+    std::vector<char*> envp;
+    for (auto& kv : kept)
+        envp.push_back(kv.data());
+    envp.push_back(nullptr);
+
+    int in[2], out[2];
+    if (::pipe2(in, O_CLOEXEC) != 0) {
+        settle(false, std::strerror(errno));
+        return;
+    }
+    if (::pipe2(out, O_CLOEXEC) != 0) {
+        ::close(in[0]);
+        ::close(in[1]);
+        settle(false, std::strerror(errno));
+        return;
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, in[0], 0);
+    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    // No signal of the daemon's mask or dispositions is the anchor's.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    char self_exe[] = "/proc/self/exe";
+    char name[] = "exitpolicy-pmixd";
+    char flag[] = "--event-anchor";
+    char* argv[] = {name, flag, nullptr};
+    const int rc = posix_spawn(&pid_, self_exe, &actions, &attr, argv, envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+    ::close(in[0]);
+    ::close(out[1]);
+    to_child_ = in[1];
+    from_child_ = out[0];
+    if (rc != 0) {
+        pid_ = -1;
+        settle(false, std::strerror(rc));
+        return;
+    }
+    reading_ = event_new(
+        daemon_.base(), from_child_, EV_READ | EV_PERSIST,
+        [](evutil_socket_t fd, short, void* arg) {
+            auto* self = static_cast<EventAnchor*>(arg);
+            char buf[64];
+            const ssize_t n = ::read(fd, buf, sizeof(buf));
+            if (n < 0 && errno == EINTR)
+                return;
+            event_del(self->reading_);
+            if (n > 0 && std::string_view(buf, static_cast<std::size_t>(n)).starts_with(registered_line))
+                self->settle(true, nullptr);
+            else
+                self->settle(false, "it ended before it registered");
+        },
+        this);
+    event_add(reading_, nullptr);
+    daemon_.after_ms(settle_bound_s * 1000, [this] { settle(false, "it did not register in time"); });
+}
+
+void EventAnchor::settle(bool ok, const char* why)
+{
+    if (!settled_)
+        return;
+    auto settled = std::move(settled_);
+    settled_ = nullptr;
+    if (ok)
+        log::debug("event anchor registered for default handlers in %lld us", now_us() - started_us_);
+    else
+        log::info("no event anchor (%s): clients' default event handlers will hear nothing", why);
+    settled(ok);
+}
+
+void EventAnchor::stop()
+{
+    settled_ = nullptr;
+    if (reading_) {
+        event_free(reading_);
+        reading_ = nullptr;
+    }
+    if (to_child_ >= 0) {
+        ::close(to_child_);  // the anchor finalizes and exits
+        to_child_ = -1;
+    }
+    if (from_child_ >= 0) {
+        ::close(from_child_);
+        from_child_ = -1;
+    }
+    if (pid_ <= 0)
+        return;
+    // Bounded: it needs a moment to finalize against our server.
+    for (int i = 0; i < 50; ++i) {
+        if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
+            pid_ = -1;
+            return;
+        }
+        const timespec tick{0, 10'000'000};
+        ::nanosleep(&tick, nullptr);
+    }
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+}
+
+// ---- the anchor process --------------------------------------------------------
+
+int run_event_anchor()
+{
+    pmix_proc_t me;
+    if (PMIx_Init(&me, nullptr, 0) != PMIX_SUCCESS)
+        return 1;
+    struct Registration {
+        std::mutex mu;
+        std::condition_variable cv;
+        bool done = false;
+        pmix_status_t status = PMIX_ERROR;
+    } reg;
+    pmix_status_t code = default_handlers_code;
+    PMIx_Register_event_handler(
+        &code, 1, nullptr, 0,
+        [](size_t, pmix_status_t, const pmix_proc_t*, pmix_info_t[], size_t, pmix_info_t*, size_t,
+           pmix_event_notification_cbfunc_fn_t cbfunc, void* cbdata) {
+            if (cbfunc)
+                cbfunc(PMIX_SUCCESS, nullptr, 0, nullptr, nullptr, cbdata);
+        },
+        [](pmix_status_t status, size_t, void* cbdata) {
+            auto* reg = static_cast<Registration*>(cbdata);
+            std::lock_guard lock(reg->mu);
+            reg->status = status;
+            reg->done = true;
+            reg->cv.notify_all();
+        },
+        &reg);
+    bool registered = false;
+    {
+        std::unique_lock lock(reg.mu);
+        registered = reg.cv.wait_for(lock, std::chrono::seconds(settle_bound_s), [&] { return reg.done; }) &&
+                     reg.status == PMIX_SUCCESS;
+    }
+    if (registered) {
+        [[maybe_unused]] auto w = ::write(1, registered_line, std::strlen(registered_line));
+        // Until the daemon stops (its end of our stdin closes).
+        char c;
+        while (true) {
+            const ssize_t n = ::read(0, &c, 1);
+            if (n == 0 || (n < 0 && errno != EINTR))
+                break;
+        }
+    }
+    PMIx_Finalize(nullptr, 0);
+    return registered ? 0 : 1;
+}
+
+}  // namespace exitpolicy::pmixd

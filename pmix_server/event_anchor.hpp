@@ -1,0 +1,70 @@
+// event_anchor.hpp - makes the node's PMIx server keep clients' default
+// event handlers.
+//
+// OpenPMIx 4.2 and 5.0 drop a client's default (code-less) event-handler
+// registration on the server side unless the server's list of registrations
+// already holds an entry for PMIX_MAX_ERR_CONSTANT (pmix_server_register_events
+// in src/server/pmix_server_ops.c; fixed upstream only after 5.0). Such
+// clients, Open MPI 4.1 among them, then hear of no event at all: a dead
+// peer stays unknown and the rank waits in its collective. A client that
+// registers that code explicitly creates the entry, and every later default
+// registration is added to it.
+//
+// The anchor is that client: exitpolicy-pmixd run again as
+// `exitpolicy-pmixd --event-anchor`, a PMIx client of a one-process
+// namespace of its own on this node's server, which registers for
+// PMIX_MAX_ERR_CONSTANT, says "registered" on its stdout and then waits for
+// its stdin to close (the daemon's end, when the daemon stops). It starts as
+// soon as the server is initialised, overlapping the enrollment; the daemon
+// reports ready (and so the step's tasks start) only once the anchor has
+// registered or failed, within a bound. Without it the step runs as before:
+// clients that register specific codes are told; default handlers are not.
+//
+// Threads: start() and the rest run on the daemon's loop thread; the PMIx
+// library's callbacks post back to it.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <sys/types.h>
+
+struct event;
+
+namespace exitpolicy::pmixd {
+
+class Daemon;
+
+class EventAnchor {
+public:
+    explicit EventAnchor(Daemon& daemon);
+    ~EventAnchor();
+    EventAnchor(const EventAnchor&) = delete;
+    EventAnchor& operator=(const EventAnchor&) = delete;
+
+    // Loop thread, once the PMIx server is initialised. `settled` runs
+    // once: the anchor registered (true) or could not (false, logged).
+    void start(std::function<void(bool registered)> settled);
+    // Ends the anchor (closes its stdin) and reaps it, bounded.
+    void stop();
+
+    // The namespace of the anchor, never the step's.
+    static std::string nspace_of(std::uint32_t job_id, std::uint32_t step_id);
+
+private:
+    void spawn();
+    void settle(bool ok, const char* why);
+
+    Daemon& daemon_;
+    std::string nspace_;
+    std::function<void(bool)> settled_;
+    pid_t pid_ = -1;
+    int to_child_ = -1;    // the anchor's stdin: it ends when this closes
+    int from_child_ = -1;  // the anchor's stdout: "registered\n"
+    event* reading_ = nullptr;
+    long long started_us_ = 0;
+};
+
+// The anchor process itself (main.cpp runs it for --event-anchor).
+int run_event_anchor();
+
+}  // namespace exitpolicy::pmixd
