@@ -887,13 +887,15 @@ void Daemon::failure_known(std::uint32_t rank)
         first_known_ = KnownFailure{rank, now_us()};
 }
 
-// Ended (or aborted) at `when_us` after this node knew of another task's
-// failure, or signalled by our own teardown.
+// Signalled by our own teardown, or a PMIx client (which can have been
+// told) that ended or aborted at `when_us`, after this node knew of another
+// task's failure. A task that never used PMIx heard of nothing: its failure
+// is its own.
 bool Daemon::collateral(std::uint32_t rank, std::int64_t when_us) const
 {
     if (torn_down_.count(rank))
         return true;
-    return first_known_ && first_known_->rank != rank && when_us > first_known_->at_us;
+    return connected_.count(rank) && first_known_ && first_known_->rank != rank && when_us > first_known_->at_us;
 }
 
 void Daemon::terminate_local(const std::string& why, std::uint32_t kill_after_ms)

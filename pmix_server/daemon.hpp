@@ -111,7 +111,7 @@ private:
     // Runs fn on the loop after `seconds`.
     void after(int seconds, std::function<void()> fn);
     // This node learned that `rank` ended abnormally (or called abort):
-    // what ends here after it is collateral.
+    // a PMIx client that fails here after it is collateral.
     void failure_known(std::uint32_t rank);
     bool collateral(std::uint32_t rank, std::int64_t when_us) const;
     void outcome(const wire::Outcome& o);

@@ -231,9 +231,11 @@ def parse_events(out):
     ("0", ["--exit", "1"], 1, "-404"),    # PMIX_ERR_EXIT_NONZERO_TERM, rank 0 on node1
     ("4", ["--signal", "11"], 139, "-402"),  # PMIX_ERR_PROC_ABORTED_BY_SIG, rank 4 on node3
 ], ids=["rank0-exits-1", "node3-segfaults"])
-def test_every_survivor_gets_both_events(cluster, workdir, pmix, victim, how, code, specific):
-    rc, out, err = srun(cluster, workdir, *N4N8, "--exit-policy=main-rank", client("ep_events"),
-                        "--victim", victim, *how, "--timeout", "20")
+def test_every_survivor_gets_every_event(cluster, workdir, pmix, victim, how, code, specific):
+    """Run-through: the survivors hear of the death (the standard event, the
+    specific code and the legacy PMIX_ERR_PROC_ABORTED), then finalize."""
+    rc, out, err = srun(cluster, workdir, *N4N8, "--exit-recoverable", "--exit-policy=main-rank",
+                        client("ep_events"), "--victim", victim, *how, "--expect", "3", "--timeout", "20")
     assert rc == (1 if victim == "0" else 0), err
     victim_line = lines(out, f"victim rank={victim} ")
     assert len(victim_line) == 1, out + err
@@ -243,7 +245,7 @@ def test_every_survivor_gets_both_events(cluster, workdir, pmix, victim, how, co
     for rank in survivors:
         mine = [e for e in events if e["rank"] == str(rank)]
         statuses = sorted(e["status"] for e in mine)
-        assert statuses == sorted(["-201", specific]), f"rank {rank}: {mine}\n{err}"
+        assert statuses == sorted(["-201", specific, "-7"]), f"rank {rank}: {mine}\n{err}"
         for e in mine:
             assert e["affected"].endswith(f":{victim}"), e
             assert e["exit_code"] == str(code), e
@@ -251,8 +253,8 @@ def test_every_survivor_gets_both_events(cluster, workdir, pmix, victim, how, co
             # A functional bound, not a benchmark: the event comes while the
             # survivors still run, not when the step ends (bench/ has figures).
             assert int(e["t_us"]) - died < 1_000_000, e
-        assert f"survivor done rank={rank} events=2" in out, out
-    assert len(events) == 2 * SURVIVORS, out
+        assert f"survivor done rank={rank} events=3" in out, out
+    assert len(events) == 3 * SURVIVORS, out
 
 
 # --- delivery, lifecycle -----------------------------------------------------------
@@ -417,8 +419,9 @@ def test_a_node_whose_daemon_died_still_tells_the_others(cluster, workdir, pmix)
     """node3's daemon is killed; then rank 5 on node3 exits 6. Its outcome
     reaches srun by slurmstepd's direct link, and the front end tells every
     survivor elsewhere, as the daemon would have."""
-    proc = cluster.popen("srun", *N4N8, "--exit-policy=lowest-rank", client("ep_events"), "--victim", "5",
-                         "--exit", "6", "--delay", "3", "--expect", "2", "--timeout", "15", cwd=workdir)
+    proc = cluster.popen("srun", *N4N8, "--exit-recoverable", "--exit-policy=lowest-rank", client("ep_events"),
+                         "--victim", "5", "--exit", "6", "--delay", "3", "--expect", "3", "--timeout", "15",
+                         cwd=workdir)
     step = Streamed(proc, "ready rank=", 8)
     assert step.wait(60), step.abandon("the step never got going")
     os.kill(node_daemon("node3"), 9)
@@ -427,9 +430,9 @@ def test_a_node_whose_daemon_died_still_tells_the_others(cluster, workdir, pmix)
     events = parse_events(out)
     for rank in (0, 1, 2, 3, 6, 7):  # not on node3
         mine = [e for e in events if e["rank"] == str(rank)]
-        assert sorted(e["status"] for e in mine) == ["-201", "-404"], f"rank {rank}: {mine}\n{err}"
+        assert sorted(e["status"] for e in mine) == ["-201", "-404", "-7"], f"rank {rank}: {mine}\n{err}"
         assert all(e["affected"].endswith(":5") and e["exit_code"] == "6" for e in mine), mine
-        assert f"survivor done rank={rank} events=2" in out, out + err
+        assert f"survivor done rank={rank} events=3" in out, out + err
     assert "exitpolicy:   rank 5 on node3: exited with code 6" in lines(err, "exitpolicy:"), err
 
 @pytest.mark.parametrize("nodes, tasks, node, lost", [
@@ -438,7 +441,7 @@ def test_a_node_whose_daemon_died_still_tells_the_others(cluster, workdir, pmix)
     (7, 7, "node3", [2]),     # relay of node7 (fanout=2): node1's daemon adopts it
 ], ids=["leaf", "relay-to-front-end", "relay-to-daemon"])
 def test_a_lost_node_is_announced_to_every_survivor(crashable, workdir, nodes, tasks, node, lost):
-    """srun --no-kill keeps the step running when a node dies. Every
+    """srun --no-kill --exit-recoverable keeps the step running when a node dies. Every
     survivor, on every other node, hears of it from exitpolicy long before
     Slurm notices: PMIX_EVENT_NODE_DOWN naming the node and its ranks, then
     PROC_TERMINATED and PMIX_ERR_PROC_ABORTED for each lost rank with
@@ -448,7 +451,8 @@ def test_a_lost_node_is_announced_to_every_survivor(crashable, workdir, nodes, t
     cleanly."""
     cluster = crashable(nodes)
     victim = lost[-1]  # its events come last: once a survivor has them, it has all
-    proc = cluster.popen("srun", "--no-kill", "--mpi=none", f"-N{nodes}", f"-n{tasks}", "--exit-policy=lowest-rank",
+    proc = cluster.popen("srun", "--no-kill", "--exit-recoverable", "--mpi=none", f"-N{nodes}", f"-n{tasks}",
+                         "--exit-policy=lowest-rank",
                          client("ep_events"), "--victim", str(victim), "--hang", "--expect", "3",
                          "--timeout", "30", "--fence-survivors", cwd=workdir)
     step = Streamed(proc, f"victim rank={victim} ", 1)
