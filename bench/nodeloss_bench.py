@@ -37,7 +37,7 @@ for run in range(runs):
         subprocess.run([script, "up", "4"], env=env, check=True, capture_output=True)
         with open(os.path.join(d, "etc", "plugstack.d", "exitpolicy.conf"), "w") as f:
             f.write(f"required {plugin} fanout=2 grace_ms=3000\n")
-        p = subprocess.Popen([script, "exec", "srun", "--no-kill", "--mpi=none", "-N4", "-n8",
+        p = subprocess.Popen([script, "exec", "srun", "--no-kill", "--exit-recoverable", "--mpi=none", "-N4", "-n8",
                               os.path.join(clients, "ep_events"), "--victim", "5", "--hang", "--expect", "3",
                               "--timeout", "60"], env=env, cwd=work, stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

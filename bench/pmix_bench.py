@@ -64,7 +64,7 @@ print(f"  failed and repeated runs: exitpolicy {failures['none']}, mpi/pmix {fai
 
 latencies = []
 for _ in range(event_runs):
-    p = subprocess.run(["srun", "--mpi=none", "-N4", "-n8", os.path.join(clients, "ep_events"),
+    p = subprocess.run(["srun", "--mpi=none", "--exit-recoverable", "-N4", "-n8", os.path.join(clients, "ep_events"),
                         "--victim", "4", "--exit", "1", "--timeout", "20"], capture_output=True, text=True)
     died = None
     got = []

@@ -11,6 +11,9 @@
 #                              default (FANOUT=32) unless FANOUT says otherwise
 #   bash bench/run.sh nodeloss node3 crashed mid-step: when the survivors hear of
 #                              it, and when Slurm does (NODELOSS_RUNS=5)
+#   bash bench/run.sh failure  an Open MPI rank dies in a barrier: from its death to
+#                              srun's exit, exitpolicy's teardown vs Slurm's mpi/pmix
+#                              (FAILURE_PAIRS=7, TEARDOWN_GRACE_MS=500)
 #
 # Figures are for comparison on one machine in one run, never thresholds.
 set -euo pipefail
@@ -28,8 +31,8 @@ case $what in
     echo "== policy core: deciding and reporting (bench/decide_bench.cpp)"
     "$build/bench/decide_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
       --benchmark_min_time=0.5 2>/dev/null | grep -E '^Benchmark|_median' ;;
-  srun|pmix|nodeloss) ;;
-  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, srun, pmix, nodeloss" >&2; exit 2 ;;
+  srun|pmix|nodeloss|failure) ;;
+  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, srun, pmix, nodeloss, failure" >&2; exit 2 ;;
 esac
 
 export EXITPOLICY_CLUSTER_DIR=${EXITPOLICY_CLUSTER_DIR:-/tmp/exitpolicy-bench-cluster}
@@ -50,6 +53,12 @@ case $what in
     echo "== PMIx service vs Slurm's mpi/pmix (bench/pmix_bench.py)"
     "$cluster" exec /usr/bin/python3 "$src/bench/pmix_bench.py" "$build/spank_plugin/exitpolicy.so" \
       "$build/tests/clients" "$EXITPOLICY_CLUSTER_DIR/etc/plugstack.d" "${PAIRS:-9}" "${EVENT_RUNS:-10}" ;;
+esac
+case $what in
+  all|failure)
+    echo "== a rank dies in a collective: until srun returns, vs Slurm's mpi/pmix (bench/failure_bench.py)"
+    "$cluster" exec /usr/bin/python3 "$src/bench/failure_bench.py" "$build/spank_plugin/exitpolicy.so" \
+      "$build/tests/clients" "$EXITPOLICY_CLUSTER_DIR/etc/plugstack.d" "${FAILURE_PAIRS:-7}" ;;
 esac
 case $what in
   all|nodeloss)

@@ -12,7 +12,8 @@
  * MPI's default error handler stays in place (errors are fatal), as in most
  * applications.
  *
- * stdout: barrier1 rank=N; "fail rank=R how=HOW" just before the failure. */
+ * stdout: barrier1 rank=N; "fail rank=R how=HOW t_us=T" just before the
+ * failure (T: CLOCK_REALTIME, microseconds). */
 #include "ep_common.h"
 
 #include <getopt.h>
@@ -104,7 +105,7 @@ int main(int argc, char **argv) {
   if (rank == fail_rank) {
     struct timespec pause = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
     nanosleep(&pause, NULL);
-    ep_out("fail rank=%d how=%s", rank, how);
+    ep_out("fail rank=%d how=%s t_us=%lld", rank, how, (long long)ep_now_us());
     if (strcmp(how, "segv") == 0) {
       struct rlimit none = {0, 0};
       setrlimit(RLIMIT_CORE, &none);
