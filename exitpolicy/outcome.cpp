@@ -55,6 +55,11 @@ int task_code(const TaskOutcome& task, int lost_code) noexcept
 {
     if (task.abort_status)
         return *task.abort_status;
+    return wait_code(task, lost_code);
+}
+
+int wait_code(const TaskOutcome& task, int lost_code) noexcept
+{
     if (task.lost)
         return lost_code;
     const WaitStatus s = task.status();

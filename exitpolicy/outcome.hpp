@@ -37,6 +37,11 @@ struct TaskOutcome {
     std::optional<int> abort_status;   // set when the task called PMIx_Abort
     std::optional<bool> finalized;     // set for PMIx clients only
     std::int64_t end_time_us = 0;      // node wall clock, microseconds since 1970
+    // Set by the node that reported the task when the task ended (or called
+    // PMIx_Abort) after that node had learned of another task's abnormal
+    // end, or when the node itself killed it in a step teardown. A fact the
+    // node reports; the policy uses it to find the root cause.
+    bool collateral = false;
 
     WaitStatus status() const noexcept { return WaitStatus::decode(wait_status); }
 };
@@ -44,6 +49,10 @@ struct TaskOutcome {
 // A task's code: its abort status if it aborted (the abort wins over the
 // SIGKILL that follows); lost_code if lost; its exit code; 128 + signal.
 int task_code(const TaskOutcome& task, int lost_code) noexcept;
+
+// The code of the wait status alone, ignoring an abort (what Slurm's own
+// rule sees): lost_code if lost; its exit code; 128 + signal.
+int wait_code(const TaskOutcome& task, int lost_code) noexcept;
 
 // Succeeded: exited with 0 and did not abort (a lost task did not succeed).
 bool succeeded(const TaskOutcome& task) noexcept;

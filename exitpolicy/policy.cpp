@@ -1,4 +1,4 @@
-// policy.cpp - the exit policies and the abort verdict. See policy.hpp.
+// policy.cpp - the exit policies and the root cause. See policy.hpp.
 #include "policy.hpp"
 
 #include <algorithm>
@@ -39,6 +39,21 @@ bool ends_before(const TaskOutcome& a, const TaskOutcome& b) noexcept
     if (a.end_time_us != b.end_time_us)
         return a.end_time_us < b.end_time_us;
     return a.rank < b.rank;
+}
+
+// task (not first itself) is collateral to the first failure first: see
+// is_collateral.
+bool collateral_to(const TaskOutcome& task, const TaskOutcome& first) noexcept
+{
+    if (task.lost || succeeded(task))
+        return false;
+    if (task.collateral)
+        return true;
+    // No node said so (srun -K, no daemons): a tear-down kill at or after a
+    // first failure that was not itself lost or such a kill.
+    if (first.lost || killed_by_teardown(first))
+        return false;
+    return killed_by_teardown(task) && task.end_time_us >= first.end_time_us;
 }
 
 }  // namespace
@@ -112,11 +127,11 @@ Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noex
     Decision d;
     d.native_code = native_code(tasks);
 
-    // One pass: counts, main rank, first failure, first abort, lowest
-    // failing rank, and max's highest signal and highest code (lost tasks
+    // One pass: counts, main rank, first failure, first abort, and max's
+    // highest signal and highest code over the wait statuses (lost tasks
     // count as lost_code there).
-    std::optional<std::size_t> first_lost;   // lowest lost rank
-    std::optional<std::size_t> lowest_failing;
+    std::optional<std::size_t> first_lost;     // lowest lost rank
+    std::optional<std::size_t> first_flagged;  // earliest failure its node called collateral
     std::optional<std::size_t> highest_signal;
     std::optional<std::size_t> highest_code;
     for (std::size_t i = 0; i < tasks.size(); ++i) {
@@ -127,14 +142,12 @@ Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noex
             ++d.succeeded;
             continue;
         }
-        if (!lowest_failing || t.rank < tasks[*lowest_failing].rank)
-            lowest_failing = i;
         const WaitStatus s = t.status();
         if (!t.lost && s.kind == WaitStatus::Kind::signaled) {
             if (!highest_signal || s.signal > tasks[*highest_signal].status().signal)
                 highest_signal = i;
-        } else if (!highest_code || task_code(t, settings.lost_code) >
-                                        task_code(tasks[*highest_code], settings.lost_code)) {
+        } else if (!highest_code || wait_code(t, settings.lost_code) >
+                                        wait_code(tasks[*highest_code], settings.lost_code)) {
             highest_code = i;
         }
         if (t.lost) {
@@ -144,8 +157,9 @@ Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noex
             continue;
         }
         ++d.failed;
-        if (!d.first_failure || ends_before(t, tasks[*d.first_failure]))
-            d.first_failure = i;
+        auto& first = t.collateral ? first_flagged : d.first_failure;
+        if (!first || ends_before(t, tasks[*first]))
+            first = i;
         if (t.abort_status && (!d.first_abort || ends_before(t, tasks[*d.first_abort])))
             d.first_abort = i;
     }
@@ -153,10 +167,11 @@ Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noex
         return Result<Decision>::fail("main rank " + std::to_string(settings.main_rank) +
                                       " is not a task of this step (ranks 0-" +
                                       std::to_string(tasks.size() - 1) + ")");
-    // Lost tasks have no end time: they are the first failure only when
-    // nothing else failed.
+    // A failure its node called collateral is the root cause only when every
+    // failure is; lost tasks have no end time: they are the first failure
+    // only when nothing else failed.
     if (!d.first_failure)
-        d.first_failure = first_lost;
+        d.first_failure = first_flagged ? first_flagged : first_lost;
 
     auto take = [&](Reason reason, std::size_t index) {
         d.reason = reason;
@@ -170,41 +185,59 @@ Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noex
         d.code = all_ok ? 0 : 1;
         return Result<Decision>::ok(d);
     }
-    if (d.first_abort) {
-        take(Reason::aborted, *d.first_abort);
-        return Result<Decision>::ok(d);
-    }
     if (all_ok) {
         d.reason = Reason::all_succeeded;
         d.code = 0;
         return Result<Decision>::ok(d);
     }
+    // Something failed, so there is a first failure.
+    const std::size_t root = *d.first_failure;
+    if (tasks[root].abort_status) {
+        take(Reason::aborted, root);
+        return Result<Decision>::ok(d);
+    }
+    auto collateral = [&](std::size_t index) {
+        return index != root && collateral_to(tasks[index], tasks[root]);
+    };
     const TaskOutcome& main = tasks[*d.main];
     switch (settings.policy) {
     case Policy::max:
-        // Slurm's rule, with lost tasks counted as lost_code.
-        if (highest_signal)
-            take(Reason::highest_signal, *highest_signal);
-        else
-            take(Reason::highest_code, *highest_code);
+        // Slurm's rule over the wait statuses, with lost tasks counted as
+        // lost_code: an abort that is not the root cause counts as its kill.
+        take(highest_signal ? Reason::highest_signal : Reason::highest_code,
+             highest_signal ? *highest_signal : *highest_code);
+        d.code = wait_code(tasks[*d.deciding], settings.lost_code);
         break;
     case Policy::main_rank:
-        take(Reason::main_rank, *d.main);
+        if (collateral(*d.main))
+            take(Reason::root_cause, root);
+        else
+            take(Reason::main_rank, *d.main);
         break;
     case Policy::main_rank_check:
-        if (!succeeded(main)) {
-            take(Reason::main_rank_failed, *d.main);
-        } else {
+        if (succeeded(main)) {
             d.reason = Reason::other_failed;
             d.code = 1;
+        } else if (collateral(*d.main)) {
+            take(Reason::root_cause, root);
+        } else {
+            take(Reason::main_rank_failed, *d.main);
         }
         break;
     case Policy::first_failure:
-        take(Reason::first_failure, *d.first_failure);
+        take(Reason::first_failure, root);
         break;
-    case Policy::lowest_rank:
-        take(Reason::lowest_rank, *lowest_failing);
+    case Policy::lowest_rank: {
+        // Lost ranks fail and are never collateral; the root cause is never
+        // collateral: there is always one.
+        std::optional<std::size_t> lowest;
+        for (std::size_t i = 0; i < tasks.size(); ++i)
+            if (!succeeded(tasks[i]) && (!lowest || tasks[i].rank < tasks[*lowest].rank) &&
+                !collateral(i))
+                lowest = i;
+        take(Reason::lowest_rank, lowest ? *lowest : root);
         break;
+    }
     case Policy::all_success:
         break;  // decided above
     }
@@ -213,13 +246,10 @@ Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noex
 
 bool is_collateral(const StepOutcomes& step, const Decision& decision, std::size_t index) noexcept
 {
-    if (!decision.first_failure || index == *decision.first_failure || index >= step.tasks.size())
+    if (!decision.first_failure || index == *decision.first_failure || index >= step.tasks.size() ||
+        *decision.first_failure >= step.tasks.size())
         return false;
-    const TaskOutcome& first = step.tasks[*decision.first_failure];
-    const TaskOutcome& task = step.tasks[index];
-    if (first.lost || killed_by_teardown(first))
-        return false;
-    return killed_by_teardown(task) && task.end_time_us >= first.end_time_us;
+    return collateral_to(step.tasks[index], step.tasks[*decision.first_failure]);
 }
 
 std::string_view report_mode_name(ReportMode mode) noexcept

@@ -1,8 +1,12 @@
 // policy.hpp - the exit policies: which code srun ends with.
 //
 // decide() applies one policy to every task's outcome, exactly as the table
-// in DESIGN.md says, including the abort verdict, and finds the first
-// failure (the root cause the report leads with). Pure: no I/O, never throws.
+// in DESIGN.md says, and finds the first failure: the root cause the report
+// leads with. The root cause is the verdict: if it called PMIx_Abort, its
+// abort status is srun's code under every policy but all-success; main-rank
+// and main-rank-check take its code when the main rank is collateral (ended
+// because of another task's failure); lowest-rank skips collateral ranks.
+// max stays Slurm's literal rule. Pure: no I/O, never throws.
 #pragma once
 
 #include "outcome.hpp"
@@ -52,7 +56,7 @@ struct StepOutcomes {
 
 enum class Reason : std::uint8_t {
     all_succeeded,     // nothing failed: 0
-    aborted,           // the earliest abort's status (every policy but all-success)
+    aborted,           // the first failure aborted: its status (every policy but all-success)
     highest_signal,    // max: a task was signalled; 128 + the highest signal
     highest_code,      // max: no signal; the highest exit code
     main_rank,         // main-rank: the main rank's code
@@ -60,7 +64,8 @@ enum class Reason : std::uint8_t {
     main_rank_failed,  // main-rank-check: the main rank's non-zero code
     other_failed,      // main-rank-check: the main rank succeeded, another did not: 1
     first_failure,     // first-failure: the earliest failure's code
-    lowest_rank,       // lowest-rank: the lowest failing rank's code
+    lowest_rank,       // lowest-rank: the lowest failing rank's code (collateral ranks skipped)
+    root_cause,        // main-rank, main-rank-check: the main rank is collateral: the first failure's code
 };
 
 struct Decision {
@@ -70,7 +75,10 @@ struct Decision {
     // Indices into StepOutcomes::tasks.
     std::optional<std::size_t> deciding;       // the task whose code was taken
     std::optional<std::size_t> main;           // the main rank
-    std::optional<std::size_t> first_failure;  // earliest end (ties: lowest rank)
+    // The root cause: the earliest end (ties: lowest rank) among the failed
+    // tasks their nodes did not report collateral; if all are, the earliest
+    // of them; if none failed, the lowest lost rank.
+    std::optional<std::size_t> first_failure;
     std::optional<std::size_t> first_abort;    // earliest abort (ties: lowest rank)
     std::size_t succeeded = 0;
     std::size_t failed = 0;  // reported and did not succeed
@@ -84,10 +92,13 @@ int native_code(const std::vector<TaskOutcome>& tasks) noexcept;
 // Fails only on bad input: no tasks, or a main rank that is not among them.
 Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noexcept;
 
-// A task the launcher most likely tore down because of the first failure:
-// killed by SIGTERM or SIGKILL no earlier than a first failure that was not
-// itself such a kill. The report labels these so that a SIGTERM never hides
-// the SIGSEGV that caused it.
+// A task that ended because of another's failure: it did not succeed, is
+// not lost, is not the first failure, and either its node reported it
+// collateral (TaskOutcome::collateral) or, for steps without node daemons
+// (srun -K), it was killed by SIGTERM or SIGKILL without aborting no earlier
+// than a first failure that was not itself lost or such a kill. The report
+// labels these so that a SIGTERM never hides the SIGSEGV that caused it, and
+// the policies look past them to the root cause.
 bool is_collateral(const StepOutcomes& step, const Decision& decision, std::size_t index) noexcept;
 
 // The report modes of --exit-report.

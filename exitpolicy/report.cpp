@@ -29,6 +29,7 @@ std::string_view reason_name(Reason reason) noexcept
     case Reason::other_failed: return "other_failed";
     case Reason::first_failure: return "first_failure";
     case Reason::lowest_rank: return "lowest_rank";
+    case Reason::root_cause: return "root_cause";
     }
     return "unknown";
 }
@@ -65,15 +66,15 @@ std::string pad(unsigned long value, std::size_t width)
 
 // The text a task is grouped under in the summary.
 std::string group_text(const StepOutcomes& step, const Settings& settings,
-                       const Decision& decision, std::size_t index)
+                       const Decision& decision, std::size_t index, bool collateral)
 {
     const TaskOutcome& task = step.tasks[index];
     const bool unfinalized = task.finalized.has_value() && !*task.finalized;
     if (succeeded(task) && !unfinalized)
         return "succeeded";
     std::string text = describe(task, settings.lost_code);
-    if (is_collateral(step, decision, index))
-        text += " (collateral: torn down after rank " +
+    if (collateral)
+        text += " (collateral: ended after rank " +
                 std::to_string(step.tasks[*decision.first_failure].rank) + " failed)";
     return text;
 }
@@ -185,10 +186,23 @@ static std::string hostlist_impl(std::vector<std::string> hosts)
 
 static std::string explain_impl(const StepOutcomes& step, const Settings& settings, const Decision& decision)
 {
-    auto task_text = [&](std::size_t index) {
+    auto where = [&](std::size_t index) {
         const TaskOutcome& t = step.tasks[index];
-        return "rank " + std::to_string(t.rank) + " on " + std::string(node_of(step, t)) + " " +
-               describe(t, settings.lost_code);
+        return "rank " + std::to_string(t.rank) + " on " + std::string(node_of(step, t));
+    };
+    auto task_text = [&](std::size_t index) {
+        return where(index) + " " + describe(step.tasks[index], settings.lost_code);
+    };
+    // max reads wait statuses: an abort that did not decide is told after
+    // the kill that ended the task.
+    auto wait_text = [&](std::size_t index) {
+        TaskOutcome t = step.tasks[index];
+        if (!t.abort_status)
+            return task_text(index);
+        const int status = *t.abort_status;
+        t.abort_status.reset();
+        return where(index) + " " + describe(t, settings.lost_code) + " (after aborting with status " +
+               std::to_string(status) + ")";
     };
     const std::size_t total = step.tasks.size();
     const std::size_t unsuccessful = decision.failed + decision.lost;
@@ -196,12 +210,12 @@ static std::string explain_impl(const StepOutcomes& step, const Settings& settin
     case Reason::all_succeeded:
         return total == 1 ? "the task succeeded" : "all " + std::to_string(total) + " tasks succeeded";
     case Reason::aborted:
-        return task_text(*decision.deciding) + "; an abort decides the step's code";
+        return task_text(*decision.deciding) + ", the first failure; its abort decides the step's code";
     case Reason::highest_signal:
-        return task_text(*decision.deciding) +
+        return wait_text(*decision.deciding) +
                ", the highest signal (any signal beats any exit code)";
     case Reason::highest_code:
-        return task_text(*decision.deciding) + ", the highest exit code";
+        return wait_text(*decision.deciding) + ", the highest exit code";
     case Reason::main_rank:
         return "main " + task_text(*decision.deciding);
     case Reason::some_failed:
@@ -216,6 +230,11 @@ static std::string explain_impl(const StepOutcomes& step, const Settings& settin
         return task_text(*decision.deciding) + ", the first failure";
     case Reason::lowest_rank:
         return task_text(*decision.deciding) + ", the lowest failing rank";
+    case Reason::root_cause:
+        return "main " + where(*decision.main) +
+               " ended after the first failure (collateral); the first failure's code: " +
+               where(*decision.deciding) + ", " +
+               describe(step.tasks[*decision.deciding], settings.lost_code);
     }
     return "unknown reason";
 }
@@ -275,15 +294,18 @@ std::string render_summary(const StepOutcomes& step, const Settings& settings,
         struct Group {
             std::uint32_t lowest_rank = UINT32_MAX;
             bool success = false;
+            bool collateral = false;
             std::vector<std::uint32_t> ranks;
             std::vector<std::uint32_t> nodes;
         };
         std::map<std::string, Group> groups;
         for (std::size_t i = 0; i < step.tasks.size(); ++i) {
             const TaskOutcome& t = step.tasks[i];
-            const std::string text = group_text(step, settings, decision, i);
+            const bool collateral = is_collateral(step, decision, i);
+            const std::string text = group_text(step, settings, decision, i, collateral);
             Group& g = groups[text];
             g.success = text == "succeeded";
+            g.collateral = collateral;
             g.lowest_rank = std::min(g.lowest_rank, t.rank);
             g.ranks.push_back(t.rank);
             g.nodes.push_back(t.node);
@@ -291,9 +313,11 @@ std::string render_summary(const StepOutcomes& step, const Settings& settings,
         std::vector<std::pair<const std::string*, Group*>> order;
         for (auto& [text, g] : groups)
             order.emplace_back(&text, &g);
+        // Failures first, the root cause's before the collateral ones, then
+        // the successes; within each, by lowest rank.
         std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
-            return std::tie(a.second->success, a.second->lowest_rank) <
-                   std::tie(b.second->success, b.second->lowest_rank);
+            return std::tie(a.second->success, a.second->collateral, a.second->lowest_rank) <
+                   std::tie(b.second->success, b.second->collateral, b.second->lowest_rank);
         });
         for (const auto& [text, g] : order) {
             const std::string word = ranks_word(g->ranks.size());

@@ -2,8 +2,9 @@
 //
 // The human summary (grouped by outcome, compressed rank ranges, Slurm
 // hostlists, the policy's code and why, Slurm's native code when it differs,
-// the first failure, lost and collateral ranks) and the versioned JSON
-// document described in docs/report-json.md. Pure: no I/O, never throws.
+// the first failure, the root cause, named before the collateral ranks, lost
+// ranks) and the versioned JSON document described in docs/report-json.md.
+// Pure: no I/O, never throws.
 #pragma once
 
 #include "policy.hpp"

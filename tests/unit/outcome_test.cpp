@@ -64,6 +64,25 @@ TEST(TaskOutcomeTest, CodeOfEachKindOfEnd)
     EXPECT_EQ(task_code(lost(0), 75), 75);
 }
 
+TEST(TaskOutcomeTest, WaitCodeIgnoresTheAbort)
+{
+    EXPECT_EQ(wait_code(ok(0), 1), 0);
+    EXPECT_EQ(wait_code(exits(0, 124), 1), 124);
+    EXPECT_EQ(wait_code(segv(0), 1), 139);
+    EXPECT_EQ(wait_code(aborts(0, 7), 1), 137);  // the SIGKILL that followed the abort
+    EXPECT_EQ(wait_code(lost(0), 75), 75);
+    TaskOutcome stopped = ok(0);
+    stopped.wait_status = 0x137f;
+    EXPECT_EQ(wait_code(stopped, 75), 75);
+    EXPECT_EQ(task_code(stopped, 75), 75);
+}
+
+TEST(TaskOutcomeTest, CollateralIsUnsetUnlessTheNodeSaysSo)
+{
+    EXPECT_FALSE(TaskOutcome{}.collateral);
+    EXPECT_FALSE(static_cast<TaskOutcome>(killed(0, SIGTERM)).collateral);
+}
+
 TEST(TaskOutcomeTest, OnlyAnExitWithZeroAndNoAbortSucceeds)
 {
     EXPECT_TRUE(succeeded(ok(0)));

@@ -13,6 +13,23 @@ namespace {
 
 using namespace test;
 
+// A task its node reported collateral: it ended after the node had learned
+// of another task's abnormal end, or the node killed it in a teardown.
+T flagged(T t)
+{
+    t.o.collateral = true;
+    return t;
+}
+
+// PMIx_Abort(status), then the task exited by itself with code before the
+// launcher killed it.
+T exited_after_abort(std::uint32_t rank, int status, int code)
+{
+    T t = aborts(rank, status);
+    t.o.wait_status = WaitStatus::exited(code).raw();
+    return t;
+}
+
 constexpr std::array<Policy, 6> all_policies{Policy::max,           Policy::main_rank,
                                              Policy::all_success,   Policy::main_rank_check,
                                              Policy::first_failure, Policy::lowest_rank};
@@ -56,7 +73,9 @@ TEST(ReferenceTableTest, EveryRowUnderEveryPolicyOfTheTable)
 
 // first-failure and lowest-rank on the reference cases. End times follow
 // rank order in these rows (builders.hpp), so the first failure is the
-// lowest failing rank: the scenario table below pulls the two apart.
+// lowest failing rank: the scenario table below pulls the two apart. In the
+// last row the main rank is torn down after the SIGSEGV: collateral, so
+// lowest-rank skips it.
 TEST(ReferenceTableTest, FirstFailureAndLowestRankOnTheReferenceCases)
 {
     struct Row {
@@ -72,8 +91,8 @@ TEST(ReferenceTableTest, FirstFailureAndLowestRankOnTheReferenceCases)
         {"main times out", {exits(0, 124), ok(1), ok(2), ok(3)}, 124, 124},
         {"main OOM-killed", {killed(0, SIGKILL), ok(1), ok(2), ok(3)}, 137, 137},
         {"main ok, other segfaults", {ok(0), segv(1), ok(2), ok(3)}, 139, 139},
-        {"other segfaults, main killed after",
-         {killed(0, SIGTERM).at(500), segv(1).at(400), ok(2), ok(3)}, 139, 143},
+        {"other segfaults, main killed after (collateral)",
+         {killed(0, SIGTERM).at(500), segv(1).at(400), ok(2), ok(3)}, 139, 139},
     };
     for (const auto& row : rows) {
         SCOPED_TRACE(row.name);
@@ -133,11 +152,13 @@ TEST(PolicyTest, EveryScenarioUnderEveryPolicy)
         {"lost other", {ok(0), ok(1), lost(2), ok(3)}, 0, {1, 0, 1, 1, 1, 1}},
         {"a failure beats a lost task for first-failure",
          {ok(0), lost(1), exits(2, 6), ok(3)}, 0, {6, 0, 1, 1, 6, 1}},
+        // The main rank is collateral: main-rank and main-rank-check give the
+        // root cause's code, lowest-rank skips ranks 0 and 1.
         {"collateral SIGTERM after a SIGSEGV",
          {killed(0, SIGTERM).at(150), killed(1, SIGTERM).at(150), segv(2).at(100),
           killed(3, SIGKILL).at(160)},
          0,
-         {143, 143, 1, 143, 139, 143}},
+         {143, 139, 1, 139, 139, 139}},
         {"equal end times: the lowest rank is first",
          {exits(0, 9).at(200), exits(1, 6).at(100), ok(2), exits(3, 4).at(100)},
          0,
@@ -158,6 +179,142 @@ TEST(PolicyTest, EveryScenarioUnderEveryPolicy)
             EXPECT_EQ(code_under(step(sc.tasks, 4), all_policies[p], sc.main_rank), sc.codes[p]);
         }
     }
+}
+
+// The root cause under every policy: code and reason. Columns as above.
+struct Verdict {
+    int code;
+    Reason reason;
+};
+
+struct RootCauseCase {
+    const char* name;
+    std::vector<TaskOutcome> tasks;
+    std::uint32_t main_rank;
+    std::uint32_t first_failure;  // its rank
+    std::array<Verdict, 6> verdicts;
+};
+
+// Ranks 0-7: root as given, every other rank other(rank).
+template <class Other>
+std::vector<TaskOutcome> eight(const T& root, Other other)
+{
+    std::vector<TaskOutcome> tasks;
+    for (std::uint32_t r = 0; r < 8; ++r)
+        tasks.push_back(r == root.o.rank ? T(root) : T(other(r)));
+    return tasks;
+}
+
+TEST(RootCauseTest, EveryCaseUnderEveryPolicy)
+{
+    using enum Reason;
+    const RootCauseCase cases[] = {
+        {"a: SIGSEGV, the others SIGTERMed by their nodes",
+         eight(segv(5).at(100), [](std::uint32_t r) { return flagged(killed(r, SIGTERM).at(600)); }),
+         0, 5,
+         {{{143, highest_signal}, {139, root_cause}, {1, some_failed}, {139, root_cause},
+           {139, first_failure}, {139, lowest_rank}}}},
+        // max: SIGSEGV (11) is a higher signal than SIGKILL (9).
+        {"b: SIGSEGV, the others SIGKILLed by srun -K, no node flags",
+         eight(segv(5).at(100), [](std::uint32_t r) { return killed(r, SIGKILL).at(600); }),
+         0, 5,
+         {{{139, highest_signal}, {139, root_cause}, {1, some_failed}, {139, root_cause},
+           {139, first_failure}, {139, lowest_rank}}}},
+        {"c: rank 5 exits 3, rank 0 is told and aborts with 7",
+         eight(exits(5, 3).at(100),
+               [](std::uint32_t r) {
+                   return r == 0 ? flagged(aborts(0, 7).at(200)) : flagged(killed(r, SIGKILL).at(600));
+               }),
+         0, 5,
+         {{{137, highest_signal}, {3, root_cause}, {1, some_failed}, {3, root_cause},
+           {3, first_failure}, {3, lowest_rank}}}},
+        {"d: the root cause aborts with 7",
+         eight(aborts(5, 7).at(100), [](std::uint32_t r) { return flagged(killed(r, SIGKILL).at(600)); }),
+         0, 5,
+         {{{7, aborted}, {7, aborted}, {1, some_failed}, {7, aborted}, {7, aborted}, {7, aborted}}}},
+        {"e: an abort that is neither the first failure nor collateral",
+         {aborts(0, 9).at(150), ok(1), ok(2), exits(3, 2).at(100)},
+         0, 3,
+         {{{137, highest_signal}, {9, main_rank}, {1, some_failed}, {9, main_rank_failed},
+           {2, first_failure}, {9, lowest_rank}}}},
+        {"f: every failure flagged: the earliest of them",
+         {flagged(killed(0, SIGTERM).at(300)), flagged(exits(1, 4).at(200)),
+          flagged(killed(2, SIGKILL).at(250)), ok(3)},
+         0, 1,
+         {{{143, highest_signal}, {4, root_cause}, {1, some_failed}, {4, root_cause},
+           {4, first_failure}, {4, lowest_rank}}}},
+        {"g: lowest-rank skips a flagged rank",
+         {ok(0), flagged(killed(1, SIGTERM).at(200)), ok(2), ok(3), exits(4, 5).at(100)},
+         0, 4,
+         {{{143, highest_signal}, {0, main_rank}, {1, some_failed}, {1, other_failed},
+           {5, first_failure}, {5, lowest_rank}}}},
+        {"g': lowest-rank skips a SIGTERM after the first failure (no flag)",
+         {ok(0), killed(1, SIGTERM).at(200), ok(2), ok(3), exits(4, 5).at(100)},
+         0, 4,
+         {{{143, highest_signal}, {0, main_rank}, {1, some_failed}, {1, other_failed},
+           {5, first_failure}, {5, lowest_rank}}}},
+        {"h: the main rank collateral, rank 2 exits 1, the others succeed",
+         {flagged(killed(0, SIGTERM).at(200)), ok(1), exits(2, 1).at(100), ok(3)},
+         0, 2,
+         {{{143, highest_signal}, {1, root_cause}, {1, some_failed}, {1, root_cause},
+           {1, first_failure}, {1, lowest_rank}}}},
+        {"a flagged task that ended earlier by its node's clock is not the root cause",
+         {flagged(killed(0, SIGTERM).at(50)), ok(1), segv(2).at(100), ok(3)},
+         0, 2,
+         {{{143, highest_signal}, {139, root_cause}, {1, some_failed}, {139, root_cause},
+           {139, first_failure}, {139, lowest_rank}}}},
+        {"a flagged task is collateral even to a SIGKILLed root cause",
+         {ok(0), flagged(killed(1, SIGTERM).at(200)), killed(2, SIGKILL).at(100)},
+         1, 2,
+         {{{143, highest_signal}, {137, root_cause}, {1, some_failed}, {137, root_cause},
+           {137, first_failure}, {137, lowest_rank}}}},
+        {"another main rank, collateral",
+         {segv(0).at(100), ok(1), flagged(killed(2, SIGTERM).at(200)), ok(3)},
+         2, 0,
+         {{{143, highest_signal}, {139, root_cause}, {1, some_failed}, {139, root_cause},
+           {139, first_failure}, {139, lowest_rank}}}},
+        {"max reads a late abort's wait status, the policies that pick it its abort status",
+         {ok(0), exits(1, 3).at(100), exited_after_abort(2, 9, 0).at(200), ok(3)},
+         2, 1,
+         {{{3, highest_code}, {9, main_rank}, {1, some_failed}, {9, main_rank_failed},
+           {3, first_failure}, {3, lowest_rank}}}},
+        {"a lost main rank is never collateral",
+         {lost(0), segv(1).at(100), flagged(killed(2, SIGTERM).at(200)), ok(3)},
+         0, 1,
+         {{{143, highest_signal}, {1, main_rank}, {1, some_failed}, {1, main_rank_failed},
+           {139, first_failure}, {1, lowest_rank}}}},
+    };
+    for (const auto& c : cases) {
+        const StepOutcomes s = step(c.tasks, 4);
+        for (std::size_t p = 0; p < all_policies.size(); ++p) {
+            SCOPED_TRACE(std::string(c.name) + " / " + std::string(policy_name(all_policies[p])));
+            const auto d = decide(s, {all_policies[p], c.main_rank, 1});
+            ASSERT_TRUE(d) << d.error();
+            EXPECT_EQ(d->code, c.verdicts[p].code);
+            EXPECT_EQ(d->reason, c.verdicts[p].reason);
+            ASSERT_TRUE(d->first_failure);
+            EXPECT_EQ(s.tasks[*d->first_failure].rank, c.first_failure);
+            // The root cause's code is taken from the root cause.
+            if (d->reason == root_cause || d->reason == aborted || d->reason == first_failure) {
+                ASSERT_TRUE(d->deciding);
+                EXPECT_EQ(d->deciding, d->first_failure);
+            }
+        }
+    }
+}
+
+TEST(RootCauseTest, FirstAbortIsTheEarliestAbortEvenWhenNotTheRootCause)
+{
+    // Rank 0 aborted after the root cause; the report still names the abort.
+    const StepOutcomes s = step({flagged(aborts(0, 7).at(200)), exits(1, 3).at(100), ok(2)});
+    const auto d = decide(s, {Policy::main_rank, 0, 1});
+    ASSERT_TRUE(d);
+    ASSERT_TRUE(d->first_abort);
+    EXPECT_EQ(s.tasks[*d->first_abort].rank, 0u);
+    EXPECT_EQ(s.tasks[*d->first_failure].rank, 1u);
+    EXPECT_EQ(d->reason, Reason::root_cause);
+    EXPECT_EQ(d->code, 3);
+    EXPECT_EQ(d->native_code, 137);
 }
 
 TEST(PolicyTest, TasksInAnyOrder)
@@ -249,6 +406,48 @@ TEST(PolicyTest, CollateralMarking)
     const bool expected[] = {true, false, false, true, false, false};
     for (std::size_t i = 0; i < s2.tasks.size(); ++i)
         EXPECT_EQ(is_collateral(s2, *d2, i), expected[i]) << i;
+}
+
+TEST(PolicyTest, CollateralByNodeFlagOrByTheTeardownHeuristic)
+{
+    struct Row {
+        const char* name;
+        std::vector<TaskOutcome> tasks;
+        std::vector<bool> collateral;  // per index
+    };
+    const Row rows[] = {
+        {"a SIGSEGV first",
+         {segv(0).at(100),
+          flagged(exits(1, 1).at(50)),      // flagged: even though its clock says earlier
+          killed(2, SIGTERM).at(100),       // heuristic: at the first failure's end
+          killed(3, SIGKILL).at(150),       // heuristic: after it
+          flagged(ok(4)),                   // succeeded: never
+          aborts(5, 3).at(200),             // an abort is no tear-down kill
+          flagged(aborts(6, 3).at(200)),    // unless its node says so
+          killed(7, SIGBUS).at(300),        // another signal
+          flagged(lost(8)),                 // lost: never
+          exits(9, 2).at(300)},             // an independent failure
+         {false, true, true, true, false, false, true, false, false, false}},
+        {"a SIGKILL first: only the flag counts",
+         {killed(0, SIGKILL).at(100), killed(1, SIGTERM).at(200), flagged(killed(2, SIGTERM).at(200))},
+         {false, false, true}},
+        {"every failure flagged: the earliest is the first failure, not collateral",
+         {flagged(exits(0, 1).at(100)), flagged(killed(1, SIGTERM).at(200)), ok(2)},
+         {false, true, false}},
+        {"a lost first failure: only lost tasks failed",
+         {lost(0), ok(1), flagged(lost(2))},
+         {false, false, false}},
+    };
+    for (const auto& row : rows) {
+        SCOPED_TRACE(row.name);
+        const StepOutcomes s = step(row.tasks);
+        const auto d = decide(s, {Policy::main_rank, 0, 1});
+        ASSERT_TRUE(d);
+        ASSERT_EQ(row.collateral.size(), s.tasks.size());
+        for (std::size_t i = 0; i < s.tasks.size(); ++i)
+            EXPECT_EQ(is_collateral(s, *d, i), row.collateral[i]) << "rank " << s.tasks[i].rank;
+        EXPECT_FALSE(is_collateral(s, *d, s.tasks.size()));
+    }
 }
 
 TEST(PolicyTest, AbortedTaskIsTheFirstFailureAndItsVictimsAreCollateral)

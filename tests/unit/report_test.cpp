@@ -15,6 +15,13 @@ namespace {
 
 using namespace test;
 
+// A task its node reported collateral.
+T flagged(T t)
+{
+    t.o.collateral = true;
+    return t;
+}
+
 TEST(RanksTest, Compress)
 {
     const std::pair<std::vector<std::uint32_t>, const char*> cases[] = {
@@ -72,8 +79,8 @@ TEST(SummaryTest, NonMainFailureUnderMainRank)
               "exitpolicy: 8 tasks on 4 nodes: 4 succeeded, 4 failed\n"
               "exitpolicy: first failure: rank 3 on node2, killed by SIGSEGV (core dumped)\n"
               "exitpolicy:   rank 3 on node2: killed by SIGSEGV (core dumped)\n"
-              "exitpolicy:   ranks 4-5 on node3: killed by SIGTERM (collateral: torn down after rank 3 failed)\n"
               "exitpolicy:   rank 6 on node4: exited with code 2\n"
+              "exitpolicy:   ranks 4-5 on node3: killed by SIGTERM (collateral: ended after rank 3 failed)\n"
               "exitpolicy:   ranks 0-2,7 on node[1-2,4]: succeeded\n");
 }
 
@@ -85,14 +92,55 @@ TEST(SummaryTest, AbortAndLostUnderMaxWithAnotherMainRank)
     const auto d = decide(s, settings);
     ASSERT_TRUE(d);
     EXPECT_EQ(render_summary(s, settings, *d, "> "),
-              "> exit code 7 under policy max: rank 5 on node3 aborted with status 7; an abort decides the step's code\n"
+              "> exit code 7 under policy max: rank 5 on node3 aborted with status 7, the first failure; its abort decides the step's code\n"
               "> Slurm's native exit code would be 137\n"
               "> 8 tasks on 4 nodes: 4 succeeded, 2 failed, 2 lost\n"
               "> first failure: rank 5 on node3, aborted with status 7\n"
-              ">   rank 0 on node1: killed by SIGKILL (collateral: torn down after rank 5 failed)\n"
               ">   rank 5 on node3: aborted with status 7\n"
               ">   ranks 6-7 on node4: lost (no outcome reported; counted as code 1)\n"
+              ">   rank 0 on node1: killed by SIGKILL (collateral: ended after rank 5 failed)\n"
               ">   ranks 1-4 on node[1-3]: succeeded\n");
+}
+
+// Rank 5 segfaults; every node learns of it and SIGTERMs its other tasks.
+TEST(SummaryTest, CollateralMainRankGivesTheRootCause)
+{
+    std::vector<TaskOutcome> tasks;
+    for (std::uint32_t r = 0; r < 8; ++r)
+        tasks.push_back(r == 5 ? T(segv(5).at(100)) : flagged(killed(r, SIGTERM).at(600)));
+    const StepOutcomes s = eight_on_four(std::move(tasks));
+    const Settings settings{Policy::main_rank, 0, 1};
+    const auto d = decide(s, settings);
+    ASSERT_TRUE(d);
+    EXPECT_EQ(render_summary(s, settings, *d),
+              "exitpolicy: exit code 139 under policy main-rank: main rank 0 on node1 ended after the first "
+              "failure (collateral); the first failure's code: rank 5 on node3, killed by SIGSEGV (core dumped)\n"
+              "exitpolicy: Slurm's native exit code would be 143\n"
+              "exitpolicy: 8 tasks on 4 nodes: 0 succeeded, 8 failed\n"
+              "exitpolicy: first failure: rank 5 on node3, killed by SIGSEGV (core dumped)\n"
+              "exitpolicy:   rank 5 on node3: killed by SIGSEGV (core dumped)\n"
+              "exitpolicy:   ranks 0-4,6-7 on node[1-4]: killed by SIGTERM (collateral: ended after rank 5 failed)\n");
+}
+
+// Rank 3 exits 1; rank 0's MPI library is told and aborts (its node flags
+// it); rank 1 is SIGKILLed by srun -K without a flag: both are collateral.
+TEST(SummaryTest, NodeFlaggedAndHeuristicCollateralShareOneLabel)
+{
+    const StepOutcomes s = step({flagged(aborts(0, 7).at(200)), killed(1, SIGKILL).at(300).on(1),
+                                 ok(2), exits(3, 1).at(100).on(1)}, 2);
+    const Settings settings{Policy::main_rank_check, 0, 1};
+    const auto d = decide(s, settings);
+    ASSERT_TRUE(d);
+    EXPECT_EQ(render_summary(s, settings, *d),
+              "exitpolicy: exit code 1 under policy main-rank-check: main rank 0 on node1 ended after the "
+              "first failure (collateral); the first failure's code: rank 3 on node2, exited with code 1\n"
+              "exitpolicy: Slurm's native exit code would be 137\n"
+              "exitpolicy: 4 tasks on 2 nodes: 1 succeeded, 3 failed\n"
+              "exitpolicy: first failure: rank 3 on node2, exited with code 1\n"
+              "exitpolicy:   rank 3 on node2: exited with code 1\n"
+              "exitpolicy:   rank 0 on node1: aborted with status 7 (collateral: ended after rank 3 failed)\n"
+              "exitpolicy:   rank 1 on node2: killed by SIGKILL (collateral: ended after rank 3 failed)\n"
+              "exitpolicy:   rank 2 on node1: succeeded\n");
 }
 
 TEST(SummaryTest, AllSucceeded)
@@ -124,6 +172,29 @@ TEST(SummaryTest, ExplanationOfEveryReason)
         ASSERT_TRUE(d);
         EXPECT_EQ(explain(s, settings, *d), text);
     }
+    const StepOutcomes told = step({flagged(killed(0, SIGTERM).at(200)), exits(1, 3).at(100),
+                                    aborts(2, 9).at(150), exits(3, 5).at(300)}, 1);
+    const std::pair<Settings, const char*> root_cases[] = {
+        {{Policy::main_rank, 0, 1}, "main rank 0 on node1 ended after the first failure (collateral); "
+                                    "the first failure's code: rank 1 on node1, exited with code 3"},
+        {{Policy::main_rank_check, 0, 1}, "main rank 0 on node1 ended after the first failure (collateral); "
+                                          "the first failure's code: rank 1 on node1, exited with code 3"},
+        // An abort that is not the first failure: max reads its SIGKILL.
+        {{Policy::max, 0, 1}, "rank 0 on node1 killed by SIGTERM, the highest signal (any signal beats any exit code)"},
+        {{Policy::main_rank, 2, 1}, "main rank 2 on node1 aborted with status 9"},
+    };
+    for (const auto& [settings, text] : root_cases) {
+        const auto d = decide(told, settings);
+        ASSERT_TRUE(d);
+        EXPECT_EQ(explain(told, settings, *d), text);
+    }
+    const StepOutcomes late_abort = step({ok(0), exits(1, 3).at(100), aborts(2, 9).at(150)}, 1);
+    EXPECT_EQ(explain(late_abort, {}, *decide(late_abort, {})),
+              "rank 2 on node1 killed by SIGKILL (after aborting with status 9), the highest signal "
+              "(any signal beats any exit code)");
+    const StepOutcomes first_abort = step({killed(0, SIGKILL).at(200), aborts(1, 4).at(100)}, 1);
+    EXPECT_EQ(explain(first_abort, {Policy::lowest_rank, 0, 1}, *decide(first_abort, {Policy::lowest_rank, 0, 1})),
+              "rank 1 on node1 aborted with status 4, the first failure; its abort decides the step's code");
     const StepOutcomes codes = step({exits(0, 4), exits(1, 3)}, 1);
     EXPECT_EQ(explain(codes, {}, *decide(codes, {})), "rank 0 on node1 exited with code 4, the highest exit code");
     const StepOutcomes one = step({ok(0)}, 1);
@@ -177,11 +248,13 @@ TEST(JsonTest, DocumentListsEveryTask)
     EXPECT_EQ(doc["policy"], "main-rank");
     EXPECT_EQ(doc["main_rank"], 0);
     EXPECT_EQ(doc["lost_code"], 1);
-    EXPECT_EQ(doc["exit_code"], 7);
+    // Rank 5's abort came after rank 3's SIGSEGV: the abort is reported but
+    // does not decide; the main rank succeeded.
+    EXPECT_EQ(doc["exit_code"], 0);
     EXPECT_EQ(doc["native_exit_code"], 143);
-    EXPECT_EQ(doc["reason"], "aborted");
-    EXPECT_EQ(doc["explanation"], "rank 5 on node3 aborted with status 7; an abort decides the step's code");
-    EXPECT_EQ(doc["deciding_rank"], 5);
+    EXPECT_EQ(doc["reason"], "main_rank");
+    EXPECT_EQ(doc["explanation"], "main rank 0 on node1 exited with code 0");
+    EXPECT_EQ(doc["deciding_rank"], 0);
     EXPECT_EQ(doc["first_failure_rank"], 3);
     EXPECT_EQ(doc["abort"], (nlohmann::json{{"rank", 5}, {"status", 7}}));
     EXPECT_EQ(doc["counts"], (nlohmann::json{{"tasks", 8}, {"nodes", 4}, {"succeeded", 3},
@@ -217,6 +290,32 @@ TEST(JsonTest, DocumentListsEveryTask)
         "end_time_us": null, "code": 1, "succeeded": false, "collateral": false,
         "description": "lost (no outcome reported; counted as code 1)"})j"));
     EXPECT_EQ(tasks[7]["exit_code"], 2);
+}
+
+TEST(JsonTest, RootCauseReasonAndNodeFlaggedCollateral)
+{
+    const StepOutcomes s = eight_on_four({flagged(killed(0, SIGTERM).at(600)), ok(1), ok(2), ok(3), ok(4),
+                                          segv(5).at(100), flagged(aborts(6, 7).at(200)),
+                                          killed(7, SIGKILL).at(300)});
+    const Settings settings{Policy::main_rank, 0, 1};
+    const auto d = decide(s, settings);
+    ASSERT_TRUE(d);
+    const auto doc = nlohmann::json::parse(render_json(s, settings, *d));
+    EXPECT_EQ(doc["exit_code"], 139);
+    EXPECT_EQ(doc["native_exit_code"], 143);
+    EXPECT_EQ(doc["reason"], "root_cause");
+    EXPECT_EQ(doc["explanation"], "main rank 0 on node1 ended after the first failure (collateral); "
+                                  "the first failure's code: rank 5 on node3, killed by SIGSEGV (core dumped)");
+    EXPECT_EQ(doc["deciding_rank"], 5);
+    EXPECT_EQ(doc["first_failure_rank"], 5);
+    EXPECT_EQ(doc["abort"], (nlohmann::json{{"rank", 6}, {"status", 7}}));
+    EXPECT_EQ(doc["counts"]["collateral"], 3);
+    std::vector<bool> collateral;
+    for (const auto& t : doc["tasks"])
+        collateral.push_back(t["collateral"].get<bool>());
+    // 0, 6: flagged by their nodes; 7: a SIGKILL after the SIGSEGV.
+    EXPECT_EQ(collateral, (std::vector<bool>{true, false, false, false, false, false, true, true}));
+    EXPECT_EQ(doc["tasks"][6]["code"], 7);
 }
 
 TEST(JsonTest, NullsWithoutContextAndSafeWithOddNodeNames)
@@ -289,6 +388,9 @@ TEST(JsonTest, DocumentsConformToTheDocumentedSchema)
         {step({exits(0, 3), exits(1, 3)}, 1), {Policy::main_rank_check, 0, 1}},
         {step({exits(0, 3), lost(1)}, 1), {Policy::first_failure, 0, 1}},
         {step({ok(0), lost(1)}, 1), {Policy::lowest_rank, 0, 1}},
+        {step({flagged(killed(0, SIGTERM).at(200)), segv(1).at(100)}, 1), {Policy::main_rank, 0, 1}},
+        {step({flagged(killed(0, SIGTERM).at(200)), segv(1).at(100)}, 1), {Policy::main_rank_check, 0, 1}},
+        {step({killed(0, SIGKILL).at(200), aborts(1, 4).at(100)}, 1), {Policy::max, 0, 1}},
     };
     for (const auto& [s, settings] : cases) {
         SCOPED_TRACE(policy_name(settings.policy));
