@@ -602,6 +602,7 @@ struct FrontEnd::Impl {
             t.abort_status = o->abort_status;
         if (o->flags & wire::Outcome::flag_finalized_known)
             t.finalized = (o->flags & wire::Outcome::flag_finalized) != 0;
+        t.collateral = (o->flags & wire::Outcome::flag_collateral) != 0;
         OutcomeSet::Recorded recorded;
         {
             std::lock_guard lock(mu);
