@@ -1007,6 +1007,8 @@ void Daemon::stop(int code)
         return;
     stopping_ = true;
     exit_code_ = code;
+    if (anchor_)
+        anchor_->release();
     if (args_.ready_fd >= 0) {  // never became ready: the plugin reads EOF
         ::close(args_.ready_fd);
         args_.ready_fd = -1;

@@ -61,7 +61,8 @@ EventAnchor::EventAnchor(Daemon& daemon) : daemon_(daemon) {}
 
 EventAnchor::~EventAnchor()
 {
-    stop();
+    release();
+    reap();
 }
 
 void EventAnchor::start(std::function<void(bool)> settled)
@@ -241,7 +242,7 @@ void EventAnchor::settle(bool ok, const char* why)
     settled(ok);
 }
 
-void EventAnchor::stop()
+void EventAnchor::release()
 {
     settled_ = nullptr;
     if (reading_) {
@@ -256,15 +257,19 @@ void EventAnchor::stop()
         ::close(from_child_);
         from_child_ = -1;
     }
+}
+
+void EventAnchor::reap()
+{
     if (pid_ <= 0)
         return;
     // Bounded: it needs a moment to finalize against our server.
-    for (int i = 0; i < 50; ++i) {
+    for (int i = 0; i < 20; ++i) {
         if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
             pid_ = -1;
             return;
         }
-        const timespec tick{0, 10'000'000};
+        const timespec tick{0, 5'000'000};
         ::nanosleep(&tick, nullptr);
     }
     ::kill(pid_, SIGKILL);

@@ -14,7 +14,8 @@
 // `exitpolicy-pmixd --event-anchor`, a PMIx client of a one-process
 // namespace of its own on this node's server, which registers for
 // PMIX_MAX_ERR_CONSTANT, says "registered" on its stdout and then waits for
-// its stdin to close (the daemon's end, when the daemon stops). It starts as
+// its stdin to close (the daemon's end, when the daemon stops); it never
+// holds the daemon's exit up. It starts as
 // soon as the server is initialised, overlapping the enrollment; the daemon
 // reports ready (and so the step's tasks start) only once the anchor has
 // registered or failed, within a bound. Without it the step runs as before:
@@ -44,8 +45,11 @@ public:
     // Loop thread, once the PMIx server is initialised. `settled` runs
     // once: the anchor registered (true) or could not (false, logged).
     void start(std::function<void(bool registered)> settled);
-    // Ends the anchor (closes its stdin) and reaps it, bounded.
-    void stop();
+    // Loop thread, as the daemon stops: closes the anchor's stdin, so
+    // that it finalizes (our server answers that at once) and exits.
+    void release();
+    // Reaps it (the destructor does): a moment to exit, then SIGKILL.
+    void reap();
 
     // The namespace of the anchor, never the step's.
     static std::string nspace_of(std::uint32_t job_id, std::uint32_t step_id);

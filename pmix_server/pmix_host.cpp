@@ -91,11 +91,13 @@ pmix_status_t on_client_connected(const pmix_proc_t* proc, void*, pmix_op_cbfunc
 
 pmix_status_t on_client_finalized(const pmix_proc_t* proc, void*, pmix_op_cbfunc_t cbfunc, void* cbdata)
 {
-    const bool anchor = is_anchor(proc);
+    // The anchor finalizes while the daemon stops, when the loop may no
+    // longer run: answered here, at once.
+    if (is_anchor(proc))
+        return PMIX_OPERATION_SUCCEEDED;
     const std::uint32_t rank = proc->rank;
-    the_daemon->post([anchor, rank, cbfunc, cbdata] {
-        if (!anchor)
-            the_daemon->client_finalized(rank);
+    the_daemon->post([rank, cbfunc, cbdata] {
+        the_daemon->client_finalized(rank);
         if (cbfunc)
             cbfunc(PMIX_SUCCESS, cbdata);
     });

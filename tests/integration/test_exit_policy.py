@@ -298,7 +298,7 @@ def test_report_labels_collateral_teardown(cluster, workdir, exitpolicy):
     # SIGTERM, or SIGKILL for a task still starting when the teardown came:
     # one line per signal, every one collateral to rank 1.
     torn = [l for l in lines if "killed by SIG" in l]
-    assert torn and all(l.endswith("(collateral: torn down after rank 1 failed)") for l in torn), err
+    assert torn and all(l.endswith("(collateral: ended after rank 1 failed)") for l in torn), err
     assert "".join(torn).count("on node") == len(torn) and len(torn) <= 2, err
     job = out.split()[0]
     doc = json.loads((workdir / f"collateral-{job}.json").read_text())
