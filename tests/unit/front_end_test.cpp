@@ -422,5 +422,110 @@ TEST(FrontEndOverlayTest, ADaemonThatDiesAloneIsNoLostNode)
     EXPECT_EQ(d1->count(wire::Type::node_down), 0u);  // every rank of it reported
 }
 
+
+// Two nodes, one rank each, both daemons linked and given the step map.
+struct TwoNodes {
+    std::unique_ptr<FrontEnd> fe;
+    Loop loop;
+    NodeLink stepd0, stepd1;
+    std::unique_ptr<FakeDaemon> d0, d1;
+};
+
+std::unique_ptr<TwoNodes> two_nodes(FrontEndSetup setup)
+{
+    auto t = std::make_unique<TwoNodes>();
+    auto started = FrontEnd::start(setup);
+    EXPECT_TRUE(started) << started.error();
+    if (!started)
+        return nullptr;
+    t->fe = std::move(*started);
+    t->stepd0 = connect(node(*t->fe, 0, {0}));
+    t->stepd1 = connect(node(*t->fe, 1, {1}));
+    t->d0 = fake_daemon(t->loop, *t->fe, 0, {0});
+    t->d1 = fake_daemon(t->loop, *t->fe, 1, {1});
+    EXPECT_TRUE(t->loop.run_until(
+        [&] { return t->d0->count(wire::Type::step_map) && t->d1->count(wire::Type::step_map); }));
+    return t;
+}
+
+FrontEndSetup teardown_setup(bool recoverable)
+{
+    FrontEndSetup setup{job, step, 2, 2, std::nullopt, 2, 9};
+    setup.recoverable = recoverable;
+    setup.teardown_grace = 20ms;
+    setup.kill_after = 1500ms;
+    return setup;
+}
+
+// Rank 0, a PMIx client (or not), was killed by SIGSEGV on node1.
+wire::Event segfault(bool client)
+{
+    return wire::Event{0, 0, -402, 139, SIGSEGV, client};
+}
+
+TEST(FrontEndOverlayTest, AFailedPmixClientTearsTheStepDownAfterTheGrace)
+{
+    auto t = two_nodes(teardown_setup(false));
+    ASSERT_TRUE(t);
+    EXPECT_FALSE(t->d1->last<wire::StepMap>(wire::Type::step_map).recoverable);
+    t->d0->channel->send(segfault(true).encode());
+    ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(wire::Type::terminate) == 1; }));
+    // Told first, torn down after: the event comes before the terminate.
+    ASSERT_EQ(t->d1->got.front().first, wire::Type::step_map);
+    EXPECT_EQ(t->d1->got[1].first, wire::Type::event);
+    EXPECT_EQ(t->d1->got[2].first, wire::Type::terminate);
+    const auto term = t->d1->last<wire::Terminate>(wire::Type::terminate);
+    EXPECT_EQ(term.kill_after_ms, 1500u);
+    EXPECT_EQ(term.reason, "rank 0 on node1 was killed by SIGSEGV");
+    EXPECT_EQ(t->d0->count(wire::Type::terminate), 1u);
+    // Further failures (the collateral) tear down nothing more.
+    t->d1->channel->send(wire::Event{1, 1, -402, 143, SIGTERM, true}.encode());
+    t->loop.run_until([] { return false; }, 200ms);
+    EXPECT_EQ(t->d1->count(wire::Type::terminate), 1u);
+    t->fe->finish(0ms);
+}
+
+TEST(FrontEndOverlayTest, ARecoverableStepIsToldAndRunsOnUntilAnAbort)
+{
+    auto t = two_nodes(teardown_setup(true));
+    ASSERT_TRUE(t);
+    EXPECT_TRUE(t->d1->last<wire::StepMap>(wire::Type::step_map).recoverable);
+    t->d0->channel->send(segfault(true).encode());
+    ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(wire::Type::event) == 1; }));
+    t->loop.run_until([] { return false; }, 300ms);  // 15 times the grace
+    EXPECT_EQ(t->d1->count(wire::Type::terminate), 0u);
+    // An abort ends even a recoverable step, at once.
+    t->d1->channel->send(wire::Abort{1, 7, "MPI_Abort"}.encode());
+    ASSERT_TRUE(t->loop.run_until([&] { return t->d0->count(wire::Type::terminate) == 1; }));
+    EXPECT_EQ(t->d0->last<wire::Terminate>(wire::Type::terminate).reason,
+              "rank 1 on node2 called abort with status 7");
+    t->fe->finish(0ms);
+}
+
+TEST(FrontEndOverlayTest, TasksThatNeverUsedPmixTearNothingDown)
+{
+    auto t = two_nodes(teardown_setup(false));
+    ASSERT_TRUE(t);
+    t->d0->channel->send(segfault(false).encode());
+    ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(wire::Type::event) == 1; }));
+    t->loop.run_until([] { return false; }, 300ms);
+    EXPECT_EQ(t->d1->count(wire::Type::terminate), 0u);
+    t->fe->finish(0ms);
+}
+
+TEST(FrontEndOverlayTest, ALostNodeTearsTheStepDownUnlessItIsRecoverable)
+{
+    for (const bool recoverable : {false, true}) {
+        auto t = two_nodes(teardown_setup(recoverable));
+        ASSERT_TRUE(t);
+        t->d0->channel.reset();  // node1 dies with rank 0 unreported
+        t->stepd0.close();
+        ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(wire::Type::node_down) == 1; }));
+        t->loop.run_until([] { return false; }, 300ms);
+        EXPECT_EQ(t->d1->count(wire::Type::terminate), recoverable ? 0u : 1u) << recoverable;
+        t->fe->finish(0ms);
+    }
+}
+
 }  // namespace
 }  // namespace exitpolicy::plugin
