@@ -263,8 +263,6 @@ struct FrontEnd::Impl {
         if (setup.recoverable || teardown_scheduled || teardown_sent)
             return;
         teardown_scheduled = true;
-        std::fprintf(stderr, "exitpolicy: %s: ending the step (srun --exit-recoverable lets the others run on)\n",
-                     what.c_str());
         struct Later {
             Impl* fe;
             std::string reason;
@@ -277,15 +275,28 @@ struct FrontEnd::Impl {
                 [](evutil_socket_t, short, void* arg) {
                     std::unique_ptr<Later> l(static_cast<Later*>(arg));
                     try {
-                        l->fe->teardown(l->reason);
+                        l->fe->teardown_after(l->reason);
                     } catch (...) {
                         l->fe->problem("the teardown could not be sent");
                     }
                 },
                 later, &grace) != 0) {
             delete later;
-            teardown(what);
+            teardown_after(what);
         }
+    }
+
+    // The grace is over: unless every task has ended meanwhile, the rest go.
+    void teardown_after(const std::string& what)
+    {
+        {
+            std::lock_guard lock(mu);
+            if (outcomes.complete())
+                return;
+        }
+        std::fprintf(stderr, "exitpolicy: %s: ending the step (srun --exit-recoverable lets the others run on)\n",
+                     what.c_str());
+        teardown(what);
     }
 
     std::string where(std::uint32_t rank)
