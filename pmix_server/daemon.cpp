@@ -128,7 +128,10 @@ int Daemon::run()
             post([this] {
                 anchor_->start([this](bool) {
                     anchor_settled_ = true;
-                    ready();
+                    // The tasks that asked meanwhile get their environment.
+                    for (auto& [local, frame] : std::exchange(env_waiting_, {}))
+                        if (std::any_of(locals_.begin(), locals_.end(), [&](const auto& l) { return l.get() == local; }))
+                            on_local_frame(*local, wire::Type::env_request, frame);
                 });
             });
     });
@@ -426,7 +429,7 @@ void Daemon::ready()
 {
     // Serving once the namespace is in and the way up is open: a task's
     // first fence must find both.
-    if (!namespace_ready_ || !anchor_settled_ || (up_ && !up_->is_ready()))
+    if (!namespace_ready_ || (up_ && !up_->is_ready()))
         return;
     if (ready_sent_ || args_.ready_fd < 0)
         return;
@@ -1089,6 +1092,12 @@ void Daemon::on_local_frame(Local& l, wire::Type type, std::span<const std::uint
     auto reply = [&](const wire::Bytes& frame) { bufferevent_write(l.bev, frame.data(), frame.size()); };
     switch (type) {
     case wire::Type::env_request: {
+        // A task starts once the event anchor is in place: its default
+        // event handler must find the anchor's registration.
+        if (!anchor_settled_) {
+            env_waiting_.emplace_back(&l, wire::Bytes(body.begin(), body.end()));
+            return;
+        }
         auto r = wire::EnvRequest::decode(body);
         wire::EnvReply out;
         if (!r || std::find(args_.ranks.begin(), args_.ranks.end(), r->rank) == args_.ranks.end()) {

@@ -149,10 +149,13 @@ private:
     std::vector<std::unique_ptr<Local>> locals_;
 
     std::unique_ptr<PmixHost> pmix_;
-    // Keeps clients' default event handlers registered (event_anchor.hpp);
-    // ready waits until it registered or failed.
+    // Keeps clients' default event handlers registered (event_anchor.hpp).
+    // It starts with the PMIx server and overlaps the rest of the start-up:
+    // only the tasks' environment requests wait until it registered or
+    // failed (bounded), so that no task starts before it.
     std::unique_ptr<EventAnchor> anchor_;
     bool anchor_settled_ = false;
+    std::vector<std::pair<Local*, wire::Bytes>> env_waiting_;
     // PMIx_server_init takes ~20 ms: it runs on its own thread while the
     // daemon enrolls, and is joined when the step map arrives.
     std::thread pmix_init_;

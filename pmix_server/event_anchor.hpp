@@ -16,8 +16,9 @@
 // PMIX_MAX_ERR_CONSTANT, says "registered" on its stdout and then waits for
 // its stdin to close (the daemon's end, when the daemon stops); it never
 // holds the daemon's exit up. It starts as
-// soon as the server is initialised, overlapping the enrollment; the daemon
-// reports ready (and so the step's tasks start) only once the anchor has
+// soon as the server is initialised, overlapping the enrollment, the
+// namespace and slurmstepd's launch of the tasks; a task's request for its
+// PMIx environment (so the task itself) waits until the anchor has
 // registered or failed, within a bound. Without it the step runs as before:
 // clients that register specific codes are told; default handlers are not.
 //
