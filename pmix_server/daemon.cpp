@@ -333,7 +333,7 @@ void Daemon::parent_lost(const std::string& why)
     // Every fence in progress here went, or would have gone, through the
     // parent: it fails here and below (never succeeds short, never hangs).
     while (!fences_.empty())
-        fail_fence(fences_.begin(), wire::pmix::unreach);
+        fail_fence(fences_.begin()->first, wire::pmix::unreach);
     // Publish / lookup requests it carried are lost with it.
     for (auto& [id, done] : std::exchange(data_waiting_, {}))
         done(wire::DataReply{id, args_.node_id, wire::pmix::unreach, {}, {}, {}});
@@ -414,15 +414,16 @@ void Daemon::node_left(std::uint32_t node)
     log::debug("node %u left the tree", node);
     send_up(wire::Gone{node}.encode());
     // Fences whose contributions may have been on their way through it.
-    for (auto it = fences_.begin(); it != fences_.end();) {
-        bool through = it->second.ranks.empty();
-        for (std::uint32_t r : it->second.ranks)
-            through = through || (r < map_->rank_node.size() && tree_->in_static_subtree(map_->rank_node[r], node));
-        if (through)
-            fail_fence(it++, wire::pmix::unreach);
-        else
-            ++it;
+    std::vector<std::string> through;
+    for (const auto& [key, f] : fences_) {
+        bool hit = f.id.ranks.empty();
+        for (std::uint32_t r : f.id.ranks)
+            hit = hit || (r < map_->rank_node.size() && tree_->in_static_subtree(map_->rank_node[r], node));
+        if (hit)
+            through.push_back(key);
     }
+    for (auto& key : through)
+        fail_fence(std::move(key), wire::pmix::unreach);
 }
 
 void Daemon::ready()
@@ -660,45 +661,97 @@ std::uint32_t Daemon::fence_expected(const std::vector<std::uint32_t>& ranks) co
     return n;
 }
 
-void Daemon::fence(std::vector<std::uint32_t> ranks, wire::Bytes data, Done done)
+bool Daemon::names_dead(const std::vector<std::uint32_t>& ranks) const
+{
+    if (ranks.empty())
+        return !dead_.empty();
+    return std::any_of(ranks.begin(), ranks.end(), [this](std::uint32_t r) { return dead_.count(r) != 0; });
+}
+
+// The instance's state here, created on its first contribution.
+std::map<std::string, Daemon::FenceState>::iterator Daemon::fence_state(const std::string& key,
+                                                                       const wire::FenceKey& id)
+{
+    auto it = fences_.find(key);
+    if (it == fences_.end()) {
+        it = fences_.emplace(key, FenceState{}).first;
+        it->second.id = id;
+        it->second.expected = fence_expected(id.ranks);
+    }
+    return it;
+}
+
+void Daemon::fence(std::vector<std::uint32_t> ranks, wire::Bytes data, int timeout_s, Done done)
 {
     std::sort(ranks.begin(), ranks.end());
-    const std::string key = wire::fence_key(ranks);
-    FenceState& f = fences_[key];
-    if (f.expected == 0) {
-        f.ranks = ranks;
-        f.expected = fence_expected(ranks);
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    wire::FenceKey id;
+    id.set = wire::fence_set(ranks);
+    id.instance = ++fence_calls_[id.set];
+    id.ranks = std::move(ranks);
+    const std::string key = wire::fence_key(id.ranks, id.instance);
+    if (auto ahead = failed_ahead_.find(key); ahead != failed_ahead_.end()) {
+        const int status = ahead->second;
+        failed_ahead_.erase(ahead);
+        done(status, {});
+        return;
     }
+    if (fences_done_.contains(id.set, id.instance)) {
+        done(PMIX_ERROR, {});  // over without this node: its fences are numbered unlike the others'
+        return;
+    }
+    auto it = fence_state(key, id);
+    FenceState& f = it->second;
     f.local = std::move(done);
+    if (names_dead(f.id.ranks)) {
+        fail_fence(key, PMIX_ERR_PROC_TERM_WO_SYNC);
+        return;
+    }
     f.data.insert(f.data.end(), data.begin(), data.end());
     ++f.received;
-    fence_arrived(key);
+    if (timeout_s > 0)
+        after(timeout_s, [this, key] { fence_timed_out(key); });
+    fence_arrived(it);
 }
 
 void Daemon::on_fence_up(const wire::FenceUp& up)
 {
-    FenceState& f = fences_[up.key];
-    if (f.expected == 0) {
-        f.ranks = *wire::fence_ranks(up.key);  // the key names the participants (checked by decode)
-        f.expected = fence_expected(f.ranks);
+    const auto id = *wire::parse_fence_key(up.key);  // checked by decode
+    if (fences_done_.contains(id.set, id.instance))
+        return;  // late: that instance is over here
+    if (up.status != 0) {
+        // Failed below (a timeout): here, below, and through the FE everywhere.
+        send_up(wire::FenceUp{up.key, up.status, 0, {}}.encode());
+        fail_fence(up.key, up.status);
+        return;
     }
+    if (names_dead(id.ranks)) {
+        fail_fence(up.key, PMIX_ERR_PROC_TERM_WO_SYNC);
+        return;
+    }
+    auto it = fence_state(up.key, id);
+    FenceState& f = it->second;
     f.data.insert(f.data.end(), up.data.begin(), up.data.end());
     ++f.received;
-    fence_arrived(up.key);
+    fence_arrived(it);
 }
 
-void Daemon::fence_arrived(const std::string& key)
+void Daemon::fence_arrived(std::map<std::string, FenceState>::iterator it)
 {
-    FenceState& f = fences_[key];
+    FenceState& f = it->second;
     if (f.received < f.expected)
         return;
-    send_up(wire::FenceUp{key, f.received, f.data}.encode());
+    send_up(wire::FenceUp{it->first, 0, f.received, f.data}.encode());
     f.data.clear();  // the result comes back down with everyone's data
 }
 
 void Daemon::on_fence_down(const wire::FenceDown& down)
 {
     send_down(std::nullopt, down.encode());
+    const auto id = *wire::parse_fence_key(down.key);  // checked by decode
+    if (fences_done_.contains(id.set, id.instance))
+        return;  // late: that instance is over here
+    fence_finished(down.key, id, down.status);
     auto it = fences_.find(down.key);
     if (it == fences_.end())
         return;
@@ -708,14 +761,40 @@ void Daemon::on_fence_down(const wire::FenceDown& down)
         (*local)(down.status, down.data);
 }
 
+// An instance is over here: a late contribution or result of it is dropped,
+// and a local call of it that is still to come fails at once.
+void Daemon::fence_finished(const std::string& key, const wire::FenceKey& id, int status)
+{
+    fences_done_.add(id.set, id.instance);
+    const auto calls = fence_calls_.find(id.set);
+    if (status == 0 || (calls != fence_calls_.end() && id.instance <= calls->second))
+        return;
+    if (std::any_of(args_.ranks.begin(), args_.ranks.end(), [&](std::uint32_t r) { return has_rank(id.ranks, r); }))
+        failed_ahead_[key] = status;
+}
+
+// The caller's PMIX_TIMEOUT expired: an instance still pending here fails
+// here, below, and through the FE on every node.
+void Daemon::fence_timed_out(const std::string& key)
+{
+    if (!fences_.count(key))
+        return;  // over
+    log::info("fence %s timed out", key.c_str());
+    send_up(wire::FenceUp{key, PMIX_ERR_TIMEOUT, 0, {}}.encode());
+    fail_fence(key, PMIX_ERR_TIMEOUT);
+}
+
 void Daemon::fail_fences_with(std::uint32_t rank)
 {
+    // Later fences over it fail at once.
+    dead_.insert(rank);
     // The FE fails it for everyone as well; only the local caller here.
     for (auto it = fences_.begin(); it != fences_.end();) {
-        if (!has_rank(it->second.ranks, rank)) {
+        if (!has_rank(it->second.id.ranks, rank)) {
             ++it;
             continue;
         }
+        fence_finished(it->first, it->second.id, PMIX_ERR_PROC_TERM_WO_SYNC);
         auto local = std::move(it->second.local);
         it = fences_.erase(it);
         if (local)
@@ -723,11 +802,15 @@ void Daemon::fail_fences_with(std::uint32_t rank)
     }
 }
 
-// Fails a fence here and in the subtree below, which waits for its result
-// from us.
-void Daemon::fail_fence(std::map<std::string, FenceState>::iterator it, int status)
+// Fails an instance here and in the subtree below, which waits for its
+// result from us.
+void Daemon::fail_fence(std::string key, int status)
 {
-    send_down(std::nullopt, wire::FenceDown{it->first, status, {}}.encode());
+    send_down(std::nullopt, wire::FenceDown{key, status, {}}.encode());
+    fence_finished(key, *wire::parse_fence_key(key), status);
+    auto it = fences_.find(key);
+    if (it == fences_.end())
+        return;
     auto local = std::move(it->second.local);
     fences_.erase(it);
     if (local)

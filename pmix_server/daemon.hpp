@@ -9,6 +9,7 @@
 
 #include "args.hpp"
 #include "protocol/channel.hpp"
+#include "protocol/fences.hpp"
 #include "protocol/tree.hpp"
 
 #include <cstdint>
@@ -45,8 +46,11 @@ public:
 
     // ---- loop thread: what the PMIx side asks of the overlay ----
     using Done = std::function<void(int status, wire::Bytes data)>;
-    // A fence over `ranks` (empty: all) with this node's data.
-    void fence(std::vector<std::uint32_t> ranks, wire::Bytes data, Done done);
+    // A fence over `ranks` (empty: all) with this node's data: the next
+    // instance over that set. It fails at once when a participant is known
+    // dead; with timeout_s > 0 (the caller's PMIX_TIMEOUT) an instance still
+    // pending here after that long fails everywhere with PMIX_ERR_TIMEOUT.
+    void fence(std::vector<std::uint32_t> ranks, wire::Bytes data, int timeout_s, Done done);
     // Requests to other nodes fail with PMIX_ERR_TIMEOUT after the caller's
     // PMIX_TIMEOUT, or after this many seconds when it gave none.
     static constexpr int default_timeout_s = 30;
@@ -77,7 +81,7 @@ public:
 private:
     struct Local;
     struct FenceState {
-        std::vector<std::uint32_t> ranks;  // empty: all
+        wire::FenceKey id;                 // its participants (empty: all) and instance
         std::uint32_t expected = 0;        // contributions awaited here
         std::uint32_t received = 0;
         wire::Bytes data;
@@ -100,11 +104,15 @@ private:
     void adopt(wire::Channel& child);
     void on_fence_up(const wire::FenceUp& f);
     void on_fence_down(const wire::FenceDown& f);
-    void fence_arrived(const std::string& key);
+    std::map<std::string, FenceState>::iterator fence_state(const std::string& key, const wire::FenceKey& id);
+    void fence_arrived(std::map<std::string, FenceState>::iterator it);
     std::uint32_t fence_expected(const std::vector<std::uint32_t>& ranks) const;
     bool subtree_has(std::uint32_t child, const std::vector<std::uint32_t>& ranks) const;
+    bool names_dead(const std::vector<std::uint32_t>& ranks) const;
+    void fence_finished(const std::string& key, const wire::FenceKey& id, int status);
+    void fence_timed_out(const std::string& key);
     void fail_fences_with(std::uint32_t rank);
-    void fail_fence(std::map<std::string, FenceState>::iterator it, int status);
+    void fail_fence(std::string key, int status);
     void on_dmodex_req(const wire::DmodexReq& r);
     void on_dmodex_resp(const wire::DmodexResp& r);
     void route(std::uint32_t to, const wire::Bytes& frame);
@@ -199,7 +207,13 @@ private:
     std::set<std::uint32_t> connected_;
     std::set<std::uint32_t> finalized_;
     std::set<std::uint32_t> ended_;  // local ranks whose outcome arrived
-    std::map<std::string, FenceState> fences_;
+    std::map<std::string, FenceState> fences_;  // instances in progress here, by key
+    std::map<std::string, std::uint64_t> fence_calls_;  // local fence calls per participant set
+    wire::FinishedFences fences_done_;
+    // Instances that failed here before the local call came (their status):
+    // that call fails at once.
+    std::map<std::string, int> failed_ahead_;
+    std::set<std::uint32_t> dead_;  // ranks known to have ended abnormally or been lost
     // Events and node losses that came from above, in order: replayed to a
     // child adopted later, which may have missed them while it reconnected.
     std::vector<wire::Bytes> history_;

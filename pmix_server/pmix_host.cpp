@@ -30,6 +30,7 @@ namespace exitpolicy::pmixd {
 // The overlay's copies of PMIx codes (protocol/events.hpp) are the library's.
 static_assert(wire::pmix::proc_aborted == PMIX_ERR_PROC_ABORTED);
 static_assert(wire::pmix::proc_requested_abort == PMIX_ERR_PROC_REQUESTED_ABORT);
+static_assert(wire::pmix::timeout == PMIX_ERR_TIMEOUT);
 static_assert(wire::pmix::unreach == PMIX_ERR_UNREACH);
 static_assert(wire::pmix::proc_term_wo_sync == PMIX_ERR_PROC_TERM_WO_SYNC);
 static_assert(wire::pmix::proc_terminated == PMIX_EVENT_PROC_TERMINATED);
@@ -117,8 +118,17 @@ pmix_status_t on_abort(const pmix_proc_t* proc, void*, int status, const char ms
     return PMIX_SUCCESS;
 }
 
-pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t[], size_t, char* data,
-                       size_t ndata, pmix_modex_cbfunc_t cbfunc, void* cbdata)
+// The caller's PMIX_TIMEOUT in seconds; 0 when it gave none.
+int timeout_of(const pmix_info_t info[], size_t ninfo)
+{
+    for (size_t i = 0; i < ninfo; ++i)
+        if (PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT) && info[i].value.type == PMIX_INT)
+            return std::max(0, info[i].value.data.integer);
+    return 0;
+}
+
+pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[], size_t ninfo,
+                       char* data, size_t ndata, pmix_modex_cbfunc_t cbfunc, void* cbdata)
 {
     std::vector<std::uint32_t> ranks;
     for (size_t i = 0; i < nprocs; ++i) {
@@ -129,21 +139,15 @@ pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info
         ranks.push_back(procs[i].rank);
     }
     wire::Bytes bytes(data, data + ndata);
-    the_daemon->post([ranks = std::move(ranks), bytes = std::move(bytes), cbfunc, cbdata]() mutable {
-        the_daemon->fence(std::move(ranks), std::move(bytes), [cbfunc, cbdata](int status, wire::Bytes all) {
-            answer_modex(cbfunc, cbdata, status, std::move(all));
-        });
+    // No PMIX_TIMEOUT: no timer, the fence waits as long as it takes.
+    const int timeout_s = timeout_of(info, ninfo);
+    the_daemon->post([ranks = std::move(ranks), bytes = std::move(bytes), timeout_s, cbfunc, cbdata]() mutable {
+        the_daemon->fence(std::move(ranks), std::move(bytes), timeout_s,
+                          [cbfunc, cbdata](int status, wire::Bytes all) {
+                              answer_modex(cbfunc, cbdata, status, std::move(all));
+                          });
     });
     return PMIX_SUCCESS;
-}
-
-// The caller's PMIX_TIMEOUT in seconds; 0 when it gave none.
-int timeout_of(const pmix_info_t info[], size_t ninfo)
-{
-    for (size_t i = 0; i < ninfo; ++i)
-        if (PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT) && info[i].value.type == PMIX_INT)
-            return std::max(0, info[i].value.data.integer);
-    return 0;
 }
 
 pmix_status_t on_direct_modex(const pmix_proc_t* proc, const pmix_info_t info[], size_t ninfo,

@@ -457,38 +457,57 @@ Result<NodeDown> NodeDown::decode(std::span<const std::uint8_t> body)
     return finish_decode(r, std::move(m), Type::node_down);
 }
 
-std::string fence_key(const std::vector<std::uint32_t>& sorted_ranks)
+std::string fence_set(const std::vector<std::uint32_t>& sorted_ranks)
 {
     if (sorted_ranks.empty())
         return "*";
-    std::string key;
+    std::string set;
     for (std::uint32_t r : sorted_ranks)
-        key += std::to_string(r) + ",";
-    return key;
+        set += std::to_string(r) + ",";
+    return set;
 }
 
-std::optional<std::vector<std::uint32_t>> fence_ranks(std::string_view key)
+std::string fence_key(const std::vector<std::uint32_t>& sorted_ranks, std::uint64_t instance)
 {
-    std::vector<std::uint32_t> ranks;
-    if (key == "*")
-        return ranks;
-    if (key.empty() || key.back() != ',')
+    return fence_set(sorted_ranks) + "#" + std::to_string(instance);
+}
+
+std::optional<FenceKey> parse_fence_key(std::string_view key)
+{
+    const auto hash = key.rfind('#');
+    if (hash == std::string_view::npos)
         return std::nullopt;
-    for (std::size_t pos = 0; pos < key.size();) {
-        const auto comma = key.find(',', pos);
-        std::uint32_t rank = 0;
-        const auto [ptr, ec] = std::from_chars(key.data() + pos, key.data() + comma, rank);
-        if (ec != std::errc() || ptr != key.data() + comma)
+    const std::string_view set = key.substr(0, hash);
+    const std::string_view number = key.substr(hash + 1);
+    FenceKey id;
+    id.set = set;
+    const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), id.instance);
+    if (ec != std::errc() || end != number.data() + number.size() || id.instance == 0)
+        return std::nullopt;
+    if (set != "*") {
+        if (set.empty() || set.back() != ',')
             return std::nullopt;
-        ranks.push_back(rank);
-        pos = comma + 1;
+        for (std::size_t pos = 0; pos < set.size();) {
+            const auto comma = set.find(',', pos);
+            std::uint32_t rank = 0;
+            const auto [ptr, err] = std::from_chars(set.data() + pos, set.data() + comma, rank);
+            if (err != std::errc() || ptr != set.data() + comma)
+                return std::nullopt;
+            if (!id.ranks.empty() && rank <= id.ranks.back())
+                return std::nullopt;  // unsorted, or a repeat
+            id.ranks.push_back(rank);
+            pos = comma + 1;
+        }
     }
-    return ranks;
+    // One spelling per instance: no leading zeros either.
+    if (fence_key(id.ranks, id.instance) != key)
+        return std::nullopt;
+    return id;
 }
 
 Bytes FenceUp::encode() const
 {
-    return Writer(Type::fence_up).str(key).u32(contributors).blob(data).finish();
+    return Writer(Type::fence_up).str(key).i32(status).u32(contributors).blob(data).finish();
 }
 
 Result<FenceUp> FenceUp::decode(std::span<const std::uint8_t> body)
@@ -496,10 +515,11 @@ Result<FenceUp> FenceUp::decode(std::span<const std::uint8_t> body)
     Reader r(body);
     FenceUp m;
     m.key = r.str();
+    m.status = r.i32();
     m.contributors = r.u32();
     m.data = r.blob();
-    if (!r.failed() && !fence_ranks(m.key))
-        return Result<FenceUp>::fail("fence up frame with a malformed participant set");
+    if (!r.failed() && !parse_fence_key(m.key))
+        return Result<FenceUp>::fail("fence up frame with a malformed fence key");
     return finish_decode(r, std::move(m), Type::fence_up);
 }
 
@@ -515,6 +535,8 @@ Result<FenceDown> FenceDown::decode(std::span<const std::uint8_t> body)
     m.key = r.str();
     m.status = r.i32();
     m.data = r.blob();
+    if (!r.failed() && !parse_fence_key(m.key))
+        return Result<FenceDown>::fail("fence down frame with a malformed fence key");
     return finish_decode(r, std::move(m), Type::fence_down);
 }
 

@@ -239,14 +239,30 @@ struct NodeDown {
     static Result<NodeDown> decode(std::span<const std::uint8_t> body);
 };
 
-// A fence's participant set on the wire: "*" for everyone, else the sorted
-// ranks, each followed by a comma ("0,3,"). One format for every node.
-std::string fence_key(const std::vector<std::uint32_t>& sorted_ranks);
-// The ranks a key names (empty: everyone); none when malformed.
-std::optional<std::vector<std::uint32_t>> fence_ranks(std::string_view key);
+// A fence instance on the wire: its participant set, "*" for everyone, else
+// the sorted ranks, each followed by a comma ("0,3,"); then '#' and the
+// instance's number over that set, from 1 ("0,3,#7", "*#7"). Fences over one
+// set are ordered in PMIx, so the n-th over a set is the same instance on
+// every node. One format for every node; a key is canonical (sorted, no
+// repeats, no leading zeros), anything else is malformed.
+struct FenceKey {
+    std::vector<std::uint32_t> ranks;  // sorted; empty: everyone
+    std::string set;                   // the participant set part ("0,3," or "*")
+    std::uint64_t instance = 0;        // 1, 2, ... per participant set
+};
+// The participant set part ("0,3," or "*").
+std::string fence_set(const std::vector<std::uint32_t>& sorted_ranks);
+// The whole key of instance `instance` (>= 1) over a set.
+std::string fence_key(const std::vector<std::uint32_t>& sorted_ranks, std::uint64_t instance);
+// What a key names; none when malformed.
+std::optional<FenceKey> parse_fence_key(std::string_view key);
 
+// A subtree's contribution to a fence instance, or its failure there: a
+// non-zero status (a PMIx status, e.g. the caller's PMIX_TIMEOUT expired)
+// fails the instance for everyone, data or not.
 struct FenceUp {
-    std::string key;               // the participant set, canonical
+    std::string key;                 // the instance (fence_key)
+    std::int32_t status = 0;         // 0: a contribution
     std::uint32_t contributors = 0;  // nodes whose data is in `data`
     Bytes data;
     Bytes encode() const;
@@ -254,7 +270,7 @@ struct FenceUp {
 };
 
 struct FenceDown {
-    std::string key;
+    std::string key;               // the instance (fence_key)
     std::int32_t status = 0;       // 0: success
     Bytes data;
     Bytes encode() const;

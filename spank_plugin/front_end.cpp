@@ -4,6 +4,7 @@
 #include "exitpolicy/report.hpp"
 #include "protocol/channel.hpp"
 #include "protocol/events.hpp"
+#include "protocol/fences.hpp"
 #include "protocol/tree.hpp"
 #include "protocol/wire.hpp"
 
@@ -26,6 +27,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 namespace exitpolicy::plugin {
@@ -51,8 +53,9 @@ std::string how_it_ended(const wire::Event& e)
     return "exited without finalizing PMIx";
 }
 
-// A fence at the root of the overlay tree.
+// A fence instance at the root of the overlay tree.
 struct RootFence {
+    std::vector<std::uint32_t> ranks;  // its participants, sorted; empty: all
     std::uint32_t expected = 0;
     std::uint32_t received = 0;
     wire::Bytes data;
@@ -94,7 +97,9 @@ struct FrontEnd::Impl {
     std::uint32_t enrolled_count = 0;
     std::optional<wire::Tree> tree;
     bool map_sent = false;
-    std::map<std::string, RootFence> fences;
+    std::map<std::string, RootFence> fences;  // instances in progress, by key
+    wire::FinishedFences fences_done;          // a late contribution to one is dropped
+    std::set<std::uint32_t> dead;              // ranks that ended abnormally or were lost
     // Run-through and lost nodes, by node id.
     std::vector<Conn*> tree_link;              // a daemon's open link to the FE
     std::vector<std::uint32_t> stepd_links;    // slurmstepd's open links
@@ -221,9 +226,10 @@ struct FrontEnd::Impl {
         if (down.ranks.empty())
             return;
         declared_down[node] = true;
+        dead.insert(down.ranks.begin(), down.ranks.end());
         std::fprintf(stderr, "exitpolicy: %s: node lost (its node daemon and slurmstepd are gone) with rank%s %s\n",
                      down.hostname.c_str(), down.ranks.size() == 1 ? "" : "s", compress_ranks(down.ranks).c_str());
-        fail_fences(-1, [&](const std::vector<std::uint32_t>& ranks) {
+        fail_fences(wire::pmix::proc_term_wo_sync, [&](const std::vector<std::uint32_t>& ranks) {
             return std::any_of(down.ranks.begin(), down.ranks.end(),
                                [&](std::uint32_t r) { return std::binary_search(ranks.begin(), ranks.end(), r); });
         });
@@ -352,23 +358,51 @@ struct FrontEnd::Impl {
                 send(other.get(), frame);
     }
 
+    bool names_dead(const std::vector<std::uint32_t>& ranks) const
+    {
+        if (ranks.empty())
+            return !dead.empty();
+        return std::any_of(ranks.begin(), ranks.end(), [this](std::uint32_t r) { return dead.count(r) != 0; });
+    }
+
     void fence_up(const wire::FenceUp& up)
     {
-        RootFence& f = fences[up.key];
-        if (f.expected == 0) {
-            const auto ranks = *wire::fence_ranks(up.key);  // checked by decode
-            for (std::uint32_t child : tree->children(std::nullopt))
-                f.expected += subtree_has(child, ranks) ? 1 : 0;
+        const auto id = *wire::parse_fence_key(up.key);  // checked by decode
+        if (fences_done.contains(id.set, id.instance))
+            return;  // late: that instance is over
+        // A subtree that failed it (a timeout), or a participant known
+        // dead: it fails for everyone at once.
+        if (up.status != 0 || names_dead(id.ranks)) {
+            fail_fence(up.key, id, up.status != 0 ? up.status : wire::pmix::proc_term_wo_sync);
+            return;
         }
+        auto it = fences.find(up.key);
+        if (it == fences.end()) {
+            it = fences.emplace(up.key, RootFence{}).first;
+            it->second.ranks = id.ranks;
+            for (std::uint32_t child : tree->children(std::nullopt))
+                it->second.expected += subtree_has(child, id.ranks) ? 1 : 0;
+        }
+        RootFence& f = it->second;
         f.data.insert(f.data.end(), up.data.begin(), up.data.end());
         if (++f.received < f.expected)
             return;
         broadcast(wire::FenceDown{up.key, 0, std::move(f.data)}.encode());
-        fences.erase(up.key);
+        fences.erase(it);
+        fences_done.add(id.set, id.instance);
+    }
+
+    // Fails an instance on every node (they drop what they already ended).
+    void fail_fence(const std::string& key, const wire::FenceKey& id, int status)
+    {
+        broadcast(wire::FenceDown{key, status, {}}.encode());
+        fences.erase(key);
+        fences_done.add(id.set, id.instance);
     }
 
     void event(const wire::Event& e)
     {
+        dead.insert(e.rank);
         const wire::Bytes frame = e.encode();
         history.push_back(frame);
         broadcast(frame);
@@ -376,7 +410,7 @@ struct FrontEnd::Impl {
         if (e.client)
             failure(where(e.rank) + " " + how_it_ended(e));
         // A fence that loses a participant fails everywhere.
-        fail_fences(-1, [&](const std::vector<std::uint32_t>& ranks) {
+        fail_fences(wire::pmix::proc_term_wo_sync, [&](const std::vector<std::uint32_t>& ranks) {
             return std::binary_search(ranks.begin(), ranks.end(), e.rank);
         });
     }
@@ -387,15 +421,12 @@ struct FrontEnd::Impl {
     template <typename Hit>
     void fail_fences(int status, Hit hit)
     {
-        for (auto it = fences.begin(); it != fences.end();) {
-            const auto ranks = *wire::fence_ranks(it->first);  // checked by decode
-            if (ranks.empty() || hit(ranks)) {
-                broadcast(wire::FenceDown{it->first, status, {}}.encode());
-                it = fences.erase(it);
-            } else {
-                ++it;
-            }
-        }
+        std::vector<std::string> failed;
+        for (const auto& [key, f] : fences)
+            if (f.ranks.empty() || hit(f.ranks))
+                failed.push_back(key);
+        for (const auto& key : failed)
+            fail_fence(key, *wire::parse_fence_key(key), status);
     }
 
     // Answers a lookup if it can: true when answered.

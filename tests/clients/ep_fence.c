@@ -1,25 +1,150 @@
-/* ep_fence [--data] [--timeout S]
+/* ep_fence [--data] [--fence-timeout T] [--skip R:S | --die R:CODE] [--timeout S]
  *
  * Fence over the whole namespace. With --data every rank first puts
  * "ep.fence" = its rank (uint32, PMIX_GLOBAL) and the fence collects data;
  * then every rank reads every rank's "ep.fence" with PMIX_OPTIONAL (so the
  * value must have come with the fence, no direct modex) and checks it.
+ * --fence-timeout T gives the fence PMIX_TIMEOUT = T (seconds).
  *
- * stdout: fence ok rank=R size=N data=0|1 */
+ * A fence that must fail:
+ *   --skip R:S   rank R never calls the fence: it sleeps S seconds, then
+ *                finalizes and exits 0 (the others need --fence-timeout).
+ *   --die R:CODE every rank registers a handler for PMIX_EVENT_PROC_TERMINATED
+ *                and fences once (all handlers in place); then rank R exits
+ *                CODE without finalizing, the others wait for the event about
+ *                it and fence again, over every rank.
+ * The others print the failure, finalize and exit 0 (1 if the fence passed).
+ *
+ * stdout: fence ok rank=R size=N data=0|1
+ *         skipping rank=R | dying rank=R code=CODE
+ *         fence failed rank=R status=<PMIx_Error_string, blanks as _> code=<int> seconds=<elapsed> */
 #include "ep_pmix.h"
 
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 static _Noreturn void usage(const char *why) {
-  ep_die(EP_EXIT_USAGE, "%s\nusage: ep_fence [--data] [--timeout S]", why);
+  ep_die(EP_EXIT_USAGE, "%s\nusage: ep_fence [--data] [--fence-timeout T] [--skip R:S | --die R:CODE] [--timeout S]",
+         why);
+}
+
+/* "R:X" into a rank and the rest (X is left as a string). */
+static bool split_rank(char *arg, long *rank, char **rest) {
+  char *colon = strchr(arg, ':');
+  if (colon == NULL) {
+    return false;
+  }
+  *colon = '\0';
+  *rest = colon + 1;
+  return ep_parse_long(arg, 0, INT_MAX, rank);
+}
+
+/* --die: the termination event about the victim, from the progress thread. */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv;
+static bool registered;
+static pmix_status_t reg_status;
+static bool victim_ended;
+static pmix_proc_t g_victim;
+
+static void regcb(pmix_status_t status, size_t refid, void *cbdata) {
+  (void)refid;
+  (void)cbdata;
+  pthread_mutex_lock(&mu);
+  reg_status = status;
+  registered = true;
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&mu);
+}
+
+static void handler(size_t ref, pmix_status_t status, const pmix_proc_t *source, pmix_info_t info[],
+                    size_t ninfo, pmix_info_t *results, size_t nresults,
+                    pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata) {
+  (void)ref;
+  (void)status;
+  (void)source;
+  (void)results;
+  (void)nresults;
+  pthread_mutex_lock(&mu);
+  for (size_t i = 0; i < ninfo; i++) {
+    if (PMIX_CHECK_KEY(&info[i], PMIX_EVENT_AFFECTED_PROC) && info[i].value.type == PMIX_PROC &&
+        info[i].value.data.proc != NULL && PMIX_CHECK_PROCID(info[i].value.data.proc, &g_victim)) {
+      victim_ended = true;
+    }
+  }
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&mu);
+  if (cbfunc != NULL) {
+    cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
+  }
+}
+
+static void register_handler(void) {
+  pmix_status_t code = PMIX_EVENT_PROC_TERMINATED;
+  ep_wait_begin("register");
+  pmix_status_t rc = PMIx_Register_event_handler(&code, 1, NULL, 0, handler, regcb, NULL);
+  if (rc != PMIX_SUCCESS) {
+    ep_pmix_fail("PMIx_Register_event_handler", rc);
+  }
+  pthread_mutex_lock(&mu);
+  while (!registered) {
+    pthread_cond_wait(&cv, &mu);
+  }
+  rc = reg_status;
+  pthread_mutex_unlock(&mu);
+  ep_wait_end();
+  if (rc != PMIX_SUCCESS) {
+    ep_pmix_fail("registering the PROC_TERMINATED handler", rc);
+  }
+}
+
+static void wait_for_victim(void) {
+  ep_wait_begin("event");
+  pthread_mutex_lock(&mu);
+  while (!victim_ended) {
+    pthread_cond_wait(&cv, &mu);
+  }
+  pthread_mutex_unlock(&mu);
+  ep_wait_end();
+}
+
+/* PMIx_Fence over everyone; the caller judges the status. */
+static pmix_status_t fence(const pmix_proc_t *me, bool collect, int timeout_s) {
+  pmix_proc_t wild = ep_proc(me, PMIX_RANK_WILDCARD);
+  pmix_info_t info[2];
+  size_t ninfo = 0;
+  PMIX_INFO_CONSTRUCT(&info[0]);
+  PMIX_INFO_CONSTRUCT(&info[1]);
+  if (collect) {
+    PMIx_Info_load(&info[ninfo++], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+  }
+  if (timeout_s > 0) {
+    PMIx_Info_load(&info[ninfo++], PMIX_TIMEOUT, &timeout_s, PMIX_INT);
+  }
+  ep_wait_begin(collect ? "fence-data" : "fence");
+  pmix_status_t rc = PMIx_Fence(&wild, 1, ninfo > 0 ? info : NULL, ninfo);
+  ep_wait_end();
+  PMIX_INFO_DESTRUCT(&info[0]);
+  PMIX_INFO_DESTRUCT(&info[1]);
+  return rc;
 }
 
 int main(int argc, char **argv) {
   ep_setup("ep_fence");
+  ep_cond_init(&cv);
   bool data = false;
+  long fence_timeout = 0;
+  long skip_rank = -1, die_rank = -1, die_code = 0;
+  double skip_s = 0;
   static const struct option opts[] = {
       {"data", no_argument, NULL, 'd'},
+      {"fence-timeout", required_argument, NULL, 'f'},
+      {"skip", required_argument, NULL, 's'},
+      {"die", required_argument, NULL, 'x'},
       {"timeout", required_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
@@ -30,8 +155,24 @@ int main(int argc, char **argv) {
       break;
     }
     double t = 0;
+    char *rest = NULL;
     switch (c) {
     case 'd': data = true; break;
+    case 'f':
+      if (!ep_parse_long(optarg, 1, INT_MAX, &fence_timeout)) {
+        usage("bad --fence-timeout (whole seconds > 0)");
+      }
+      break;
+    case 's':
+      if (!split_rank(optarg, &skip_rank, &rest) || !ep_parse_seconds(rest, &skip_s)) {
+        usage("bad --skip (R:S, R a rank, S seconds > 0)");
+      }
+      break;
+    case 'x':
+      if (!split_rank(optarg, &die_rank, &rest) || !ep_parse_long(rest, 0, 255, &die_code)) {
+        usage("bad --die (R:CODE, R a rank, CODE 0-255)");
+      }
+      break;
     case 't':
       if (!ep_parse_seconds(optarg, &t)) {
         usage("bad --timeout (seconds > 0)");
@@ -45,10 +186,42 @@ int main(int argc, char **argv) {
   if (optind != argc) {
     usage("unexpected argument");
   }
+  if (skip_rank >= 0 && die_rank >= 0) {
+    usage("--skip and --die exclude each other");
+  }
+  const bool must_fail = skip_rank >= 0 || die_rank >= 0;
 
   pmix_proc_t me;
   ep_pmix_init(&me);
   uint32_t size = ep_job_size(&me);
+  if ((skip_rank >= 0 && (unsigned long)skip_rank >= size) || (die_rank >= 0 && (unsigned long)die_rank >= size)) {
+    ep_diag("the rank of --skip or --die is not a rank of this job (size %u)", size);
+    ep_pmix_finalize();
+    return EP_EXIT_USAGE;
+  }
+
+  if (die_rank >= 0) {
+    g_victim = ep_proc(&me, (pmix_rank_t)die_rank);
+    register_handler();
+    pmix_status_t rc = fence(&me, false, 0);  /* every handler is in place */
+    if (rc != PMIX_SUCCESS) {
+      ep_pmix_fail("PMIx_Fence (before the death)", rc);
+    }
+    if ((long)me.rank == die_rank) {
+      ep_out("dying rank=%u code=%ld", me.rank, die_code);
+      fflush(NULL);
+      _exit((int)die_code);
+    }
+    wait_for_victim();
+  }
+  if ((long)me.rank == skip_rank) {
+    ep_out("skipping rank=%u", me.rank);
+    struct timespec d = {(time_t)skip_s, (long)((skip_s - (double)(time_t)skip_s) * 1e9)};
+    while (nanosleep(&d, &d) != 0 && errno == EINTR) {
+    }
+    ep_pmix_finalize();
+    return EP_EXIT_OK;
+  }
 
   if (data) {
     pmix_value_t v;
@@ -68,17 +241,40 @@ int main(int argc, char **argv) {
     }
   }
 
-  ep_fence(&me, data);
+  const int64_t t0 = ep_now_us();
+  pmix_status_t rc = fence(&me, data, (int)fence_timeout);
+  const double elapsed = (double)(ep_now_us() - t0) / 1e6;
+  if (must_fail) {
+    if (rc == PMIX_SUCCESS) {
+      ep_diag("the fence passed, but a rank %s", skip_rank >= 0 ? "never called it" : "had died");
+      ep_out("fence ok rank=%u size=%u data=%d", me.rank, size, data ? 1 : 0);
+      ep_pmix_finalize();
+      return EP_EXIT_FAIL;
+    }
+    char name[128];
+    snprintf(name, sizeof name, "%s", PMIx_Error_string(rc));
+    for (char *p = name; *p != '\0'; p++) {
+      if (*p == ' ') {
+        *p = '_';
+      }
+    }
+    ep_out("fence failed rank=%u status=%s code=%d seconds=%.2f", me.rank, name, rc, elapsed);
+    ep_pmix_finalize();
+    return EP_EXIT_OK;
+  }
+  if (rc != PMIX_SUCCESS) {
+    ep_pmix_fail(data ? "PMIx_Fence(collect data)" : "PMIx_Fence", rc);
+  }
 
   int failures = 0;
   if (data) {
     for (uint32_t r = 0; r < size; r++) {
       pmix_proc_t peer = ep_proc(&me, r);
       long long got = -1;
-      pmix_status_t rc = ep_get_int(&peer, "ep.fence", true, &got);
-      if (rc != PMIX_SUCCESS) {
+      pmix_status_t grc = ep_get_int(&peer, "ep.fence", true, &got);
+      if (grc != PMIX_SUCCESS) {
         ep_diag("PMIx_Get(ep.fence) of rank %u after the collecting fence: %s", r,
-                PMIx_Error_string(rc));
+                PMIx_Error_string(grc));
         failures++;
       } else if (got != (long long)r) {
         ep_diag("rank %u's ep.fence is %lld, expected %u", r, got, r);

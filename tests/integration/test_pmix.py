@@ -181,6 +181,49 @@ def test_a_lookup_of_what_nobody_publishes_ends_with_its_timeout(cluster, workdi
         assert 1.5 < float(fields["seconds"]) < 15, line  # its own bound, not the daemon's 30 s
 
 
+def fence_failures(out):
+    """rank -> fields of each `fence failed` line."""
+    failed = {}
+    for line in lines(out, "fence failed "):
+        fields = dict(kv.split("=", 1) for kv in line.split()[2:])
+        failed[int(fields["rank"])] = fields
+    return failed
+
+
+def test_a_fence_a_rank_never_joins_ends_with_its_timeout(cluster, workdir, pmix):
+    """PMIX_TIMEOUT=2 on the fence and rank 5 never calls it: every other
+    rank's fence fails with PMIX_ERR_TIMEOUT after about those 2 s (rank 4,
+    on rank 5's node, in the PMIx library; the others in their daemons, and
+    the failure goes to every node through the front end), not when the
+    client's own watchdog gives up after 30 s."""
+    rc, out, err = srun(cluster, workdir, *N4N8, client("ep_fence"), "--fence-timeout", "2", "--skip", "5:8",
+                        "--timeout", "30")
+    assert rc == 0, out + err
+    assert lines(out, "skipping ") == ["skipping rank=5"], out + err
+    failed = fence_failures(out)
+    assert sorted(failed) == [0, 1, 2, 3, 4, 6, 7], out + err
+    for rank, fields in failed.items():
+        assert fields["status"] == "TIMEOUT", (rank, fields)
+        assert float(fields["seconds"]) < 15, (rank, fields)  # its own bound, not the watchdog's 30 s
+
+
+def test_a_fence_over_a_rank_that_died_before_it_fails_at_once(cluster, workdir, pmix):
+    """Rank 5 exits 3 after a first fence; once each survivor has heard of
+    it, all fence over every rank: a fence no one can complete, known as
+    such before it starts. Each fails promptly (PMIX_ERR_PROC_TERM_WO_SYNC,
+    no PMIX_TIMEOUT given), then the survivors finalize and exit 0."""
+    rc, out, err = srun(cluster, workdir, *N4N8, client("ep_fence"), "--die", "5:3", "--timeout", "30",
+                        env={"SLURM_EXIT_RECOVERABLE": "1"})
+    assert rc == 3, out + err  # rank 5's code; every survivor exited 0
+    assert lines(out, "dying ") == ["dying rank=5 code=3"], out + err
+    assert not lines(out, "timeout "), out + err
+    failed = fence_failures(out)
+    assert sorted(failed) == [0, 1, 2, 3, 4, 6, 7], out + err
+    for rank, fields in failed.items():
+        assert fields["code"] == "-200", (rank, fields)
+        assert float(fields["seconds"]) < 10, (rank, fields)  # at once, not at the watchdog's 30 s
+
+
 def test_open_mpi_program_completes(cluster, workdir, pmix):
     rc, out, err = srun_mpi(cluster, workdir, *N4N8, client("ep_mpi_ring"))
     assert rc == 0, err

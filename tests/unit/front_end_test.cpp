@@ -380,16 +380,16 @@ TEST(FrontEndOverlayTest, ALostNodeIsAnnouncedAndTheDaemonBelowItAdoptedWithWhat
 
     // From now on it is the FE's child: events and fence results reach it,
     // and a fence of the survivors counts it.
-    d1->channel->send(wire::Event{1, 1, -404, 3, 3 << 8}.encode());
-    d1->channel->send(wire::FenceUp{"1,2,", 1, wire::Bytes{1}}.encode());
-    orphan->channel->send(wire::FenceUp{"1,2,", 1, wire::Bytes{2}}.encode());
+    d1->channel->send(wire::FenceUp{"1,2,#1", 0, 1, wire::Bytes{1}}.encode());
+    orphan->channel->send(wire::FenceUp{"1,2,#1", 0, 1, wire::Bytes{2}}.encode());
     ASSERT_TRUE(loop.run_until([&] {
-        return orphan->count(wire::Type::event) == 1 && orphan->count(wire::Type::fence_down) == 1 &&
-               d1->count(wire::Type::fence_down) == 1;
+        return orphan->count(wire::Type::fence_down) == 1 && d1->count(wire::Type::fence_down) == 1;
     }));
     const auto result = orphan->last<wire::FenceDown>(wire::Type::fence_down);
     EXPECT_EQ(result.status, 0);
     EXPECT_EQ(result.data.size(), 2u);
+    d1->channel->send(wire::Event{1, 1, -404, 3, 3 << 8}.encode());
+    ASSERT_TRUE(loop.run_until([&] { return orphan->count(wire::Type::event) == 1; }));
     EXPECT_EQ(d1->count(wire::Type::node_down), 1u);  // once
 
     const Collected got = fe->finish(0ms);
@@ -525,6 +525,126 @@ TEST(FrontEndOverlayTest, ALostNodeTearsTheStepDownUnlessItIsRecoverable)
         EXPECT_EQ(t->d1->count(wire::Type::terminate), recoverable ? 0u : 1u) << recoverable;
         t->fe->finish(0ms);
     }
+}
+
+// Fence instances at the root: FE -> node1 (rank 0), node2 (rank 1).
+class FrontEndFenceTest : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        auto started = FrontEnd::start({job, step, 2, 2, std::nullopt, 2, 9});
+        ASSERT_TRUE(started) << started.error();
+        fe = std::move(*started);
+        d0 = fake_daemon(loop, *fe, 0, {0});
+        d1 = fake_daemon(loop, *fe, 1, {1});
+        ASSERT_TRUE(
+            loop.run_until([&] { return d0->count(wire::Type::step_map) && d1->count(wire::Type::step_map); }));
+    }
+
+    void up(FakeDaemon& d, const std::string& key, wire::Bytes data, std::int32_t status = 0)
+    {
+        d.channel->send(wire::FenceUp{key, status, 1, std::move(data)}.encode());
+    }
+
+    // The results of `key` that reached d, in order.
+    static std::vector<wire::FenceDown> results(const FakeDaemon& d, const std::string& key)
+    {
+        std::vector<wire::FenceDown> out;
+        for (const auto& [type, body] : d.got)
+            if (type == wire::Type::fence_down)
+                if (auto f = wire::FenceDown::decode(body); f && f->key == key)
+                    out.push_back(*f);
+        return out;
+    }
+
+    // Everything d sent so far has been handled: a fence over its own rank
+    // alone completes at once, after them.
+    void settle(FakeDaemon& d, std::uint32_t rank)
+    {
+        const std::string key = wire::fence_key({rank}, ++barriers);
+        up(d, key, {});
+        ASSERT_TRUE(loop.run_until([&] { return results(*d0, key).size() == 1 && results(*d1, key).size() == 1; }));
+    }
+
+    std::unique_ptr<FrontEnd> fe;
+    Loop loop;
+    std::unique_ptr<FakeDaemon> d0, d1;
+    std::uint64_t barriers = 0;
+};
+
+TEST_F(FrontEndFenceTest, ALateContributionToAFinishedInstanceIsDropped)
+{
+    up(*d0, "*#1", {1});
+    up(*d1, "*#1", {2});
+    ASSERT_TRUE(loop.run_until([&] { return results(*d0, "*#1").size() == 1 && results(*d1, "*#1").size() == 1; }));
+    EXPECT_EQ(results(*d1, "*#1")[0].status, 0);
+
+    // The next instance over the same ranks starts; contributions to the
+    // first one come again, from both nodes (a node that timed it out, a
+    // retry): the first one neither restarts nor completes a second time.
+    up(*d0, "*#2", {3});
+    up(*d1, "*#1", {9});
+    settle(*d1, 1);
+    up(*d0, "*#1", {9});
+    settle(*d0, 0);
+    EXPECT_EQ(results(*d0, "*#1").size(), 1u);
+    EXPECT_EQ(results(*d1, "*#1").size(), 1u);
+    EXPECT_TRUE(results(*d1, "*#2").empty());
+
+    // The second one completes with its own contributions only.
+    up(*d1, "*#2", {4});
+    ASSERT_TRUE(loop.run_until([&] { return results(*d0, "*#2").size() == 1 && results(*d1, "*#2").size() == 1; }));
+    const auto second = results(*d0, "*#2")[0];
+    EXPECT_EQ(second.status, 0);
+    wire::Bytes data = second.data;
+    std::sort(data.begin(), data.end());
+    EXPECT_EQ(data, (wire::Bytes{3, 4}));
+}
+
+TEST_F(FrontEndFenceTest, AContributionNamingADeadRankFailsTheInstanceAtOnce)
+{
+    // Rank 0 ended abnormally before anyone fenced.
+    d0->channel->send(wire::Event{0, 0, -404, 3, 3 << 8}.encode());
+    ASSERT_TRUE(loop.run_until([&] { return d1->count(wire::Type::event) == 1; }));
+
+    // node2 fences over everyone: node1 will never contribute, and need not.
+    up(*d1, "*#1", {2});
+    up(*d1, "0,1,#1", {2});
+    ASSERT_TRUE(loop.run_until([&] {
+        return results(*d0, "*#1").size() == 1 && results(*d1, "*#1").size() == 1 &&
+               results(*d0, "0,1,#1").size() == 1 && results(*d1, "0,1,#1").size() == 1;
+    }));
+    for (const auto* d : {d0.get(), d1.get()})
+        for (const char* key : {"*#1", "0,1,#1"}) {
+            EXPECT_EQ(results(*d, key)[0].status, -200) << key;  // PMIX_ERR_PROC_TERM_WO_SYNC
+            EXPECT_TRUE(results(*d, key)[0].data.empty()) << key;
+        }
+    // A fence of the survivors goes on.
+    up(*d1, "1,#1", {5});
+    ASSERT_TRUE(loop.run_until([&] { return results(*d1, "1,#1").size() == 1; }));
+    EXPECT_EQ(results(*d1, "1,#1")[0].status, 0);
+    EXPECT_EQ(results(*d1, "1,#1")[0].data, wire::Bytes{5});
+}
+
+TEST_F(FrontEndFenceTest, AFailedContributionFailsTheInstanceForEveryone)
+{
+    // node2's caller's PMIX_TIMEOUT expired before node1 contributed.
+    up(*d1, "*#1", {}, -24);
+    ASSERT_TRUE(loop.run_until([&] { return results(*d0, "*#1").size() == 1 && results(*d1, "*#1").size() == 1; }));
+    EXPECT_EQ(results(*d0, "*#1")[0].status, -24);  // PMIX_ERR_TIMEOUT
+    EXPECT_EQ(results(*d1, "*#1")[0].status, -24);
+    // node1's contribution comes after all: dropped, no second result.
+    up(*d0, "*#1", {1});
+    settle(*d0, 0);
+    EXPECT_EQ(results(*d0, "*#1").size(), 1u);
+    EXPECT_EQ(results(*d1, "*#1").size(), 1u);
+
+    // After node1 contributed, too.
+    up(*d0, "*#2", {1});
+    settle(*d0, 0);
+    up(*d1, "*#2", {}, -24);
+    ASSERT_TRUE(loop.run_until([&] { return results(*d0, "*#2").size() == 1 && results(*d1, "*#2").size() == 1; }));
+    EXPECT_EQ(results(*d0, "*#2")[0].status, -24);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// wire_test.cpp - the frame codec and the authentication proofs.
+// wire_test.cpp - the frame codec, fence keys and the authentication proofs.
 #include "protocol/auth.hpp"
+#include "protocol/fences.hpp"
 #include "protocol/wire.hpp"
 
 #include <gtest/gtest.h>
@@ -114,12 +115,28 @@ TEST(WireTest, OverlayMessagesRoundTrip)
     EXPECT_EQ(e2->code, -402);
     EXPECT_EQ(e2->exit_code, 139);
 
-    const FenceUp f{"*", 2, Bytes(100000, 7)};  // fence data beyond the pre-authentication bound
+    const FenceUp f{"*#1", 0, 2, Bytes(100000, 7)};  // fence data beyond the pre-authentication bound
     const Bytes frame = f.encode();
     EXPECT_FALSE(decode_header(head(frame)));
     EXPECT_TRUE(decode_header(head(frame), max_body_trusted));
-    EXPECT_EQ(FenceUp::decode(body(frame))->data, f.data);
-    EXPECT_EQ(FenceDown::decode(body(FenceDown{"0,1,", -1, {}}.encode()))->status, -1);
+    const auto f2 = FenceUp::decode(body(frame));
+    ASSERT_TRUE(f2) << f2.error();
+    EXPECT_EQ(f2->key, "*#1");
+    EXPECT_EQ(f2->status, 0);
+    EXPECT_EQ(f2->contributors, 2u);
+    EXPECT_EQ(f2->data, f.data);
+    // A subtree's failure of an instance: its status, no data.
+    const auto failed = FenceUp::decode(body(FenceUp{"0,3,#7", -24, 0, {}}.encode()));
+    ASSERT_TRUE(failed) << failed.error();
+    EXPECT_EQ(failed->key, "0,3,#7");
+    EXPECT_EQ(failed->status, -24);
+    EXPECT_EQ(failed->contributors, 0u);
+    EXPECT_TRUE(failed->data.empty());
+    const auto result = FenceDown::decode(body(FenceDown{"0,1,#2", -1, Bytes{5}}.encode()));
+    ASSERT_TRUE(result) << result.error();
+    EXPECT_EQ(result->key, "0,1,#2");
+    EXPECT_EQ(result->status, -1);
+    EXPECT_EQ(result->data, Bytes{5});
 
     const DmodexResp d{9, 1, 0, 0, Bytes{1, 2, 3}};
     EXPECT_EQ(DmodexResp::decode(body(d.encode()))->data, d.data);
@@ -154,16 +171,61 @@ TEST(WireTest, OverlayMessagesRoundTrip)
     EXPECT_EQ(Hello::decode(body(bad)).error(), "hello with unknown role 4");
 }
 
-TEST(WireTest, FenceKeysNameTheParticipants)
+TEST(WireTest, FenceKeysNameTheParticipantsAndTheInstance)
 {
-    EXPECT_EQ(fence_key({}), "*");
-    EXPECT_EQ(fence_key({0, 3, 7}), "0,3,7,");
-    EXPECT_EQ(*fence_ranks("*"), std::vector<std::uint32_t>{});
-    EXPECT_EQ(*fence_ranks(fence_key({0, 3, 7})), (std::vector<std::uint32_t>{0, 3, 7}));
-    for (const char* bad : {"", "0,3", "0,,3,", "a,", "-1,", "99999999999,"})
-        EXPECT_FALSE(fence_ranks(bad)) << bad;
-    EXPECT_EQ(FenceUp::decode(body(FenceUp{"0,x,", 1, {}}.encode())).error(),
-              "fence up frame with a malformed participant set");
+    EXPECT_EQ(fence_set({}), "*");
+    EXPECT_EQ(fence_set({0, 3, 7}), "0,3,7,");
+    EXPECT_EQ(fence_key({}, 7), "*#7");
+    EXPECT_EQ(fence_key({0, 3}, 7), "0,3,#7");
+    EXPECT_EQ(fence_key({5}, 18446744073709551615u), "5,#18446744073709551615");
+
+    const auto all = parse_fence_key("*#7");
+    ASSERT_TRUE(all);
+    EXPECT_EQ(all->ranks, std::vector<std::uint32_t>{});
+    EXPECT_EQ(all->set, "*");
+    EXPECT_EQ(all->instance, 7u);
+    const auto some = parse_fence_key(fence_key({0, 3, 4294967295u}, 12));
+    ASSERT_TRUE(some);
+    EXPECT_EQ(some->ranks, (std::vector<std::uint32_t>{0, 3, 4294967295u}));
+    EXPECT_EQ(some->set, "0,3,4294967295,");
+    EXPECT_EQ(some->instance, 12u);
+
+    for (const char* bad : {"", "*", "0,3,", "#1", "*#", "*#0", "*#01", "*#-1", "*#+1", "*#1x", "*#1#2", "**#1",
+                            "*,#1", "0,3#1", "0,,3,#1", "a,#1", "-1,#1", "99999999999,#1", "03,#1", "3,0,#1",
+                            "3,3,#1", "0,3,#18446744073709551616", " *#1", "*#1 "})
+        EXPECT_FALSE(parse_fence_key(bad)) << bad;
+
+    // Decoding checks the key of both directions.
+    EXPECT_EQ(FenceUp::decode(body(FenceUp{"0,x,#1", 0, 1, {}}.encode())).error(),
+              "fence up frame with a malformed fence key");
+    EXPECT_EQ(FenceUp::decode(body(FenceUp{"0,1,", 0, 1, {}}.encode())).error(),  // no instance
+              "fence up frame with a malformed fence key");
+    EXPECT_EQ(FenceDown::decode(body(FenceDown{"*", 0, {}}.encode())).error(),
+              "fence down frame with a malformed fence key");
+    EXPECT_EQ(FenceDown::decode(body(FenceDown{"1,0,#3", 0, {}}.encode())).error(),
+              "fence down frame with a malformed fence key");
+}
+
+TEST(WireTest, FinishedFencesAreKeptPerSetAndInstance)
+{
+    FinishedFences done;
+    EXPECT_FALSE(done.contains("*", 1));
+    done.add("*", 2);  // ahead of the first
+    EXPECT_TRUE(done.contains("*", 2));
+    EXPECT_FALSE(done.contains("*", 1));
+    EXPECT_FALSE(done.contains("*", 3));
+    EXPECT_FALSE(done.contains("0,1,", 2));  // another set
+    done.add("*", 1);
+    done.add("*", 1);  // twice: no harm
+    for (std::uint64_t n : {1, 2})
+        EXPECT_TRUE(done.contains("*", n)) << n;
+    EXPECT_FALSE(done.contains("*", 3));
+    done.add("*", 5);
+    EXPECT_TRUE(done.contains("*", 5));
+    EXPECT_FALSE(done.contains("*", 4));
+    done.add("0,1,", 1);
+    EXPECT_TRUE(done.contains("0,1,", 1));
+    EXPECT_FALSE(done.contains("0,1,", 2));
 }
 
 TEST(WireTest, BadHeadersAreErrors)
