@@ -225,8 +225,11 @@ def test_reference_table(cluster, workdir, exitpolicy, layout_name, row, user):
         argv = [*layout.args, f"--exit-policy={spelled}"]
         if main_role != "r0":
             argv.append(f"--exit-main-rank={main}")
-        # Only first-failure depends on the order of failures: only it waits.
-        script = task_script(layout, actions, late=policy == "first-failure")
+        # first-failure depends on the order of failures, and so does
+        # whether a SIGKILL is collateral (after the first failure): only
+        # then do the "late" actions wait.
+        ordered = policy == "first-failure" or any(a.endswith("kill") for a in actions.values())
+        script = task_script(layout, actions, late=ordered)
         rc, out, err = srun(cluster, workdir, *argv, "sh", "-c", script, user=user)
         lines = report_lines(err)
         if rc != want:
