@@ -2,6 +2,7 @@
 #include "event_anchor.hpp"
 
 #include "daemon.hpp"
+#include "info_array.hpp"
 #include "log.hpp"
 
 #include <event2/event.h>
@@ -41,15 +42,6 @@ long long now_us()
     return static_cast<long long>(t.tv_sec) * 1'000'000 + t.tv_nsec / 1000;
 }
 
-struct Info {
-    pmix_info_t* info = nullptr;
-    size_t n = 0;
-    explicit Info(size_t count) : n(count) { PMIX_INFO_CREATE(info, n); }
-    ~Info() { PMIX_INFO_FREE(info, n); }
-    Info(const Info&) = delete;
-    Info& operator=(const Info&) = delete;
-};
-
 }  // namespace
 
 std::string EventAnchor::nspace_of(std::uint32_t job_id, std::uint32_t step_id)
@@ -83,7 +75,7 @@ void EventAnchor::start(std::function<void(bool)> settled)
     const std::uint32_t one = 1;
     const pmix_rank_t leader = 0;
     const std::uint32_t node = args.node_id;
-    auto* info = new Info(10);
+    auto* info = new InfoArray(10);
     PMIX_INFO_LOAD(&info->info[0], PMIX_UNIV_SIZE, &one, PMIX_UINT32);
     PMIX_INFO_LOAD(&info->info[1], PMIX_JOB_SIZE, &one, PMIX_UINT32);
     PMIX_INFO_LOAD(&info->info[2], PMIX_MAX_PROCS, &one, PMIX_UINT32);
@@ -100,7 +92,7 @@ void EventAnchor::start(std::function<void(bool)> settled)
     // Library callbacks run on PMIx's thread: each posts to the loop.
     struct Call {
         EventAnchor* self;
-        Info* info;
+        InfoArray* info;
     };
     auto* call = new Call{this, info};
     const pmix_status_t rc = PMIx_server_register_nspace(

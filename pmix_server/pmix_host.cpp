@@ -10,6 +10,7 @@
 
 #include "daemon.hpp"
 #include "event_anchor.hpp"
+#include "info_array.hpp"
 #include "log.hpp"
 
 #include <hwloc.h>
@@ -42,15 +43,6 @@ namespace {
 
 Daemon* the_daemon = nullptr;  // one daemon per process
 
-// An owned pmix_info_t array.
-struct InfoArray {
-    pmix_info_t* info = nullptr;
-    size_t n = 0;
-    explicit InfoArray(size_t count) : n(count) { PMIX_INFO_CREATE(info, n); }
-    ~InfoArray() { PMIX_INFO_FREE(info, n); }
-    InfoArray(const InfoArray&) = delete;
-    InfoArray& operator=(const InfoArray&) = delete;
-};
 
 
 // Data handed to PMIx's modex callbacks stays alive until PMIx releases it.
