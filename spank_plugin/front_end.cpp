@@ -39,6 +39,9 @@ struct BaseDeleter {
 struct ListenerDeleter {
     void operator()(evconnlistener* l) const noexcept { evconnlistener_free(l); }
 };
+struct EventDeleter {
+    void operator()(::event* e) const noexcept { event_free(e); }
+};
 
 // "was killed by SIGSEGV", "exited with code 3", ... for srun's user.
 std::string how_it_ended(const wire::Event& e)
@@ -113,6 +116,8 @@ struct FrontEnd::Impl {
     // Teardown (FE thread only): scheduled after a failure, sent once.
     bool teardown_scheduled = false;
     bool teardown_sent = false;
+    std::string teardown_reason;
+    std::unique_ptr<::event, EventDeleter> teardown_timer;  // the grace
 
     void problem(std::string text)
     {
@@ -269,27 +274,22 @@ struct FrontEnd::Impl {
         if (setup.recoverable || teardown_scheduled || teardown_sent)
             return;
         teardown_scheduled = true;
-        struct Later {
-            Impl* fe;
-            std::string reason;
-        };
-        auto* later = new Later{this, what};
+        teardown_reason = what;
+        teardown_timer.reset(evtimer_new(
+            base.get(),
+            [](evutil_socket_t, short, void* arg) {
+                auto* fe = static_cast<Impl*>(arg);
+                try {
+                    fe->teardown_after(fe->teardown_reason);
+                } catch (...) {
+                    fe->problem("the teardown could not be sent");
+                }
+            },
+            this));
         const auto ms = setup.teardown_grace.count();
         const timeval grace{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000) * 1000};
-        if (event_base_once(
-                base.get(), -1, EV_TIMEOUT,
-                [](evutil_socket_t, short, void* arg) {
-                    std::unique_ptr<Later> l(static_cast<Later*>(arg));
-                    try {
-                        l->fe->teardown_after(l->reason);
-                    } catch (...) {
-                        l->fe->problem("the teardown could not be sent");
-                    }
-                },
-                later, &grace) != 0) {
-            delete later;
+        if (!teardown_timer || evtimer_add(teardown_timer.get(), &grace) != 0)
             teardown_after(what);
-        }
     }
 
     // The grace is over: unless every task has ended meanwhile, the rest go.
@@ -729,6 +729,7 @@ struct FrontEnd::Impl {
         conns.clear();
         closed_conns.clear();
         listener.reset();
+        teardown_timer.reset();
     }
 };
 
