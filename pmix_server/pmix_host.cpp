@@ -33,6 +33,8 @@ static_assert(wire::pmix::proc_aborted == PMIX_ERR_PROC_ABORTED);
 static_assert(wire::pmix::proc_requested_abort == PMIX_ERR_PROC_REQUESTED_ABORT);
 static_assert(wire::pmix::timeout == PMIX_ERR_TIMEOUT);
 static_assert(wire::pmix::unreach == PMIX_ERR_UNREACH);
+static_assert(wire::pmix::not_found == PMIX_ERR_NOT_FOUND);
+static_assert(wire::pmix::duplicate_key == PMIX_ERR_DUPLICATE_KEY);
 static_assert(wire::pmix::proc_term_wo_sync == PMIX_ERR_PROC_TERM_WO_SYNC);
 static_assert(wire::pmix::proc_terminated == PMIX_EVENT_PROC_TERMINATED);
 static_assert(wire::pmix::proc_aborted_by_sig == PMIX_ERR_PROC_ABORTED_BY_SIG);

@@ -17,6 +17,8 @@ namespace exitpolicy::wire::pmix {
 inline constexpr int proc_aborted = -7;            // PMIX_ERR_PROC_ABORTED (legacy, generic)
 inline constexpr int proc_requested_abort = -8;    // PMIX_ERR_PROC_REQUESTED_ABORT
 inline constexpr int timeout = -24;                // PMIX_ERR_TIMEOUT
+inline constexpr int not_found = -46;              // PMIX_ERR_NOT_FOUND
+inline constexpr int duplicate_key = -53;          // PMIX_ERR_DUPLICATE_KEY
 inline constexpr int unreach = -25;                // PMIX_ERR_UNREACH
 inline constexpr int proc_term_wo_sync = -200;     // PMIX_ERR_PROC_TERM_WO_SYNC
 inline constexpr int proc_terminated = -201;       // PMIX_EVENT_PROC_TERMINATED

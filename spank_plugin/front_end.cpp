@@ -445,7 +445,7 @@ struct FrontEnd::Impl {
         if (!all && r.wait)
             return false;
         if (reply.keys.empty())
-            reply.status = -46;  // PMIX_ERR_NOT_FOUND
+            reply.status = wire::pmix::not_found;
         route(r.node, reply.encode());
         return true;
     }
@@ -458,7 +458,7 @@ struct FrontEnd::Impl {
         case Op::publish:
             for (std::size_t i = 0; i < r.keys.size(); ++i)
                 if (published.count(r.keys[i]))
-                    reply.status = -4;  // PMIX_ERR_DUPLICATE_KEY
+                    reply.status = wire::pmix::duplicate_key;  // the first publication stands
             if (reply.status == 0)
                 for (std::size_t i = 0; i < r.keys.size(); ++i)
                     published[r.keys[i]] = {r.rank, r.values[i]};

@@ -1,4 +1,4 @@
-/* ep_publish [--timeout S] [--missing T]
+/* ep_publish [--timeout S] [--missing T] [--duplicate]
  *
  * --missing T: every rank looks up "ep.never", which nobody publishes, with
  * PMIX_WAIT and PMIX_TIMEOUT = T seconds, and prints
@@ -8,6 +8,9 @@
  * Otherwise:
  * rank 0:   PMIx_Publish "ep.service" = "service-of-<nspace>"
  * all:      fence
+ * with --duplicate, rank 1: PMIx_Publish "ep.service" = "impostor", which
+ *            must fail (the first publication stands), and prints
+ *            duplicate rank=1 status=<int>; then a fence
  * rank != 0: PMIx_Lookup "ep.service" (PMIX_WAIT, PMIX_TIMEOUT) and check the
  *            value and the publisher (<nspace>:0)
  * all:      fence
@@ -22,7 +25,7 @@
 #include <string.h>
 
 static _Noreturn void usage(const char *why) {
-  ep_die(EP_EXIT_USAGE, "%s\nusage: ep_publish [--timeout S] [--missing T]", why);
+  ep_die(EP_EXIT_USAGE, "%s\nusage: ep_publish [--timeout S] [--missing T] [--duplicate]", why);
 }
 
 static int lookup_missing(const pmix_proc_t *me, int seconds) {
@@ -60,10 +63,12 @@ int main(int argc, char **argv) {
   static const struct option opts[] = {
       {"timeout", required_argument, NULL, 't'},
       {"missing", required_argument, NULL, 'm'},
+      {"duplicate", no_argument, NULL, 'd'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
   long missing = 0;
+  bool duplicate = false;
   for (;;) {
     int c = getopt_long(argc, argv, "", opts, NULL);
     if (c == -1) {
@@ -82,6 +87,7 @@ int main(int argc, char **argv) {
         usage("bad --missing (seconds, 1..3600)");
       }
       break;
+    case 'd': duplicate = true; break;
     case 'h': usage("help");
     default: usage("bad option");
     }
@@ -113,6 +119,20 @@ int main(int argc, char **argv) {
   }
 
   ep_fence(&me, false);
+
+  if (duplicate) {
+    if (me.rank == 1) {
+      pmix_info_t info;
+      PMIX_INFO_CONSTRUCT(&info);
+      PMIx_Info_load(&info, "ep.service", "impostor", PMIX_STRING);
+      ep_wait_begin("publish of a key published already");
+      rc = PMIx_Publish(&info, 1);
+      ep_wait_end();
+      PMIX_INFO_DESTRUCT(&info);
+      ep_out("duplicate rank=%u status=%d", me.rank, rc);
+    }
+    ep_fence(&me, false);
+  }
 
   int failures = 0;
   if (me.rank != 0) {

@@ -168,6 +168,16 @@ def test_publish_lookup_across_nodes(cluster, workdir, pmix):
     assert len(lines(out, "publish ok ")) == 8, out + err
 
 
+def test_a_key_published_twice_keeps_its_first_value(cluster, workdir, pmix):
+    """Rank 0 publishes, rank 1 publishes the same key: rank 1 gets
+    PMIX_ERR_DUPLICATE_KEY (-53 in OpenPMIx 4.2 and 5.0), and every rank
+    still looks up rank 0's value."""
+    rc, out, err = srun(cluster, workdir, *N4N8, client("ep_publish"), "--duplicate")
+    assert rc == 0, out + err
+    assert lines(out, "duplicate ") == ["duplicate rank=1 status=-53"], out + err
+    assert len(lines(out, "publish ok ")) == 8, out + err
+
+
 def test_a_lookup_of_what_nobody_publishes_ends_with_its_timeout(cluster, workdir, pmix):
     """PMIX_WAIT with PMIX_TIMEOUT=2: the request goes to the front end and
     waits there; the daemon gives up after the caller's 2 s."""
