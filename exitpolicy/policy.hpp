@@ -1,7 +1,7 @@
 // policy.hpp - the exit policies: which code srun ends with.
 //
-// decide() applies one policy to every task's outcome, exactly as the table
-// in DESIGN.md says, and finds the first failure: the root cause the report
+// decide() applies one policy to every task's outcome, as the README's
+// "Policies" says, and finds the first failure: the root cause the report
 // leads with. The root cause is the verdict: if it called PMIx_Abort, its
 // abort status is srun's code under every policy but all-success; main-rank
 // and main-rank-check take its code when the main rank is collateral (ended

@@ -22,7 +22,7 @@ struct Args {
     std::string fe_host;
     std::uint16_t fe_port = 0;
     int secret_fd = -1;
-    int ready_fd = -1;                 // write "ready\n" here once serving
+    int ready_fd = -1;                 // "ready PID\n" is written here once serving
     std::string dir;                   // private directory: local socket, PMIx rendezvous
     std::uint32_t uid = 0;             // the job's user (accepted on the local socket)
     std::string log_dir;               // empty: syslog

@@ -1,6 +1,7 @@
 // main.cpp - exitpolicy-pmixd: the per-node PMIx server and overlay agent of
 // one Slurm job step. Started by the plugin in slurmstepd (see
-// spank_plugin/daemon_launch.cpp), never by hand.
+// spank_plugin/daemon_link.cpp), never by hand; `--event-anchor` runs
+// the event anchor (event_anchor.hpp), which the daemon starts itself.
 #include "args.hpp"
 #include "daemon.hpp"
 #include "event_anchor.hpp"

@@ -1,6 +1,6 @@
 """Exit policies end to end: real srun, real tasks, exitpolicy.so loaded from
-the cluster's plugstack.d (see DESIGN.md, "Exit policies", "The step, end to
-end", "Configuration").
+the cluster's plugstack.d (see the README's "Using it" and "Policies", and
+contrib/slurm/plugstack.conf.example).
 
 Tasks set their outcome per rank ($SLURM_PROCID): `exit N`, `kill -SEGV $$`,
 `kill -KILL $$`, or a real `timeout`. Block placement on the 4-node cluster:
@@ -158,7 +158,7 @@ def validate_report(doc):
     )
 
 
-# The reference table of DESIGN.md ("main = rank 0"), with first-failure and
+# The design's reference table ("main = rank 0"), with first-failure and
 # lowest-rank derived from their definitions, then cases that tell the
 # policies apart. Expected codes in POLICIES order:
 #   max, main-rank, all-success, main-rank-check, first-failure, lowest-rank

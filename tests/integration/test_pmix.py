@@ -4,7 +4,7 @@ Open MPI program, served by one exitpolicy-pmixd per node, with fanout=2 so
 that fences, direct modex, events and outcomes are relayed through daemons
 (FE -> node1, node2; node1 -> node3, node4).
 
-See DESIGN.md, "PMIx service" and "The overlay".
+See docs/pmix-service.md and the README's "MPI and PMIx".
 """
 
 import json
