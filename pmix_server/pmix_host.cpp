@@ -604,8 +604,21 @@ Result<bool> PmixHost::register_namespace(std::function<void(int status)> done)
         std::function<void(int)> done;
         std::size_t clients_left;
         int status = PMIX_SUCCESS;
+        // Loop thread: one client registered (or refused); true when that
+        // was the last, `done` has run and the state is gone.
+        static bool client_done(Pending* pending, pmix_status_t st)
+        {
+            if (st != PMIX_SUCCESS)
+                pending->status = st;
+            if (--pending->clients_left != 0)
+                return false;
+            pending->done(pending->status);
+            delete pending;
+            return true;
+        }
     };
-    auto* pending = new Pending{info, std::move(done), mine.size()};
+    // As many as are registered below: this node's ranks.
+    auto* pending = new Pending{info, std::move(done), args.ranks.size()};
     // The namespace first; the clients once it is in.
     const pmix_status_t rc = PMIx_server_register_nspace(
         nspace_.c_str(), static_cast<int>(local_size), info->info, info->n,
@@ -623,20 +636,16 @@ Result<bool> PmixHost::register_namespace(std::function<void(int status)> done)
                 for (std::uint32_t rank : args.ranks) {
                     pmix_proc_t proc;
                     PMIX_PROC_LOAD(&proc, the_daemon->map().nspace.c_str(), rank);
-                    PMIx_server_register_client(
+                    const pmix_status_t rc = PMIx_server_register_client(
                         &proc, ::getuid(), ::getgid(), nullptr,
                         [](pmix_status_t st, void* cbdata) {
                             auto* pending = static_cast<Pending*>(cbdata);
-                            the_daemon->post([pending, st] {
-                                if (st != PMIX_SUCCESS)
-                                    pending->status = st;
-                                if (--pending->clients_left == 0) {
-                                    pending->done(pending->status);
-                                    delete pending;
-                                }
-                            });
+                            the_daemon->post([pending, st] { Pending::client_done(pending, st); });
                         },
                         pending);
+                    // Refused: no callback comes for this client.
+                    if (rc != PMIX_SUCCESS && Pending::client_done(pending, rc))
+                        return;
                 }
             });
         },
