@@ -70,12 +70,14 @@ Daemon::Task::~Task()
 
 Daemon::~Daemon()
 {
-    anchor_.reset();  // a client of our server: it finalizes first
-    pmix_.reset();
+    // The links first: a child whose parent stops reroutes what it has not
+    // had confirmed as soon as it sees the link close.
     children_.clear();
     up_.reset();
     fe_.reset();
     locals_.clear();
+    anchor_.reset();  // a client of our server: it finalizes before the server
+    pmix_.reset();
     if (child_listener_)
         evconnlistener_free(child_listener_);
     if (local_listener_)

@@ -39,6 +39,10 @@ struct BaseDeleter {
 struct ListenerDeleter {
     void operator()(evconnlistener* l) const noexcept { evconnlistener_free(l); }
 };
+// How long finish() still waits for outcomes once every link has closed,
+// in a step with node daemons (one may be rerouting to us).
+constexpr std::chrono::milliseconds settle_after_close{500};
+
 struct EventDeleter {
     void operator()(::event* e) const noexcept { event_free(e); }
 };
@@ -99,7 +103,7 @@ struct FrontEnd::Impl {
     std::vector<std::optional<std::pair<std::string, std::uint32_t>>> enrolled;  // address, port
     std::uint32_t enrolled_count = 0;
     std::optional<wire::Tree> tree;
-    bool map_sent = false;
+    bool map_sent = false;  // written under mu (finish() reads it)
     std::map<std::string, RootFence> fences;  // instances in progress, by key
     wire::FinishedFences fences_done;          // a late contribution to one is dropped
     std::set<std::uint32_t> dead;              // ranks that ended abnormally or were lost
@@ -351,7 +355,10 @@ struct FrontEnd::Impl {
             map.ports.push_back(slot_of->second);
         }
         tree.emplace(setup.nnodes, setup.fanout);
-        map_sent = true;
+        {
+            std::lock_guard lock(mu);  // finish() reads it on srun's thread
+            map_sent = true;
+        }
         const wire::Bytes frame = map.encode();
         for (auto& [channel, other] : conns)
             if (other->node && other->role == wire::Role::daemon)
@@ -798,8 +805,15 @@ Collected FrontEnd::finish(std::chrono::milliseconds grace)
 {
     Collected out;
     {
+        const auto deadline = std::chrono::steady_clock::now() + grace;
         std::unique_lock lock(impl_->mu);
-        impl_->cv.wait_for(lock, grace, [this] { return impl_->done(); });
+        impl_->cv.wait_until(lock, deadline, [this] { return impl_->done(); });
+        // Every link closed with outcomes missing: a node daemon whose
+        // parent in the tree has just stopped is on its way to us with
+        // them. A moment more, within the grace.
+        if (!impl_->outcomes.complete() && impl_->map_sent)
+            impl_->cv.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + settle_after_close),
+                                 [this] { return impl_->outcomes.complete(); });
     }
     impl_->stop();
     std::lock_guard lock(impl_->mu);
