@@ -898,7 +898,9 @@ void Daemon::on_dmodex_resp(const wire::DmodexResp& r)
 
 void Daemon::abort(std::uint32_t rank, int status, std::string message)
 {
-    aborts_[rank] = {status, now_us()};
+    // The first call is the failure's moment: Open MPI's MPI_Abort calls
+    // PMIx_Abort twice (its peers, then everyone), the teardown in between.
+    aborts_.try_emplace(rank, AbortCall{status, now_us()});
     failure_known(rank);
     log::info("rank %u called abort with status %d: %s", rank, status, message.c_str());
     send_up(wire::Abort{rank, status, std::move(message)}.encode());
@@ -981,7 +983,9 @@ void Daemon::failure_known(std::uint32_t rank)
 // is its own.
 bool Daemon::collateral(std::uint32_t rank, std::int64_t when_us) const
 {
-    if (torn_down_.count(rank))
+    // A task that called abort failed by itself when it did: the teardown
+    // that abort started may still find it running.
+    if (torn_down_.count(rank) && !aborts_.count(rank))
         return true;
     return connected_.count(rank) && first_known_ && first_known_->rank != rank && when_us > first_known_->at_us;
 }

@@ -1,4 +1,4 @@
-/* ep_abort --status N [--rank R] [--timeout S]
+/* ep_abort --status N [--rank R] [--peers-first] [--timeout S]
  *
  * All ranks PMIx_Init and fence. Rank R (default 0) prints
  * "abort rank=R status=N" and calls PMIx_Abort(N, "ep_abort", NULL, 0) (the
@@ -10,11 +10,17 @@
  * to be killed like the others; if that does not happen within the timeout it
  * prints "abort returned rank=R" and exits 4.
  *
+ * --peers-first: as Open MPI's MPI_Abort does, rank R first aborts its peers
+ * (PMIx_Abort with every other rank), 300 ms later the whole namespace, and
+ * then exits with N; it ignores SIGTERM from the start, so that the step's
+ * teardown finds it still running between the two calls.
+ *
  * stdout: abort rank=R status=N | waiting rank=R | abort returned rank=R */
 #include "ep_pmix.h"
 
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,7 +28,7 @@
 #define EP_EXIT_ABORT_RETURNED 4
 
 static _Noreturn void usage(const char *why) {
-  ep_die(EP_EXIT_USAGE, "%s\nusage: ep_abort --status N [--rank R] [--timeout S]", why);
+  ep_die(EP_EXIT_USAGE, "%s\nusage: ep_abort --status N [--rank R] [--peers-first] [--timeout S]", why);
 }
 
 /* Sleep for `seconds` (signals that do not kill us do not shorten it). */
@@ -38,9 +44,11 @@ int main(int argc, char **argv) {
   long status = 0;
   bool have_status = false;
   long victim = 0;
+  bool peers_first = false;
   static const struct option opts[] = {
       {"status", required_argument, NULL, 's'},
       {"rank", required_argument, NULL, 'r'},
+      {"peers-first", no_argument, NULL, 'p'},
       {"timeout", required_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
@@ -69,6 +77,7 @@ int main(int argc, char **argv) {
       }
       ep_set_timeout(t);
       break;
+    case 'p': peers_first = true; break;
     case 'h': usage("help");
     default: usage("bad option");
     }
@@ -90,6 +99,32 @@ int main(int argc, char **argv) {
   }
 
   ep_fence(&me, false);
+
+  if ((long)me.rank == victim && peers_first) {
+    signal(SIGTERM, SIG_IGN);
+    pmix_proc_t *peers = NULL;
+    PMIX_PROC_CREATE(peers, size - 1);
+    for (uint32_t r = 0, n = 0; r < size; r++) {
+      if (r != me.rank) {
+        PMIX_PROC_LOAD(&peers[n++], me.nspace, r);
+      }
+    }
+    ep_out("abort rank=%u status=%ld", me.rank, status);
+    ep_wait_begin("abort of the peers");
+    pmix_status_t rc = PMIx_Abort((int)status, "ep_abort: the peers", peers, size - 1);
+    ep_wait_end();
+    PMIX_PROC_FREE(peers, size - 1);
+    sleep_for(0.3);
+    ep_wait_begin("abort");
+    if (rc == PMIX_SUCCESS) {
+      rc = PMIx_Abort((int)status, "ep_abort", NULL, 0);
+    }
+    ep_wait_end();
+    if (rc != PMIX_SUCCESS) {
+      ep_die(EP_EXIT_ABORT_RETURNED, "PMIx_Abort(%ld) returned %s (%d)", status, PMIx_Error_string(rc), rc);
+    }
+    _exit((int)status);
+  }
 
   if ((long)me.rank == victim) {
     ep_out("abort rank=%u status=%ld", me.rank, status);

@@ -271,6 +271,17 @@ def test_pmix_abort_ends_the_step_promptly(cluster, workdir, pmix):
         in lines(err, "exitpolicy:"), err
 
 
+def test_an_abort_in_two_calls_is_the_root_cause(cluster, workdir, pmix):
+    """Open MPI's MPI_Abort calls PMIx_Abort twice, its peers first and then
+    the whole namespace, and the teardown the first call starts finds the
+    aborting rank still running: its abort is the root cause all the same,
+    not a SIGTERM of the teardown."""
+    rc, out, err = srun(cluster, workdir, *N4N8, "--exit-policy=main-rank", client("ep_abort"),
+                        "--status", "42", "--rank", "3", "--peers-first", "--timeout", "60")
+    assert rc == 42, err
+    assert "exitpolicy: first failure: rank 3 on node2, aborted with status 42" in lines(err, "exitpolicy:"), err
+
+
 # --- failure events to every survivor on every node ------------------------------
 
 def parse_events(out):
