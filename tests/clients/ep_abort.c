@@ -104,9 +104,11 @@ int main(int argc, char **argv) {
     signal(SIGTERM, SIG_IGN);
     pmix_proc_t *peers = NULL;
     PMIX_PROC_CREATE(peers, size - 1);
-    for (uint32_t r = 0, n = 0; r < size; r++) {
+    uint32_t n = 0;
+    for (uint32_t r = 0; r < size; r++) {
       if (r != me.rank) {
-        PMIX_PROC_LOAD(&peers[n++], me.nspace, r);
+        PMIX_PROC_LOAD(&peers[n], me.nspace, r); /* a macro: no side effects in its arguments */
+        n++;
       }
     }
     ep_out("abort rank=%u status=%ld", me.rank, status);
