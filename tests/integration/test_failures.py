@@ -140,7 +140,9 @@ def test_srun_kill_on_bad_exit_keeps_the_root_cause(cluster, workdir, pmix, poli
 def test_srun_kill_on_bad_exit_in_a_step_without_pmix_clients(cluster, workdir, pmix):
     """No PMIx client: only Slurm's -K ends the others; their SIGKILLs after
     the segfault are collateral all the same."""
-    script = 'if [ "$SLURM_PROCID" = 5 ]; then sleep 0.5; kill -SEGV $$; fi; sleep 30'
+    # exec: the task is what the teardown kills (a shell waiting for its
+    # child may instead exit 143 when the child dies first).
+    script = 'if [ "$SLURM_PROCID" = 5 ]; then sleep 0.5; kill -SEGV $$; fi; exec sleep 30'
     rc, out, err = srun(cluster, workdir, *N4N8, "-K", "--exit-policy=main-rank", "sh", "-c", script)
     assert rc == 139, err
     assert "exitpolicy: first failure: rank 5 on node3, killed by SIGSEGV" in lines(err, "exitpolicy:"), err
