@@ -77,6 +77,9 @@ Daemon::~Daemon()
     fe_.reset();
     locals_.clear();
     anchor_.reset();  // a client of our server: it finalizes before the server
+    // Work for the loop, which no longer runs, is dropped while the library
+    // is still up: each upcall it carried answers its client then.
+    posted_.close();
     pmix_.reset();
     if (child_listener_)
         evconnlistener_free(child_listener_);
@@ -90,11 +93,8 @@ Daemon::~Daemon()
 
 void Daemon::post(std::function<void()> fn)
 {
-    {
-        std::lock_guard lock(posted_mu_);
-        posted_.push_back(std::move(fn));
-    }
-    event_active(wake_, EV_READ, 0);
+    if (posted_.push(std::move(fn)))
+        event_active(wake_, EV_READ, 0);
 }
 
 int Daemon::run()
@@ -105,21 +105,7 @@ int Daemon::run()
         return 1;
     wake_ = event_new(
         base_, -1, EV_PERSIST,
-        [](evutil_socket_t, short, void* arg) {
-            auto* d = static_cast<Daemon*>(arg);
-            std::deque<std::function<void()>> work;
-            {
-                std::lock_guard lock(d->posted_mu_);
-                work.swap(d->posted_);
-            }
-            for (auto& fn : work) {
-                try {
-                    fn();
-                } catch (const std::exception& e) {
-                    log::error("internal error: %s", e.what());
-                }
-            }
-        },
+        [](evutil_socket_t, short, void* arg) { static_cast<Daemon*>(arg)->posted_.run(); },
         this);
     pmix_ = std::make_unique<PmixHost>(*this);
     pmix_->discover_topology();
@@ -306,7 +292,7 @@ void Daemon::on_map(const wire::StepMap& map)
         stop(1);
         return;
     }
-    auto registered = pmix_->register_namespace([this](int status) {
+    auto registered = pmix_->register_namespace(*map_, [this](int status) {
         if (status != 0) {
             log::error("registering the namespace failed: %d", status);
             stop(1);

@@ -3,11 +3,14 @@
 // One libevent loop thread owns all state. It holds the overlay links (up
 // to the parent in the tree: srun's front end or another daemon; down to its
 // children), the local socket (exit reports from slurmstepd, environment
-// requests from tasks) and the PMIx server (pmix_host.cpp), whose upcalls
-// arrive on the PMIx progress thread and are posted to this loop.
+// requests from tasks) and the PMIx server (pmix_host.hpp), whose upcalls
+// (upcalls.hpp) arrive on the PMIx progress thread and are posted to this
+// loop through the Overlay interface (overlay.hpp).
 #pragma once
 
 #include "args.hpp"
+#include "overlay.hpp"
+#include "work_queue.hpp"
 #include "protocol/channel.hpp"
 #include "protocol/fences.hpp"
 #include "protocol/tree.hpp"
@@ -34,45 +37,28 @@ namespace exitpolicy::pmixd {
 class PmixHost;
 class EventAnchor;
 
-class Daemon {
+class Daemon final : public Overlay {
 public:
     Daemon(Args args, wire::Secret secret);
-    ~Daemon();
+    ~Daemon() override;
     // Runs until stopped; returns the process exit code.
     int run();
 
-    // Any thread: run fn on the loop thread.
-    void post(std::function<void()> fn);
-
-    // ---- loop thread: what the PMIx side asks of the overlay ----
-    using Done = std::function<void(int status, wire::Bytes data)>;
-    // A fence over `ranks` (empty: all) with this node's data: the next
-    // instance over that set. It fails at once when a participant is known
-    // dead; with timeout_s > 0 (the caller's PMIX_TIMEOUT) an instance still
-    // pending here after that long fails everywhere with PMIX_ERR_TIMEOUT.
-    void fence(std::vector<std::uint32_t> ranks, wire::Bytes data, int timeout_s, Done done);
+    // ---- Overlay (overlay.hpp): what the PMIx side asks of the step ----
+    void post(std::function<void()> fn) override;
+    void fence(std::vector<std::uint32_t> ranks, wire::Bytes data, int timeout_s, Done done) override;
     // Requests to other nodes fail with PMIX_ERR_TIMEOUT after the caller's
     // PMIX_TIMEOUT, or after this many seconds when it gave none.
     static constexpr int default_timeout_s = 30;
-    // The data `rank` committed, from the node that owns it.
-    void direct_modex(std::uint32_t rank, int timeout_s, Done done);
-    // A local task called PMIx_Abort.
-    void abort(std::uint32_t rank, int status, std::string message);
-    // PMIx_Publish / Lookup / Unpublish: to the FE and back. A lookup that
-    // waits for the keys to be published (PMIX_WAIT) without a PMIX_TIMEOUT
-    // waits as long as it takes, as the caller asked.
-    using DataDone = std::function<void(const wire::DataReply& reply)>;
-    void data_request(wire::DataRequest request, int timeout_s, DataDone done);
-    // An event a local client raised for more than this node.
-    void relay(int code, std::uint32_t source_rank, wire::Bytes info);
-    // The whole step ends (PMIx_Job_control terminate): through the FE.
-    void terminate_step(const std::string& why);
-    // A line for srun's stderr.
-    void notice(const std::string& text);
-    void client_connected(std::uint32_t rank);
-    void client_finalized(std::uint32_t rank);
-
-    const Args& args() const noexcept { return args_; }
+    void direct_modex(std::uint32_t rank, int timeout_s, Done done) override;
+    void abort(std::uint32_t rank, int status, std::string message) override;
+    void data_request(wire::DataRequest request, int timeout_s, DataDone done) override;
+    void relay(int code, std::uint32_t source_rank, wire::Bytes info) override;
+    void terminate_step(const std::string& why) override;
+    void notice(const std::string& text) override;
+    void client_connected(std::uint32_t rank) override;
+    void client_finalized(std::uint32_t rank) override;
+    const Args& args() const noexcept override { return args_; }
     event_base* base() const noexcept { return base_; }
     // Runs fn on the loop after `ms` milliseconds.
     void after_ms(std::uint32_t ms, std::function<void()> fn);
@@ -141,8 +127,7 @@ private:
     wire::Secret secret_;
     event_base* base_ = nullptr;
     event* wake_ = nullptr;
-    std::mutex posted_mu_;
-    std::deque<std::function<void()>> posted_;
+    WorkQueue posted_;
 
     std::unique_ptr<wire::Channel> fe_;  // enrollment; the up-link when the FE is our parent
     std::unique_ptr<wire::Channel> up_;  // the parent daemon, when there is one

@@ -44,11 +44,6 @@ long long now_us()
 
 }  // namespace
 
-std::string EventAnchor::nspace_of(std::uint32_t job_id, std::uint32_t step_id)
-{
-    return "exitpolicy-anchor." + std::to_string(job_id) + "." + std::to_string(step_id);
-}
-
 EventAnchor::EventAnchor(Daemon& daemon) : daemon_(daemon) {}
 
 EventAnchor::~EventAnchor()

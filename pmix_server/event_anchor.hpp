@@ -53,7 +53,10 @@ public:
     void reap();
 
     // The namespace of the anchor, never the step's.
-    static std::string nspace_of(std::uint32_t job_id, std::uint32_t step_id);
+    static std::string nspace_of(std::uint32_t job_id, std::uint32_t step_id)
+    {
+        return "exitpolicy-anchor." + std::to_string(job_id) + "." + std::to_string(step_id);
+    }
 
 private:
     void spawn();

@@ -1,39 +1,50 @@
 // pmix_host.hpp - the PMIx server of the node: OpenPMIx's server library
-// with our module (upcalls), the namespace of the step, the tasks'
+// with our module (upcalls.hpp), the namespace of the step, the tasks'
 // environment, direct-modex answers and termination events.
 //
-// Threads: the PMIx_* calls here run on the daemon's loop thread. The
-// upcalls (pmix_host.cpp) run on PMIx's progress thread; each copies what
-// it needs, posts the work to the loop and returns; the loop ends it by
-// calling the upcall's cbfunc exactly once.
+// Threads: init() runs on a thread of its own while the loop starts (the
+// daemon joins it before anything else here); discover_topology() starts a
+// thread that register_namespace() joins; every other call is made on the
+// overlay's loop thread, and the library's callbacks post their results
+// there. The upcalls run on PMIx's progress thread (upcalls.hpp).
 #pragma once
+
+#include "info_array.hpp"
+#include "overlay.hpp"
 
 #include "exitpolicy/result.hpp"
 #include "protocol/wire.hpp"
 
+#include <pmix_common.h>
+
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace exitpolicy::pmixd {
 
-class Daemon;
-
 class PmixHost {
 public:
-    explicit PmixHost(Daemon& daemon);
+    // The upcalls serve `overlay` from now until this is destroyed, after
+    // PMIx_server_finalize.
+    explicit PmixHost(Overlay& overlay);
     ~PmixHost();
+    PmixHost(const PmixHost&) = delete;
+    PmixHost& operator=(const PmixHost&) = delete;
 
     Result<bool> init(const std::string& tmpdir);
     // Starts discovering the node's hardware topology on a thread of its
     // own, so that it overlaps PMIx_server_init and the enrollment;
     // register_namespace() waits for it and gives it to the clients.
     void discover_topology();
-    // Registers the step's namespace and this node's clients; `done` runs
-    // on the loop once the library has them.
-    Result<bool> register_namespace(std::function<void(int status)> done);
+    // Registers the step's namespace and this node's clients (the ranks of
+    // args()); `done` runs once on the loop when the library has them all,
+    // or has refused one (its status).
+    Result<bool> register_namespace(const wire::StepMap& map, std::function<void(int status)> done);
     Result<std::vector<std::string>> environment(std::uint32_t rank);
     // The data a local rank committed, for a peer node's direct modex.
     void dmodex(std::uint32_t rank, std::function<void(int status, wire::Bytes data)> done);
@@ -52,9 +63,27 @@ public:
     const std::string& nspace() const noexcept { return nspace_; }
 
 private:
-    static std::string topology_xml();
+    // A namespace registration in progress (pmix_host.cpp).
+    struct Registration : std::enable_shared_from_this<Registration> {
+        Overlay* overlay = nullptr;
+        std::unique_ptr<InfoArray> info;  // the library reads it until the namespace is in
+        std::function<void(int)> done;
+        std::string nspace;
+        std::vector<std::uint32_t> ranks;
+        std::size_t waiting = 0;   // clients registered, not yet called back
+        bool registering = false;  // the loop over the clients runs
+        pmix_status_t status = 0;  // the first error
+        static void nspace_in(pmix_status_t status, void* cbdata) noexcept;
+        static void client_in(pmix_status_t status, void* cbdata) noexcept;
+        void register_clients(pmix_status_t nspace_status);
+        void client_done(pmix_status_t status);
+        void finish(pmix_status_t status);
+    };
 
-    Daemon& daemon_;
+    static std::string topology_xml();
+    void notify(int status, std::optional<std::uint32_t> source_rank, std::unique_ptr<InfoArray> info);
+
+    Overlay& overlay_;
     std::thread topology_thread_;
     std::string topology_xml_;  // hwloc XML of this node, given to the clients
     std::string nspace_;

@@ -1,0 +1,58 @@
+// collective_upcalls.cpp - fence and direct modex: the overlay carries the
+// data between the nodes (Daemon::fence, Daemon::direct_modex).
+#include "upcalls.hpp"
+
+#include "convert.hpp"
+
+#include <memory>
+
+namespace exitpolicy::pmixd {
+
+namespace {
+
+// The data stays alive until the library releases it.
+void answer_modex(ModexCompletion& done, int status, wire::Bytes data) noexcept
+{
+    done.answer_with([&](pmix_modex_cbfunc_t cbfunc, void* cbdata) {
+        auto keep = std::make_unique<wire::Bytes>(std::move(data));
+        const char* bytes = reinterpret_cast<const char*>(keep->data());
+        const size_t size = keep->size();
+        cbfunc(status, bytes, size, cbdata, [](void* kept) { reclaim<wire::Bytes>(kept); }, lend(std::move(keep)));
+    });
+}
+
+}  // namespace
+
+pmix_status_t on_fence(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[], size_t ninfo, char* data,
+                       size_t ndata, pmix_modex_cbfunc_t cbfunc, void* cbdata) noexcept
+{
+    return upcall("fence", cbfunc, cbdata, [&](Overlay& overlay, ModexCompletion& done) {
+        auto ranks = ranks_of(procs, nprocs);
+        wire::Bytes bytes(data, data + ndata);
+        // No PMIX_TIMEOUT: no timer, the fence waits as long as it takes.
+        const int timeout_s = timeout_of(info, ninfo);
+        overlay.post([&overlay, ranks = std::move(ranks), bytes = std::move(bytes), timeout_s, done]() mutable {
+            overlay.fence(std::move(ranks), std::move(bytes), timeout_s, [done](int status, wire::Bytes all) mutable {
+                answer_modex(done, status, std::move(all));
+            });
+        });
+        return PMIX_SUCCESS;
+    });
+}
+
+pmix_status_t on_direct_modex(const pmix_proc_t* proc, const pmix_info_t info[], size_t ninfo,
+                              pmix_modex_cbfunc_t cbfunc, void* cbdata) noexcept
+{
+    return upcall("direct_modex", cbfunc, cbdata, [&](Overlay& overlay, ModexCompletion& done) {
+        const std::uint32_t rank = proc->rank;
+        const int timeout_s = timeout_of(info, ninfo);
+        overlay.post([&overlay, rank, timeout_s, done] {
+            overlay.direct_modex(rank, timeout_s, [done](int status, wire::Bytes data) mutable {
+                answer_modex(done, status, std::move(data));
+            });
+        });
+        return PMIX_SUCCESS;
+    });
+}
+
+}  // namespace exitpolicy::pmixd

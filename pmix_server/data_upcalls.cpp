@@ -1,0 +1,77 @@
+// data_upcalls.cpp - publish, lookup, unpublish: the data is kept at srun's
+// front end, which answers with PMIx statuses by name (protocol/events.hpp).
+#include "upcalls.hpp"
+
+#include "convert.hpp"
+
+#include <string>
+
+namespace exitpolicy::pmixd {
+
+pmix_status_t on_publish(const pmix_proc_t* proc, const pmix_info_t info[], size_t ninfo, pmix_op_cbfunc_t cbfunc,
+                         void* cbdata) noexcept
+{
+    return upcall("publish", cbfunc, cbdata, [&](Overlay& overlay, OpCompletion& done) {
+        wire::DataRequest r;
+        r.op = wire::DataRequest::Op::publish;
+        r.rank = proc->rank;
+        for (size_t i = 0; i < ninfo; ++i) {
+            if (is_directive(info[i].key))
+                continue;
+            auto packed = pack_info(info[i]);
+            if (!packed)
+                return done.returned(PMIX_ERR_BAD_PARAM);
+            r.keys.emplace_back(info[i].key);
+            r.values.push_back(std::move(*packed));
+        }
+        const int timeout_s = timeout_of(info, ninfo);
+        overlay.post([&overlay, r = std::move(r), timeout_s, done]() mutable {
+            overlay.data_request(std::move(r), timeout_s,
+                                 [done](const wire::DataReply& reply) mutable { done.answer(reply.status); });
+        });
+        return PMIX_SUCCESS;
+    });
+}
+
+pmix_status_t on_lookup(const pmix_proc_t* proc, char** keys, const pmix_info_t info[], size_t ninfo,
+                        pmix_lookup_cbfunc_t cbfunc, void* cbdata) noexcept
+{
+    return upcall("lookup", cbfunc, cbdata, [&](Overlay& overlay, LookupCompletion& done) {
+        wire::DataRequest r;
+        r.op = wire::DataRequest::Op::lookup;
+        r.rank = proc->rank;
+        r.keys = keys_of(keys);
+        r.wait = wait_of(info, ninfo) ? 1 : 0;
+        const int timeout_s = timeout_of(info, ninfo);
+        std::string nspace = proc->nspace;
+        overlay.post([&overlay, r = std::move(r), timeout_s, nspace = std::move(nspace), done]() mutable {
+            overlay.data_request(std::move(r), timeout_s, [nspace, done](const wire::DataReply& reply) mutable {
+                done.answer_with([&](pmix_lookup_cbfunc_t cb, void* data) {
+                    // The library copies the values before it returns.
+                    auto found = to_pdata(reply, nspace);
+                    cb(reply.status, found->data, found->n, data);
+                });
+            });
+        });
+        return PMIX_SUCCESS;
+    });
+}
+
+pmix_status_t on_unpublish(const pmix_proc_t* proc, char** keys, const pmix_info_t info[], size_t ninfo,
+                           pmix_op_cbfunc_t cbfunc, void* cbdata) noexcept
+{
+    return upcall("unpublish", cbfunc, cbdata, [&](Overlay& overlay, OpCompletion& done) {
+        wire::DataRequest r;
+        r.op = wire::DataRequest::Op::unpublish;
+        r.rank = proc->rank;
+        r.keys = keys_of(keys);
+        const int timeout_s = timeout_of(info, ninfo);
+        overlay.post([&overlay, r = std::move(r), timeout_s, done]() mutable {
+            overlay.data_request(std::move(r), timeout_s,
+                                 [done](const wire::DataReply& reply) mutable { done.answer(reply.status); });
+        });
+        return PMIX_SUCCESS;
+    });
+}
+
+}  // namespace exitpolicy::pmixd

@@ -1,0 +1,53 @@
+// module.cpp - the PMIx server module table (upcalls.hpp).
+#include "upcalls.hpp"
+
+#include <atomic>
+#include <cstring>
+
+namespace exitpolicy::pmixd {
+
+namespace {
+
+std::atomic<Overlay*> the_overlay{nullptr};  // one daemon per process
+
+pmix_server_module_t module = [] {
+    pmix_server_module_t m;
+    std::memset(&m, 0, sizeof(m));
+    m.client_connected = on_client_connected;
+    m.client_finalized = on_client_finalized;
+    m.abort = on_abort;
+    m.fence_nb = on_fence;
+    m.direct_modex = on_direct_modex;
+    m.publish = on_publish;
+    m.lookup = on_lookup;
+    m.unpublish = on_unpublish;
+    m.notify_event = on_notify_event;
+    m.register_events = on_register_events;
+    m.deregister_events = on_deregister_events;
+    m.job_control = on_job_control;
+    m.log = on_log;
+    m.spawn = on_spawn;
+    m.connect = on_connect;
+    // Not registered, so answered by the library itself: disconnect,
+    // query, tool connections, allocation, monitoring, groups.
+    return m;
+}();
+
+}  // namespace
+
+pmix_server_module_t* server_module() noexcept
+{
+    return &module;
+}
+
+void set_overlay(Overlay* overlay) noexcept
+{
+    the_overlay.store(overlay);
+}
+
+Overlay* current_overlay() noexcept
+{
+    return the_overlay.load();
+}
+
+}  // namespace exitpolicy::pmixd

@@ -1,0 +1,55 @@
+// work_queue.cpp - see work_queue.hpp.
+#include "work_queue.hpp"
+
+#include "log.hpp"
+
+#include <exception>
+#include <utility>
+
+namespace exitpolicy::pmixd {
+
+bool WorkQueue::push(std::function<void()> fn)
+{
+    {
+        std::lock_guard lock(mu_);
+        if (!closed_) {
+            queue_.push_back(std::move(fn));
+            return true;
+        }
+    }
+    fn = nullptr;  // outside the lock: what it owns may answer a client
+    return false;
+}
+
+void WorkQueue::run() noexcept
+{
+    std::deque<std::function<void()>> work;
+    {
+        std::lock_guard lock(mu_);
+        work.swap(queue_);
+    }
+    while (!work.empty()) {
+        try {
+            auto fn = std::move(work.front());
+            work.pop_front();
+            fn();
+        } catch (const std::exception& e) {
+            log::error("internal error in posted work: %s", e.what());
+        } catch (...) {
+            log::error("internal error in posted work: an unknown exception");
+        }
+    }
+}
+
+void WorkQueue::close() noexcept
+{
+    std::deque<std::function<void()>> dropped;
+    {
+        std::lock_guard lock(mu_);
+        closed_ = true;
+        dropped.swap(queue_);
+    }
+    // `dropped` goes here, outside the lock.
+}
+
+}  // namespace exitpolicy::pmixd

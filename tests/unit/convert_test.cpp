@@ -1,0 +1,150 @@
+// convert_test.cpp - PMIx <-> wire (pmix_server/convert.hpp), with the real
+// PMIx library (initialised by upcalls_test.cpp's environment).
+#include "convert.hpp"
+
+#include <gtest/gtest.h>
+
+#include <pmix.h>
+
+#include <cstring>
+#include <string>
+
+namespace exitpolicy::pmixd {
+namespace {
+
+TEST(Convert, RanksOfAWildcardAreEveryone)
+{
+    pmix_proc_t procs[3];
+    PMIX_PROC_LOAD(&procs[0], "ns", 4);
+    PMIX_PROC_LOAD(&procs[1], "ns", 2);
+    PMIX_PROC_LOAD(&procs[2], "ns", PMIX_RANK_WILDCARD);
+    EXPECT_EQ(ranks_of(procs, 2), (std::vector<std::uint32_t>{4, 2}));
+    EXPECT_TRUE(ranks_of(procs, 3).empty());
+    EXPECT_TRUE(ranks_of(nullptr, 0).empty());
+}
+
+TEST(Convert, DirectivesAreReadByTheirTypes)
+{
+    pmix_info_t info[3];
+    int timeout = 7;
+    PMIX_INFO_LOAD(&info[0], PMIX_TIMEOUT, &timeout, PMIX_INT);
+    int wait_all = 0;
+    PMIX_INFO_LOAD(&info[1], PMIX_WAIT, &wait_all, PMIX_INT);
+    PMIX_INFO_LOAD(&info[2], "user.key", "v", PMIX_STRING);
+    EXPECT_EQ(timeout_of(info, 3), 7);
+    EXPECT_TRUE(wait_of(info, 3));  // an int 0 means: wait for every key
+    EXPECT_EQ(timeout_of(info + 1, 2), 0);
+    EXPECT_FALSE(wait_of(info + 2, 1));
+    bool no = false;
+    PMIX_INFO_DESTRUCT(&info[1]);
+    PMIX_INFO_LOAD(&info[1], PMIX_WAIT, &no, PMIX_BOOL);
+    EXPECT_FALSE(wait_of(info, 3));
+    EXPECT_TRUE(is_directive(info[0].key));
+    EXPECT_FALSE(is_directive(info[2].key));
+    for (auto& i : info)
+        PMIX_INFO_DESTRUCT(&i);
+}
+
+TEST(Convert, KeysOfANullTerminatedList)
+{
+    char a[] = "a", b[] = "b";
+    char* keys[] = {a, b, nullptr};
+    EXPECT_EQ(keys_of(keys), (std::vector<std::string>{"a", "b"}));
+    EXPECT_TRUE(keys_of(nullptr).empty());
+}
+
+TEST(Convert, OneInfoRoundTrips)
+{
+    pmix_info_t in;
+    PMIX_INFO_LOAD(&in, "app.key", "hello", PMIX_STRING);
+    auto packed = pack_info(in);
+    ASSERT_TRUE(packed) << packed.error();
+    pmix_info_t out;
+    PMIX_INFO_CONSTRUCT(&out);
+    ASSERT_TRUE(unpack_info(*packed, out));
+    EXPECT_STREQ(out.key, "app.key");
+    ASSERT_EQ(out.value.type, PMIX_STRING);
+    EXPECT_STREQ(out.value.data.string, "hello");
+    PMIX_INFO_DESTRUCT(&in);
+    PMIX_INFO_DESTRUCT(&out);
+}
+
+TEST(Convert, BytesThatAreNotAnInfoDoNotUnpack)
+{
+    pmix_info_t out;
+    PMIX_INFO_CONSTRUCT(&out);
+    EXPECT_FALSE(unpack_info(wire::Bytes{0xff, 0x01, 0x02}, out));
+    EXPECT_FALSE(unpack_info(wire::Bytes{}, out));
+    PMIX_INFO_DESTRUCT(&out);
+}
+
+TEST(Convert, InfoArraysRoundTrip)
+{
+    InfoArray in(3);
+    int code = 139;
+    PMIX_INFO_LOAD(&in.info[0], PMIX_EXIT_CODE, &code, PMIX_INT);
+    PMIX_INFO_LOAD(&in.info[1], PMIX_HOSTNAME, "node3", PMIX_STRING);
+    pmix_proc_t proc;
+    PMIX_PROC_LOAD(&proc, "exitpolicy.1.0", 5);
+    PMIX_INFO_LOAD(&in.info[2], PMIX_EVENT_AFFECTED_PROC, &proc, PMIX_PROC);
+    auto packed = pack_infos(in.info, in.n);
+    ASSERT_TRUE(packed) << packed.error();
+    auto out = unpack_infos(*packed);
+    ASSERT_TRUE(out) << out.error();
+    ASSERT_EQ((*out)->n, 3u);
+    EXPECT_EQ((*out)->info[0].value.data.integer, 139);
+    EXPECT_STREQ((*out)->info[1].value.data.string, "node3");
+    EXPECT_EQ((*out)->info[2].value.data.proc->rank, 5u);
+    EXPECT_STREQ((*out)->info[2].value.data.proc->nspace, "exitpolicy.1.0");
+
+    auto empty = pack_infos(nullptr, 0);
+    ASSERT_TRUE(empty);
+    auto none = unpack_infos(*empty);
+    ASSERT_TRUE(none) << none.error();
+    EXPECT_EQ((*none)->n, 0u);
+}
+
+TEST(Convert, BadInfoArraysAreErrorsNotCrashes)
+{
+    EXPECT_FALSE(unpack_infos(wire::Bytes{}));
+    // A count beyond the bound, and a count without its infos, packed as
+    // the library packs them.
+    auto count_only = [](std::int32_t n) {
+        pmix_data_buffer_t buf;
+        PMIX_DATA_BUFFER_CONSTRUCT(&buf);
+        EXPECT_EQ(PMIx_Data_pack(nullptr, &buf, &n, 1, PMIX_INT32), PMIX_SUCCESS);
+        pmix_byte_object_t bytes;
+        EXPECT_EQ(PMIx_Data_unload(&buf, &bytes), PMIX_SUCCESS);
+        wire::Bytes out(bytes.bytes, bytes.bytes + bytes.size);
+        PMIX_BYTE_OBJECT_DESTRUCT(&bytes);
+        PMIX_DATA_BUFFER_DESTRUCT(&buf);
+        return out;
+    };
+    auto big = unpack_infos(count_only(max_infos + 1));
+    ASSERT_FALSE(big);
+    EXPECT_NE(big.error().find("out of range"), std::string::npos);
+    EXPECT_FALSE(unpack_infos(count_only(-1)));
+    auto missing = unpack_infos(count_only(3));
+    ASSERT_FALSE(missing);
+    EXPECT_NE(missing.error().find("do not unpack"), std::string::npos);
+}
+
+TEST(Convert, ALookupReplyBecomesPdataAndSkipsWhatDoesNotUnpack)
+{
+    wire::DataReply reply;
+    pmix_info_t v;
+    PMIX_INFO_LOAD(&v, "k1", "one", PMIX_STRING);
+    reply.keys = {"k1", "k2"};
+    reply.ranks = {3, 4};
+    reply.values = {*pack_info(v), wire::Bytes{9, 9}};
+    PMIX_INFO_DESTRUCT(&v);
+    auto pdata = to_pdata(reply, "exitpolicy.1.0");
+    ASSERT_EQ(pdata->n, 1u);
+    EXPECT_STREQ(pdata->data[0].key, "k1");
+    EXPECT_EQ(pdata->data[0].proc.rank, 3u);
+    EXPECT_STREQ(pdata->data[0].proc.nspace, "exitpolicy.1.0");
+    EXPECT_STREQ(pdata->data[0].value.data.string, "one");
+}
+
+}  // namespace
+}  // namespace exitpolicy::pmixd
