@@ -293,7 +293,7 @@ void Daemon::on_map(const wire::StepMap& map)
         return;
     }
     auto registered = pmix_->register_namespace(*map_, [this](int status) {
-        if (status != 0) {
+        if (status != PMIX_SUCCESS) {
             log::error("registering the namespace failed: %d", status);
             stop(1);
             return;
@@ -707,7 +707,7 @@ void Daemon::on_fence_up(const wire::FenceUp& up)
     const auto id = *wire::parse_fence_key(up.key);  // checked by decode
     if (fences_done_.contains(id.set, id.instance))
         return;  // late: that instance is over here
-    if (up.status != 0) {
+    if (up.status != wire::pmix::success) {
         // Failed below (a timeout): here, below, and through the FE everywhere.
         send_up(wire::FenceUp{up.key, up.status, 0, {}}.encode());
         fail_fence(up.key, up.status);
@@ -755,7 +755,7 @@ void Daemon::fence_finished(const std::string& key, const wire::FenceKey& id, in
 {
     fences_done_.add(id.set, id.instance);
     const auto calls = fence_calls_.find(id.set);
-    if (status == 0 || (calls != fence_calls_.end() && id.instance <= calls->second))
+    if (status == wire::pmix::success || (calls != fence_calls_.end() && id.instance <= calls->second))
         return;
     if (std::any_of(args_.ranks.begin(), args_.ranks.end(), [&](std::uint32_t r) { return has_rank(id.ranks, r); }))
         failed_ahead_[key] = status;

@@ -2,10 +2,10 @@
 // node daemons (which see their own tasks end) and the FE (which sees the
 // ends of a node whose daemon is gone, by slurmstepd's direct link).
 //
-// The overlay carries PMIx status codes as plain numbers; pmix/ here holds
-// OpenPMIx's values (pmix_common.h, checked against the library's headers
-// at compile time in pmix_server/pmix_host.cpp) so that srun's side needs no
-// PMIx header.
+// The overlay carries PMIx status codes as plain numbers. Every one that
+// crosses the wire is named here, once, with OpenPMIx's value (checked
+// against the library's pmix_common.h at compile time in
+// pmix_server/pmix_host.cpp), so that srun's side needs no PMIx header.
 #pragma once
 
 #include "wire.hpp"
@@ -14,6 +14,7 @@
 
 namespace exitpolicy::wire::pmix {
 
+inline constexpr int success = 0;                  // PMIX_SUCCESS
 inline constexpr int proc_aborted = -7;            // PMIX_ERR_PROC_ABORTED (legacy, generic)
 inline constexpr int proc_requested_abort = -8;    // PMIX_ERR_PROC_REQUESTED_ABORT
 inline constexpr int timeout = -24;                // PMIX_ERR_TIMEOUT

@@ -1,5 +1,6 @@
-// wire.hpp - the frames exitpolicy's processes exchange (srun's front end,
-// slurmstepd, and later the node daemons).
+// wire.hpp - the frames exitpolicy's processes exchange: srun's front end,
+// slurmstepd, the node daemons (overlay and local socket) and the tasks
+// asking their daemon for a PMIx environment.
 //
 // Every frame: an 8-byte header {magic 'E' 'P', version, type, body length
 // (u32, big endian)} and a body of at most max_body bytes. Bodies are fixed

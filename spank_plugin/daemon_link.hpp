@@ -3,7 +3,8 @@
 // handing it task outcomes, and stopping it at the step's end. Blocking,
 // bounded by timeouts, no threads: it runs in slurmstepd and in tasks.
 //
-// No Slurm headers here: unit-tested with the real daemon.
+// No Slurm headers here. Tested end to end, with the real daemon in real
+// steps, by tests/integration/test_pmix.py and test_failures.py.
 #pragma once
 
 #include "exitpolicy/result.hpp"

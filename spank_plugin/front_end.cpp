@@ -379,8 +379,8 @@ struct FrontEnd::Impl {
             return;  // late: that instance is over
         // A subtree that failed it (a timeout), or a participant known
         // dead: it fails for everyone at once.
-        if (up.status != 0 || names_dead(id.ranks)) {
-            fail_fence(up.key, id, up.status != 0 ? up.status : wire::pmix::proc_term_wo_sync);
+        if (up.status != wire::pmix::success || names_dead(id.ranks)) {
+            fail_fence(up.key, id, up.status != wire::pmix::success ? up.status : wire::pmix::proc_term_wo_sync);
             return;
         }
         auto it = fences.find(up.key);
@@ -466,7 +466,7 @@ struct FrontEnd::Impl {
             for (std::size_t i = 0; i < r.keys.size(); ++i)
                 if (published.count(r.keys[i]))
                     reply.status = wire::pmix::duplicate_key;  // the first publication stands
-            if (reply.status == 0)
+            if (reply.status == wire::pmix::success)
                 for (std::size_t i = 0; i < r.keys.size(); ++i)
                     published[r.keys[i]] = {r.rank, r.values[i]};
             route(r.node, reply.encode());

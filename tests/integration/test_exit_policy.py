@@ -465,8 +465,8 @@ def test_sbatch_policy_applies_to_every_step(cluster, workdir, exitpolicy, user)
 
 
 def test_sbatch_policy_with_export_none(cluster, workdir, exitpolicy):
-    """--export=NONE must not lose the job's policy (DESIGN: sbatch
-    --exit-policy is the default of every srun in the job)."""
+    """--export=NONE must not lose the job's policy (sbatch --exit-policy is
+    the default of every srun in the job: README, "Options")."""
     job, output = _run_batch(cluster, workdir, "sbatch-export-none", "--export=NONE",
                              "--exit-policy=main-rank")
     assert "step0 rc=0" in output.splitlines(), output
