@@ -33,11 +33,6 @@
 namespace exitpolicy::pmixd {
 namespace {
 
-bool has_rank(const std::vector<std::uint32_t>& ranks, std::uint32_t rank)
-{
-    return ranks.empty() || std::binary_search(ranks.begin(), ranks.end(), rank);
-}
-
 std::int64_t now_us()
 {
     timespec now{};
@@ -320,8 +315,8 @@ void Daemon::parent_lost(const std::string& why)
     }
     // Every fence in progress here went, or would have gone, through the
     // parent: it fails here and below (never succeeds short, never hangs).
-    while (!fences_.empty())
-        fail_fence(fences_.begin()->first, wire::pmix::unreach);
+    for (auto& key : fences_.affected([](const auto&) { return true; }))
+        fail_fence(std::move(key), wire::pmix::unreach);
     // Publish / lookup requests it carried are lost with it.
     for (auto& [id, done] : std::exchange(data_waiting_, {}))
         done(wire::DataReply{id, args_.node_id, wire::pmix::unreach, {}, {}, {}});
@@ -402,15 +397,12 @@ void Daemon::node_left(std::uint32_t node)
     log::debug("node %u left the tree", node);
     send_up(wire::Gone{node}.encode());
     // Fences whose contributions may have been on their way through it.
-    std::vector<std::string> through;
-    for (const auto& [key, f] : fences_) {
-        bool hit = f.id.ranks.empty();
-        for (std::uint32_t r : f.id.ranks)
-            hit = hit || (r < map_->rank_node.size() && tree_->in_static_subtree(map_->rank_node[r], node));
-        if (hit)
-            through.push_back(key);
-    }
-    for (auto& key : through)
+    const auto through = fences_.affected([&](const std::vector<std::uint32_t>& ranks) {
+        return ranks.empty() || std::any_of(ranks.begin(), ranks.end(), [&](std::uint32_t r) {
+                   return r < map_->rank_node.size() && tree_->in_static_subtree(map_->rank_node[r], node);
+               });
+    });
+    for (auto key : through)
         fail_fence(std::move(key), wire::pmix::unreach);
 }
 
@@ -628,45 +620,10 @@ void Daemon::on_node_down(const wire::NodeDown& d)
 
 // ---- fences ----------------------------------------------------------------------
 
-bool Daemon::subtree_has(std::uint32_t child, const std::vector<std::uint32_t>& ranks) const
+// The instance's state here, opened on its first contribution.
+Daemon::Fences::Instance& Daemon::open_fence(const std::string& key, const wire::FenceKey& id)
 {
-    for (std::uint32_t rank = 0; rank < map_->rank_node.size(); ++rank)
-        if (has_rank(ranks, rank) && tree_->in_subtree(map_->rank_node[rank], child))
-            return true;
-    return false;
-}
-
-std::uint32_t Daemon::fence_expected(const std::vector<std::uint32_t>& ranks) const
-{
-    std::uint32_t n = 0;
-    for (std::uint32_t r : args_.ranks)
-        if (has_rank(ranks, r)) {
-            n = 1;
-            break;
-        }
-    for (std::uint32_t child : tree_->children(args_.node_id))
-        n += subtree_has(child, ranks) ? 1 : 0;
-    return n;
-}
-
-bool Daemon::names_dead(const std::vector<std::uint32_t>& ranks) const
-{
-    if (ranks.empty())
-        return !dead_.empty();
-    return std::any_of(ranks.begin(), ranks.end(), [this](std::uint32_t r) { return dead_.count(r) != 0; });
-}
-
-// The instance's state here, created on its first contribution.
-std::map<std::string, Daemon::FenceState>::iterator Daemon::fence_state(const std::string& key,
-                                                                       const wire::FenceKey& id)
-{
-    auto it = fences_.find(key);
-    if (it == fences_.end()) {
-        it = fences_.emplace(key, FenceState{}).first;
-        it->second.id = id;
-        it->second.expected = fence_expected(id.ranks);
-    }
-    return it;
+    return fences_.open(key, id, [&] { return wire::fence_expected(*tree_, map_->rank_node, args_.node_id, id.ranks); });
 }
 
 void Daemon::fence(std::vector<std::uint32_t> ranks, wire::Bytes data, int timeout_s, Done done)
@@ -684,28 +641,27 @@ void Daemon::fence(std::vector<std::uint32_t> ranks, wire::Bytes data, int timeo
         done(status, {});
         return;
     }
-    if (fences_done_.contains(id.set, id.instance)) {
+    if (fences_.finished(id)) {
         done(PMIX_ERROR, {});  // over without this node: its fences are numbered unlike the others'
         return;
     }
-    auto it = fence_state(key, id);
-    FenceState& f = it->second;
-    f.local = std::move(done);
-    if (names_dead(f.id.ranks)) {
+    auto& f = open_fence(key, id);
+    f.extra.local = std::move(done);
+    if (wire::names_dead(f.id.ranks, dead_)) {
         fail_fence(key, PMIX_ERR_PROC_TERM_WO_SYNC);
         return;
     }
-    f.data.insert(f.data.end(), data.begin(), data.end());
-    ++f.received;
+    const bool all_in = Fences::add(f, data);
     if (timeout_s > 0)
         after(timeout_s, [this, key] { fence_timed_out(key); });
-    fence_arrived(it);
+    if (all_in)
+        pass_fence_up(key, f);
 }
 
 void Daemon::on_fence_up(const wire::FenceUp& up)
 {
     const auto id = *wire::parse_fence_key(up.key);  // checked by decode
-    if (fences_done_.contains(id.set, id.instance))
+    if (fences_.finished(id))
         return;  // late: that instance is over here
     if (up.status != wire::pmix::success) {
         // Failed below (a timeout): here, below, and through the FE everywhere.
@@ -713,59 +669,52 @@ void Daemon::on_fence_up(const wire::FenceUp& up)
         fail_fence(up.key, up.status);
         return;
     }
-    if (names_dead(id.ranks)) {
+    if (wire::names_dead(id.ranks, dead_)) {
         fail_fence(up.key, PMIX_ERR_PROC_TERM_WO_SYNC);
         return;
     }
-    auto it = fence_state(up.key, id);
-    FenceState& f = it->second;
-    f.data.insert(f.data.end(), up.data.begin(), up.data.end());
-    ++f.received;
-    fence_arrived(it);
+    auto& f = open_fence(up.key, id);
+    if (Fences::add(f, up.data))
+        pass_fence_up(up.key, f);
 }
 
-void Daemon::fence_arrived(std::map<std::string, FenceState>::iterator it)
+// Everything below is in: up it goes, and the result comes back down with
+// everyone's data.
+void Daemon::pass_fence_up(const std::string& key, Fences::Instance& f)
 {
-    FenceState& f = it->second;
-    if (f.received < f.expected)
-        return;
-    send_up(wire::FenceUp{it->first, 0, f.received, f.data}.encode());
-    f.data.clear();  // the result comes back down with everyone's data
+    send_up(wire::FenceUp{key, wire::pmix::success, f.received, std::move(f.data)}.encode());
+    f.data.clear();
 }
 
 void Daemon::on_fence_down(const wire::FenceDown& down)
 {
     send_down(std::nullopt, down.encode());
     const auto id = *wire::parse_fence_key(down.key);  // checked by decode
-    if (fences_done_.contains(id.set, id.instance))
+    if (fences_.finished(id))
         return;  // late: that instance is over here
-    fence_finished(down.key, id, down.status);
-    auto it = fences_.find(down.key);
-    if (it == fences_.end())
-        return;
-    auto local = std::move(it->second.local);
-    fences_.erase(it);
-    if (local)
-        (*local)(down.status, down.data);
+    finish_fence(down.key, id, down.status, down.data);
 }
 
-// An instance is over here: a late contribution or result of it is dropped,
-// and a local call of it that is still to come fails at once.
-void Daemon::fence_finished(const std::string& key, const wire::FenceKey& id, int status)
+// An instance is over here: recorded as finished (a late contribution or
+// result of it is dropped), its local caller answered, and a local call of
+// it that is still to come fails at once.
+void Daemon::finish_fence(const std::string& key, const wire::FenceKey& id, int status, const wire::Bytes& data)
 {
-    fences_done_.add(id.set, id.instance);
+    auto f = fences_.finish(key, id);
     const auto calls = fence_calls_.find(id.set);
-    if (status == wire::pmix::success || (calls != fence_calls_.end() && id.instance <= calls->second))
-        return;
-    if (std::any_of(args_.ranks.begin(), args_.ranks.end(), [&](std::uint32_t r) { return has_rank(id.ranks, r); }))
+    const bool called_here = calls != fence_calls_.end() && id.instance <= calls->second;
+    if (status != wire::pmix::success && !called_here &&
+        std::any_of(args_.ranks.begin(), args_.ranks.end(), [&](std::uint32_t r) { return wire::takes_part(id.ranks, r); }))
         failed_ahead_[key] = status;
+    if (f && f->extra.local)
+        (*f->extra.local)(status, data);
 }
 
 // The caller's PMIX_TIMEOUT expired: an instance still pending here fails
 // here, below, and through the FE on every node.
 void Daemon::fence_timed_out(const std::string& key)
 {
-    if (!fences_.count(key))
+    if (!fences_.in_progress(key))
         return;  // over
     log::info("fence %s timed out", key.c_str());
     send_up(wire::FenceUp{key, PMIX_ERR_TIMEOUT, 0, {}}.encode());
@@ -777,17 +726,8 @@ void Daemon::fail_fences_with(std::uint32_t rank)
     // Later fences over it fail at once.
     dead_.insert(rank);
     // The FE fails it for everyone as well; only the local caller here.
-    for (auto it = fences_.begin(); it != fences_.end();) {
-        if (!has_rank(it->second.id.ranks, rank)) {
-            ++it;
-            continue;
-        }
-        fence_finished(it->first, it->second.id, PMIX_ERR_PROC_TERM_WO_SYNC);
-        auto local = std::move(it->second.local);
-        it = fences_.erase(it);
-        if (local)
-            (*local)(PMIX_ERR_PROC_TERM_WO_SYNC, {});
-    }
+    for (const auto& key : fences_.affected([&](const auto& ranks) { return wire::takes_part(ranks, rank); }))
+        finish_fence(key, *wire::parse_fence_key(key), PMIX_ERR_PROC_TERM_WO_SYNC, {});
 }
 
 // Fails an instance here and in the subtree below, which waits for its
@@ -795,14 +735,7 @@ void Daemon::fail_fences_with(std::uint32_t rank)
 void Daemon::fail_fence(std::string key, int status)
 {
     send_down(std::nullopt, wire::FenceDown{key, status, {}}.encode());
-    fence_finished(key, *wire::parse_fence_key(key), status);
-    auto it = fences_.find(key);
-    if (it == fences_.end())
-        return;
-    auto local = std::move(it->second.local);
-    fences_.erase(it);
-    if (local)
-        (*local)(status, {});
+    finish_fence(key, *wire::parse_fence_key(key), status, {});
 }
 
 // ---- direct modex ------------------------------------------------------------------

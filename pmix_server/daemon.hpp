@@ -66,13 +66,10 @@ public:
 
 private:
     struct Local;
-    struct FenceState {
-        wire::FenceKey id;                 // its participants (empty: all) and instance
-        std::uint32_t expected = 0;        // contributions awaited here
-        std::uint32_t received = 0;
-        wire::Bytes data;
-        std::optional<Done> local;         // the PMIx callback on this node
+    struct FenceExtra {
+        std::optional<Done> local;  // the PMIx callback on this node
     };
+    using Fences = wire::FenceTable<FenceExtra>;
 
     void start_fe_link();
     void on_map(const wire::StepMap& map);
@@ -90,12 +87,9 @@ private:
     void adopt(wire::Channel& child);
     void on_fence_up(const wire::FenceUp& f);
     void on_fence_down(const wire::FenceDown& f);
-    std::map<std::string, FenceState>::iterator fence_state(const std::string& key, const wire::FenceKey& id);
-    void fence_arrived(std::map<std::string, FenceState>::iterator it);
-    std::uint32_t fence_expected(const std::vector<std::uint32_t>& ranks) const;
-    bool subtree_has(std::uint32_t child, const std::vector<std::uint32_t>& ranks) const;
-    bool names_dead(const std::vector<std::uint32_t>& ranks) const;
-    void fence_finished(const std::string& key, const wire::FenceKey& id, int status);
+    Fences::Instance& open_fence(const std::string& key, const wire::FenceKey& id);
+    void pass_fence_up(const std::string& key, Fences::Instance& f);
+    void finish_fence(const std::string& key, const wire::FenceKey& id, int status, const wire::Bytes& data);
     void fence_timed_out(const std::string& key);
     void fail_fences_with(std::uint32_t rank);
     void fail_fence(std::string key, int status);
@@ -192,9 +186,8 @@ private:
     std::set<std::uint32_t> connected_;
     std::set<std::uint32_t> finalized_;
     std::set<std::uint32_t> ended_;  // local ranks whose outcome arrived
-    std::map<std::string, FenceState> fences_;  // instances in progress here, by key
+    Fences fences_;  // instances in progress here, and those finished
     std::map<std::string, std::uint64_t> fence_calls_;  // local fence calls per participant set
-    wire::FinishedFences fences_done_;
     // Instances that failed here before the local call came (their status):
     // that call fails at once.
     std::map<std::string, int> failed_ahead_;

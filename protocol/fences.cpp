@@ -1,7 +1,38 @@
-// fences.cpp - finished fence instances. See fences.hpp.
+// fences.cpp - see fences.hpp.
 #include "fences.hpp"
 
 namespace exitpolicy::wire {
+
+bool names_dead(const std::vector<std::uint32_t>& ranks, const std::set<std::uint32_t>& dead)
+{
+    if (ranks.empty())
+        return !dead.empty();
+    return std::any_of(ranks.begin(), ranks.end(), [&](std::uint32_t r) { return dead.count(r) != 0; });
+}
+
+std::uint32_t fence_expected(const Tree& tree, const std::vector<std::uint32_t>& rank_node,
+                             std::optional<std::uint32_t> at, const std::vector<std::uint32_t>& ranks)
+{
+    // The nodes that hold a participant.
+    std::vector<bool> holds(tree.nnodes(), false);
+    auto hold = [&](std::uint32_t rank) {
+        if (rank < rank_node.size() && rank_node[rank] < holds.size())
+            holds[rank_node[rank]] = true;
+    };
+    if (ranks.empty())
+        for (std::uint32_t r = 0; r < rank_node.size(); ++r)
+            hold(r);
+    for (std::uint32_t r : ranks)
+        hold(r);
+    std::uint32_t n = at && *at < holds.size() && holds[*at] ? 1 : 0;
+    for (std::uint32_t child : tree.children(at))
+        for (std::uint32_t node = 0; node < holds.size(); ++node)
+            if (holds[node] && tree.in_subtree(node, child)) {
+                ++n;
+                break;
+            }
+    return n;
+}
 
 void FinishedFences::add(const std::string& set, std::uint64_t instance)
 {

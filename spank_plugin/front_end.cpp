@@ -60,14 +60,6 @@ std::string how_it_ended(const wire::Event& e)
     return "exited without finalizing PMIx";
 }
 
-// A fence instance at the root of the overlay tree.
-struct RootFence {
-    std::vector<std::uint32_t> ranks;  // its participants, sorted; empty: all
-    std::uint32_t expected = 0;
-    std::uint32_t received = 0;
-    wire::Bytes data;
-};
-
 }  // namespace
 
 struct FrontEnd::Impl {
@@ -104,8 +96,9 @@ struct FrontEnd::Impl {
     std::uint32_t enrolled_count = 0;
     std::optional<wire::Tree> tree;
     bool map_sent = false;  // written under mu (finish() reads it)
-    std::map<std::string, RootFence> fences;  // instances in progress, by key
-    wire::FinishedFences fences_done;          // a late contribution to one is dropped
+    // Fences at the root of the tree: in progress, and finished (a late
+    // contribution to one is dropped).
+    wire::FenceTable<> fences;
     std::set<std::uint32_t> dead;              // ranks that ended abnormally or were lost
     // Run-through and lost nodes, by node id.
     std::vector<Conn*> tree_link;              // a daemon's open link to the FE
@@ -324,15 +317,6 @@ struct FrontEnd::Impl {
                 send(c, frame);
     }
 
-    bool subtree_has(std::uint32_t child, const std::vector<std::uint32_t>& ranks)
-    {
-        for (std::uint32_t r = 0; r < node_of_rank.size(); ++r)
-            if ((ranks.empty() || std::binary_search(ranks.begin(), ranks.end(), r)) &&
-                tree->in_subtree(node_of_rank[r], child))
-                return true;
-        return false;
-    }
-
     void enroll(Conn* c, const wire::Enroll& e)
     {
         auto& slot = enrolled[*c->node];
@@ -365,46 +349,30 @@ struct FrontEnd::Impl {
                 send(other.get(), frame);
     }
 
-    bool names_dead(const std::vector<std::uint32_t>& ranks) const
-    {
-        if (ranks.empty())
-            return !dead.empty();
-        return std::any_of(ranks.begin(), ranks.end(), [this](std::uint32_t r) { return dead.count(r) != 0; });
-    }
-
     void fence_up(const wire::FenceUp& up)
     {
         const auto id = *wire::parse_fence_key(up.key);  // checked by decode
-        if (fences_done.contains(id.set, id.instance))
+        if (fences.finished(id))
             return;  // late: that instance is over
         // A subtree that failed it (a timeout), or a participant known
         // dead: it fails for everyone at once.
-        if (up.status != wire::pmix::success || names_dead(id.ranks)) {
+        if (up.status != wire::pmix::success || wire::names_dead(id.ranks, dead)) {
             fail_fence(up.key, id, up.status != wire::pmix::success ? up.status : wire::pmix::proc_term_wo_sync);
             return;
         }
-        auto it = fences.find(up.key);
-        if (it == fences.end()) {
-            it = fences.emplace(up.key, RootFence{}).first;
-            it->second.ranks = id.ranks;
-            for (std::uint32_t child : tree->children(std::nullopt))
-                it->second.expected += subtree_has(child, id.ranks) ? 1 : 0;
-        }
-        RootFence& f = it->second;
-        f.data.insert(f.data.end(), up.data.begin(), up.data.end());
-        if (++f.received < f.expected)
+        auto& f = fences.open(up.key, id, [&] { return wire::fence_expected(*tree, node_of_rank, std::nullopt, id.ranks); });
+        if (!wire::FenceTable<>::add(f, up.data))
             return;
-        broadcast(wire::FenceDown{up.key, 0, std::move(f.data)}.encode());
-        fences.erase(it);
-        fences_done.add(id.set, id.instance);
+        wire::Bytes all = std::move(f.data);
+        fences.finish(up.key, id);
+        broadcast(wire::FenceDown{up.key, wire::pmix::success, std::move(all)}.encode());
     }
 
     // Fails an instance on every node (they drop what they already ended).
     void fail_fence(const std::string& key, const wire::FenceKey& id, int status)
     {
         broadcast(wire::FenceDown{key, status, {}}.encode());
-        fences.erase(key);
-        fences_done.add(id.set, id.instance);
+        fences.finish(key, id);
     }
 
     void event(const wire::Event& e)
@@ -428,14 +396,11 @@ struct FrontEnd::Impl {
     template <typename Hit>
     void fail_fences(int status, Hit hit)
     {
-        std::vector<std::string> failed;
-        for (const auto& [key, f] : fences)
-            if (f.ranks.empty() || hit(f.ranks))
-                failed.push_back(key);
+        const auto failed =
+            fences.affected([&](const std::vector<std::uint32_t>& ranks) { return ranks.empty() || hit(ranks); });
         for (const auto& key : failed)
             fail_fence(key, *wire::parse_fence_key(key), status);
     }
-
     // Answers a lookup if it can: true when answered.
     bool try_lookup(const wire::DataRequest& r)
     {
