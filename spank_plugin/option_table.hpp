@@ -1,6 +1,8 @@
-// option_table.hpp - every name a site writes, spelled once: the
-// plugstack.conf arguments. The plugstack parser and its list of valid
-// arguments derive from this table.
+// option_table.hpp - every name a user or a site writes, spelled once: the
+// srun/sbatch/salloc options with their environment variables and help
+// texts, and the plugstack.conf arguments. The SPANK option table, the
+// environment's reading and forwarding, the help texts, the plugstack parser
+// and its list of valid arguments derive from these tables.
 //
 // Constant tables of string literals: nothing here allocates or runs at load
 // time (slurmstepd loads this too). No Slurm headers, so it is unit-tested.
@@ -9,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <optional>
+#include <string>
 
 namespace exitpolicy::plugin {
 
@@ -66,14 +70,79 @@ constexpr const SiteArgument& site_argument(SiteArg id) noexcept
     return site_arguments[static_cast<std::size_t>(id)];
 }
 
+// Raw option values, as given, from one source (the command line or the
+// environment); an OptionSpec names its member.
+struct RawOptions {
+    std::optional<std::string> policy;
+    std::optional<std::string> main_rank;
+    std::optional<std::string> report;
+    std::optional<std::string> report_json;
+    std::optional<std::string> recoverable;  // the flag on the command line: "yes"
+    bool any() const noexcept;
+};
+
+// The options, in the order of option_table.
+enum class OptionId : std::uint8_t { policy, main_rank, report, report_json, recoverable };
+
+struct OptionSpec {
+    OptionId id;
+    const char* option;  // without "--"
+    const char* arg;     // its argument in srun --help; nullptr: a flag (yes/no in the environment)
+    const char* env;     // the same in the environment; sbatch and salloc pass options on this way
+    // srun --help; "{policies}" stands for the list of valid policies.
+    const char* help;
+    const SiteArgument* site;  // the plugstack argument that sets the site's default; nullptr: none
+    std::optional<std::string> RawOptions::*value;
+};
+
+inline constexpr OptionSpec option_table[] = {
+    {OptionId::policy, "exit-policy", "POLICY", "SLURM_EXIT_POLICY",
+     "How srun's exit code is chosen from the tasks' codes: {policies}. Default: Slurm's own rule, or the site's "
+     "default",
+     &site_argument(SiteArg::default_policy), &RawOptions::policy},
+    {OptionId::main_rank, "exit-main-rank", "RANK", "SLURM_EXIT_MAIN_RANK",
+     "The main rank for main-rank and main-rank-check (default 0)", nullptr, &RawOptions::main_rank},
+    {OptionId::report, "exit-report", "auto|always|never", "SLURM_EXIT_REPORT",
+     "When srun prints the exit report (auto: when something failed or the code differs from Slurm's own)",
+     &site_argument(SiteArg::report), &RawOptions::report},
+    {OptionId::report_json, "exit-report-json", "PATH", "SLURM_EXIT_REPORT_JSON",
+     "Also write the exit report as JSON to PATH (%j: job id, %s: step id)", nullptr, &RawOptions::report_json},
+    {OptionId::recoverable, "exit-recoverable", nullptr, "SLURM_EXIT_RECOVERABLE",
+     "In a step served by exitpolicy's PMIx: when a task fails, tell the others and let them run on (default: "
+     "end the step)",
+     &site_argument(SiteArg::recoverable), &RawOptions::recoverable},
+};
+
+constexpr const OptionSpec& option_spec(OptionId id) noexcept
+{
+    return option_table[static_cast<std::size_t>(id)];
+}
+
+inline constexpr const OptionSpec& opt_policy = option_spec(OptionId::policy);
+inline constexpr const OptionSpec& opt_main_rank = option_spec(OptionId::main_rank);
+inline constexpr const OptionSpec& opt_report = option_spec(OptionId::report);
+inline constexpr const OptionSpec& opt_report_json = option_spec(OptionId::report_json);
+inline constexpr const OptionSpec& opt_recoverable = option_spec(OptionId::recoverable);
+
 // Each entry sits at the index of its id.
 constexpr bool tables_in_order() noexcept
 {
     for (std::size_t i = 0; i < std::size(site_arguments); ++i)
         if (static_cast<std::size_t>(site_arguments[i].id) != i)
             return false;
+    for (std::size_t i = 0; i < std::size(option_table); ++i)
+        if (static_cast<std::size_t>(option_table[i].id) != i)
+            return false;
     return true;
 }
-static_assert(tables_in_order(), "site_arguments is in the order of its ids");
+static_assert(tables_in_order(), "option_table and site_arguments are in the order of their ids");
+
+inline bool RawOptions::any() const noexcept
+{
+    for (const auto& spec : option_table)
+        if (this->*spec.value)
+            return true;
+    return false;
+}
 
 }  // namespace exitpolicy::plugin
