@@ -2,7 +2,8 @@
 // srun/sbatch/salloc options with their environment variables and help
 // texts, and the plugstack.conf arguments. The SPANK option table, the
 // environment's reading and forwarding, the help texts, the plugstack parser
-// and its list of valid arguments derive from these tables.
+// and its list of valid arguments derive from these tables, and a unit test
+// (tests/unit/option_docs_test.cpp) checks that the README names every entry.
 //
 // Constant tables of string literals: nothing here allocates or runs at load
 // time (slurmstepd loads this too). No Slurm headers, so it is unit-tested.
