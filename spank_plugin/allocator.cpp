@@ -16,16 +16,9 @@ int init_post_opt(spank_t)
     const State& st = state();
     if (st.disabled)
         return 0;
-    const std::pair<const std::optional<std::string>*, const char*> vars[] = {
-        {&st.cli.policy, opt_policy.env},
-        {&st.cli.main_rank, opt_main_rank.env},
-        {&st.cli.report, opt_report.env},
-        {&st.cli.report_json, opt_report_json.env},
-        {&st.cli.recoverable, opt_recoverable.env},
-    };
-    for (const auto& [value, name] : vars)
-        if (*value && ::setenv(name, (*value)->c_str(), 1) != 0)
-            log::error("cannot set %s for the job", name);
+    for (const auto& spec : option_table)
+        if (const auto& value = st.cli.*spec.value; value && ::setenv(spec.env, value->c_str(), 1) != 0)
+            log::error("cannot set %s for the job", spec.env);
     return 0;
 }
 

@@ -1,7 +1,10 @@
 // config.cpp - plugstack.conf arguments. See config.hpp.
 #include "config.hpp"
 
+#include "option_table.hpp"
+
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <string>
@@ -24,6 +27,46 @@ std::string bad(std::string_view key, std::string_view value, std::string_view e
 {
     return "plugstack.conf argument " + std::string(key) + "=" + std::string(value) + " is invalid: " +
            std::string(expected);
+}
+
+// "default_policy=POLICY allowed_policies=... teardown_grace_ms=0..60000",
+// built at compile time from site_arguments.
+constexpr std::size_t length(const char* text)
+{
+    return std::char_traits<char>::length(text);
+}
+
+constexpr std::size_t usage_size()
+{
+    std::size_t n = 0;
+    for (const auto& a : site_arguments)
+        n += (n ? 1 : 0) + length(a.name) + 1 + length(a.syntax);
+    return n;
+}
+
+constexpr std::array<char, usage_size()> usage = [] {
+    std::array<char, usage_size()> out{};
+    std::size_t at = 0;
+    auto put = [&](const char* text) {
+        for (; *text; ++text)
+            out[at++] = *text;
+    };
+    for (const auto& a : site_arguments) {
+        if (at)
+            put(" ");
+        put(a.name);
+        put("=");
+        put(a.syntax);
+    }
+    return out;
+}();
+
+const SiteArgument* find_argument(std::string_view name) noexcept
+{
+    for (const auto& a : site_arguments)
+        if (name == a.name)
+            return &a;
+    return nullptr;
 }
 
 }  // namespace
@@ -49,10 +92,7 @@ std::string Config::allowed_list() const
 
 std::string_view config_usage() noexcept
 {
-    return "default_policy=POLICY allowed_policies=POLICY[,POLICY...] report=auto|always|never "
-           "lost_code=0..255 grace_ms=0..600000 pmix=auto|never fanout=2..1024 port_range=FIRST-LAST "
-           "daemon=/PATH debug=0..3 log_dir=/PATH topology=discover|none|/PATH recoverable=yes|no "
-           "teardown_grace_ms=0..60000";
+    return {usage.data(), usage.size()};
 }
 
 Result<bool> parse_switch(std::string_view text)
@@ -82,53 +122,73 @@ Result<Config> parse_config(const std::vector<std::string_view>& args)
             return Result<Config>::fail("plugstack.conf argument " + std::string(key) +
                                         " is given twice; give it once");
         seen.push_back(key);
+        const SiteArgument* known = find_argument(key);
+        if (!known)
+            return Result<Config>::fail("unknown plugstack.conf argument '" + std::string(key) +
+                                        "'; valid arguments: " + std::string(config_usage()));
+        // Errors of a parser that names the value: "plugstack.conf KEY: ...".
+        const std::string named = "plugstack.conf " + std::string(key) + ": ";
 
-        if (key == "default_policy") {
+        switch (known->id) {
+        case SiteArg::default_policy: {
             auto p = parse_policy(value);
             if (!p)
-                return Result<Config>::fail("plugstack.conf default_policy: " + p.error());
+                return Result<Config>::fail(named + p.error());
             c.default_policy = *p;
-        } else if (key == "allowed_policies") {
+            break;
+        }
+        case SiteArg::allowed_policies: {
             std::string_view rest = value;
             while (true) {
                 const auto comma = rest.find(',');
                 auto p = parse_policy(rest.substr(0, comma));
                 if (!p)
-                    return Result<Config>::fail("plugstack.conf allowed_policies: " + p.error());
+                    return Result<Config>::fail(named + p.error());
                 if (std::find(c.allowed_policies.begin(), c.allowed_policies.end(), *p) == c.allowed_policies.end())
                     c.allowed_policies.push_back(*p);
                 if (comma == std::string_view::npos)
                     break;
                 rest = rest.substr(comma + 1);
             }
-        } else if (key == "report") {
+            break;
+        }
+        case SiteArg::report: {
             auto m = parse_report_mode(value);
             if (!m)
-                return Result<Config>::fail("plugstack.conf report: " + m.error());
+                return Result<Config>::fail(named + m.error());
             c.report = *m;
-        } else if (key == "lost_code") {
+            break;
+        }
+        case SiteArg::lost_code: {
             auto v = number<int>(value, 0, 255);
             if (!v)
                 return Result<Config>::fail(bad(key, value, "expected an exit code, 0 to 255"));
             c.lost_code = *v;
-        } else if (key == "grace_ms") {
+            break;
+        }
+        case SiteArg::grace_ms: {
             auto v = number<std::uint32_t>(value, 0, 600000);
             if (!v)
                 return Result<Config>::fail(bad(key, value, "expected milliseconds, 0 to 600000"));
             c.grace_ms = *v;
-        } else if (key == "pmix") {
+            break;
+        }
+        case SiteArg::pmix:
             if (value == "auto")
                 c.pmix = PmixMode::automatic;
             else if (value == "never")
                 c.pmix = PmixMode::never;
             else
                 return Result<Config>::fail(bad(key, value, "expected auto or never"));
-        } else if (key == "fanout") {
+            break;
+        case SiteArg::fanout: {
             auto v = number<std::uint32_t>(value, 2, 1024);
             if (!v)
                 return Result<Config>::fail(bad(key, value, "expected a tree fan-out, 2 to 1024"));
             c.fanout = *v;
-        } else if (key == "port_range") {
+            break;
+        }
+        case SiteArg::port_range: {
             const auto dash = value.find('-');
             const auto first = number<std::uint16_t>(value.substr(0, dash), 1, 65535);
             const auto last = dash == std::string_view::npos
@@ -138,38 +198,50 @@ Result<Config> parse_config(const std::vector<std::string_view>& args)
                 return Result<Config>::fail(
                     bad(key, value, "expected FIRST-LAST, two TCP ports with FIRST <= LAST, e.g. 60000-60999"));
             c.port_range = PortRange{*first, *last};
-        } else if (key == "daemon" || key == "log_dir") {
+            break;
+        }
+        case SiteArg::daemon:
+        case SiteArg::log_dir:
             if (value.empty() || value.front() != '/')
                 return Result<Config>::fail(bad(key, value, "expected an absolute path"));
-            (key == "daemon" ? c.daemon : c.log_dir) = std::string(value);
-        } else if (key == "topology") {
+            (known->id == SiteArg::daemon ? c.daemon : c.log_dir) = std::string(value);
+            break;
+        case SiteArg::topology:
             if (value != "discover" && value != "none" && (value.empty() || value.front() != '/'))
                 return Result<Config>::fail(
                     bad(key, value, "expected discover, none, or the absolute path of an hwloc XML file"));
             c.topology = std::string(value);
-        } else if (key == "recoverable") {
+            break;
+        case SiteArg::recoverable: {
             auto v = parse_switch(value);
             if (!v)
-                return Result<Config>::fail("plugstack.conf recoverable: " + v.error());
+                return Result<Config>::fail(named + v.error());
             c.recoverable = *v;
-        } else if (key == "teardown_grace_ms") {
+            break;
+        }
+        case SiteArg::teardown_grace_ms: {
             auto v = number<std::uint32_t>(value, 0, 60000);
             if (!v)
                 return Result<Config>::fail(bad(key, value, "expected milliseconds, 0 to 60000"));
             c.teardown_grace_ms = *v;
-        } else if (key == "debug") {
+            break;
+        }
+        case SiteArg::debug: {
             auto v = number<int>(value, 0, 3);
             if (!v)
                 return Result<Config>::fail(bad(key, value, "expected a level, 0 to 3"));
             c.debug = *v;
-        } else {
-            return Result<Config>::fail("unknown plugstack.conf argument '" + std::string(key) +
-                                        "'; valid arguments: " + std::string(config_usage()));
+            break;
+        }
         }
     }
-    if (c.default_policy && !c.allows(*c.default_policy))
-        return Result<Config>::fail("plugstack.conf default_policy=" + std::string(policy_name(*c.default_policy)) +
-                                    " is not among allowed_policies (" + c.allowed_list() + ")");
+    if (c.default_policy && !c.allows(*c.default_policy)) {
+        const std::string default_policy = site_argument(SiteArg::default_policy).name;
+        const std::string allowed_policies = site_argument(SiteArg::allowed_policies).name;
+        return Result<Config>::fail("plugstack.conf " + default_policy + "=" +
+                                    std::string(policy_name(*c.default_policy)) + " is not among " + allowed_policies +
+                                    " (" + c.allowed_list() + ")");
+    }
     return Result<Config>::ok(c);
 }
 

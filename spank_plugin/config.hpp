@@ -58,7 +58,8 @@ Result<Config> parse_config(const std::vector<std::string_view>& args);
 // yes/no, true/false, 1/0 (any case), for switches; the error lists them.
 Result<bool> parse_switch(std::string_view text);
 
-// The valid arguments, for error messages and docs.
+// The valid arguments, "default_policy=POLICY ...", from site_arguments
+// (option_table.hpp), for error messages.
 std::string_view config_usage() noexcept;
 
 }  // namespace exitpolicy::plugin

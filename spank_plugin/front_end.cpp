@@ -1,6 +1,8 @@
 // front_end.cpp - the FE's libevent thread. See front_end.hpp.
 #include "front_end.hpp"
 
+#include "option_table.hpp"
+
 #include "exitpolicy/report.hpp"
 #include "protocol/channel.hpp"
 #include "protocol/events.hpp"
@@ -297,8 +299,8 @@ struct FrontEnd::Impl {
             if (outcomes.complete())
                 return;
         }
-        std::fprintf(stderr, "exitpolicy: %s: ending the step (srun --exit-recoverable lets the others run on)\n",
-                     what.c_str());
+        std::fprintf(stderr, "exitpolicy: %s: ending the step (srun --%s lets the others run on)\n", what.c_str(),
+                     opt_recoverable.option);
         teardown(what);
     }
 

@@ -15,40 +15,56 @@ Result<Policy> allowed_policy(std::string_view value, const Config& config)
     return p;
 }
 
-template <typename T>
-Result<T> named(const char* source, Result<T> r)
+// Reads one value of an option into o; the error says what was expected,
+// without the option's name.
+Result<bool> apply(OptionId id, std::string_view value, const Config& config, StepOptions& o)
 {
-    if (r)
-        return r;
-    return Result<T>::fail(std::string(source) + ": " + r.error());
+    switch (id) {
+    case OptionId::policy: {
+        auto p = allowed_policy(value, config);
+        if (!p)
+            return Result<bool>::fail(p.error());
+        o.policy = *p;
+        break;
+    }
+    case OptionId::main_rank: {
+        auto r = parse_rank(value);
+        if (!r)
+            return Result<bool>::fail(r.error());
+        o.main_rank = *r;
+        o.main_rank_given = true;
+        break;
+    }
+    case OptionId::report: {
+        auto m = parse_report_mode(value);
+        if (!m)
+            return Result<bool>::fail(m.error());
+        o.report = *m;
+        break;
+    }
+    case OptionId::report_json:
+        if (value.empty())
+            return Result<bool>::fail("expected a file path (%j and %s expand to the job and step id)");
+        o.report_json = std::string(value);
+        break;
+    case OptionId::recoverable: {
+        auto v = parse_switch(value);
+        if (!v)
+            return Result<bool>::fail(v.error());
+        o.recoverable = *v;
+        break;
+    }
+    }
+    return Result<bool>::ok(true);
 }
 
 }  // namespace
 
-Result<bool> check_option(const OptionName& name, std::string_view value, const Config& config)
+Result<bool> check_option(const OptionSpec& spec, std::string_view value, const Config& config)
 {
-    const std::string source = "--" + std::string(name.option);
-    const std::string_view option = name.option;
-    if (option == opt_policy.option) {
-        auto p = named(source.c_str(), allowed_policy(value, config));
-        if (!p)
-            return Result<bool>::fail(p.error());
-    } else if (option == opt_main_rank.option) {
-        auto r = named(source.c_str(), parse_rank(value));
-        if (!r)
-            return Result<bool>::fail(r.error());
-    } else if (option == opt_report.option) {
-        auto m = named(source.c_str(), parse_report_mode(value));
-        if (!m)
-            return Result<bool>::fail(m.error());
-    } else if (option == opt_recoverable.option) {
-        auto v = named(source.c_str(), parse_switch(value));
-        if (!v)
-            return Result<bool>::fail(v.error());
-    } else if (option == opt_report_json.option) {
-        if (value.empty())
-            return Result<bool>::fail(source + ": expected a file path (%j and %s expand to the job and step id)");
-    }
+    StepOptions scratch;
+    if (auto ok = apply(spec.id, value, config, scratch); !ok)
+        return Result<bool>::fail("--" + std::string(spec.option) + ": " + ok.error());
     return Result<bool>::ok(true);
 }
 
@@ -58,43 +74,14 @@ Result<StepOptions> resolve_options(const RawOptions& cli, const RawOptions& env
     o.report = config.report;
     o.policy = config.default_policy;
     o.recoverable = config.recoverable;
-
-    auto pick = [](const std::optional<std::string>& c, const std::optional<std::string>& e, const OptionName& n,
-                   std::string& source) -> const std::optional<std::string>& {
-        source = c ? "--" + std::string(n.option) : std::string(n.env);
-        return c ? c : e;
-    };
-    std::string source;
-    if (const auto& v = pick(cli.policy, env.policy, opt_policy, source)) {
-        auto p = named(source.c_str(), allowed_policy(*v, config));
-        if (!p)
-            return Result<StepOptions>::fail(p.error());
-        o.policy = *p;
-    }
-    if (const auto& v = pick(cli.main_rank, env.main_rank, opt_main_rank, source)) {
-        auto r = named(source.c_str(), parse_rank(*v));
-        if (!r)
-            return Result<StepOptions>::fail(r.error());
-        o.main_rank = *r;
-        o.main_rank_given = true;
-    }
-    if (const auto& v = pick(cli.report, env.report, opt_report, source)) {
-        auto m = named(source.c_str(), parse_report_mode(*v));
-        if (!m)
-            return Result<StepOptions>::fail(m.error());
-        o.report = *m;
-    }
-    if (const auto& v = pick(cli.report_json, env.report_json, opt_report_json, source)) {
-        if (v->empty())
-            return Result<StepOptions>::fail(source +
-                                             ": expected a file path (%j and %s expand to the job and step id)");
-        o.report_json = *v;
-    }
-    if (const auto& v = pick(cli.recoverable, env.recoverable, opt_recoverable, source)) {
-        auto r = named(source.c_str(), parse_switch(*v));
-        if (!r)
-            return Result<StepOptions>::fail(r.error());
-        o.recoverable = *r;
+    for (const auto& spec : option_table) {
+        const auto& given = cli.*spec.value ? cli.*spec.value : env.*spec.value;
+        if (!given)
+            continue;
+        if (auto ok = apply(spec.id, *given, config, o); !ok) {
+            const std::string source = cli.*spec.value ? "--" + std::string(spec.option) : std::string(spec.env);
+            return Result<StepOptions>::fail(source + ": " + ok.error());
+        }
     }
     return Result<StepOptions>::ok(o);
 }
@@ -105,7 +92,17 @@ Result<bool> check_main_rank(const StepOptions& options, std::uint32_t ntasks)
         return Result<bool>::ok(true);
     return Result<bool>::fail("main rank " + std::to_string(options.main_rank) + " is not a task of this step: " +
                               "with " + std::to_string(ntasks) + (ntasks == 1 ? " task" : " tasks") +
-                              " give --exit-main-rank from 0 to " + std::to_string(ntasks ? ntasks - 1 : 0));
+                              " give --" + opt_main_rank.option + " from 0 to " +
+                              std::to_string(ntasks ? ntasks - 1 : 0));
+}
+
+std::string option_help(const OptionSpec& spec)
+{
+    std::string help = spec.help;
+    constexpr std::string_view policies = "{policies}";
+    if (const auto at = help.find(policies); at != std::string::npos)
+        help.replace(at, policies.size(), valid_policies());
+    return help;
 }
 
 std::string expand_report_path(std::string_view pattern, std::uint32_t job_id, std::uint32_t step_id)

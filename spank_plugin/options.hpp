@@ -7,6 +7,7 @@
 #pragma once
 
 #include "config.hpp"
+#include "option_table.hpp"
 #include "exitpolicy/policy.hpp"
 #include "exitpolicy/result.hpp"
 
@@ -17,28 +18,6 @@
 
 namespace exitpolicy::plugin {
 
-// The option names and their environment equivalents.
-struct OptionName {
-    const char* option;  // without "--"
-    const char* env;
-};
-inline constexpr OptionName opt_policy{"exit-policy", "SLURM_EXIT_POLICY"};
-inline constexpr OptionName opt_main_rank{"exit-main-rank", "SLURM_EXIT_MAIN_RANK"};
-inline constexpr OptionName opt_report{"exit-report", "SLURM_EXIT_REPORT"};
-inline constexpr OptionName opt_report_json{"exit-report-json", "SLURM_EXIT_REPORT_JSON"};
-// A flag on the command line (no value); yes/no in the environment.
-inline constexpr OptionName opt_recoverable{"exit-recoverable", "SLURM_EXIT_RECOVERABLE"};
-
-// Raw values, as given, from one source.
-struct RawOptions {
-    std::optional<std::string> policy;
-    std::optional<std::string> main_rank;
-    std::optional<std::string> report;
-    std::optional<std::string> report_json;
-    std::optional<std::string> recoverable;  // the flag on the command line: "yes"
-    bool any() const noexcept { return policy || main_rank || report || report_json || recoverable; }
-};
-
 struct StepOptions {
     std::optional<Policy> policy;     // none: no policy for this step
     std::uint32_t main_rank = 0;
@@ -48,8 +27,19 @@ struct StepOptions {
     bool recoverable = false;         // run-through after a PMIx client fails
 };
 
+// The environment's option values (SLURM_EXIT_POLICY, ...), via lookup:
+// const char* name -> std::optional<std::string>.
+template <typename Lookup>
+RawOptions options_from_env(Lookup&& lookup)
+{
+    RawOptions env;
+    for (const auto& spec : option_table)
+        env.*spec.value = lookup(spec.env);
+    return env;
+}
+
 // Checks one value as an option callback would: the error names the option.
-Result<bool> check_option(const OptionName& name, std::string_view value, const Config& config);
+Result<bool> check_option(const OptionSpec& spec, std::string_view value, const Config& config);
 
 // Resolves command line > environment > site. Errors name the source
 // ("--exit-policy" or "SLURM_EXIT_POLICY") and list the valid values.
@@ -57,6 +47,9 @@ Result<StepOptions> resolve_options(const RawOptions& cli, const RawOptions& env
 
 // A main rank must be a task of the step: 0..ntasks-1.
 Result<bool> check_main_rank(const StepOptions& options, std::uint32_t ntasks);
+
+// An option's text for srun --help.
+std::string option_help(const OptionSpec& spec);
 
 // Expands %j (job id), %s (step id) and %% in a --exit-report-json path.
 std::string expand_report_path(std::string_view pattern, std::uint32_t job_id, std::uint32_t step_id);

@@ -14,27 +14,12 @@ namespace {
 
 State the_state;
 
-std::optional<std::string>* slot(int val)
+// A SPANK option's val is its index in option_table, plus one.
+const OptionSpec* spec_of(int val) noexcept
 {
-    switch (val) {
-    case 1: return &the_state.cli.policy;
-    case 2: return &the_state.cli.main_rank;
-    case 3: return &the_state.cli.report;
-    case 4: return &the_state.cli.report_json;
-    case 5: return &the_state.cli.recoverable;
-    default: return nullptr;
-    }
-}
-
-const OptionName& name_of(int val)
-{
-    switch (val) {
-    case 1: return opt_policy;
-    case 2: return opt_main_rank;
-    case 3: return opt_report;
-    case 5: return opt_recoverable;
-    default: return opt_report_json;
-    }
+    if (val < 1 || static_cast<std::size_t>(val) > std::size(option_table))
+        return nullptr;
+    return &option_table[val - 1];
 }
 
 // Option callback: runs in srun/sbatch/salloc while the command line is
@@ -43,47 +28,29 @@ const OptionName& name_of(int val)
 int on_option(int val, const char* optarg, int remote) noexcept
 {
     try {
-        auto* target = slot(val);
-        if (!target)
+        const OptionSpec* spec = spec_of(val);
+        if (!spec)
             return 0;
-        // --exit-recoverable is a flag: no value means yes.
-        const std::string value = optarg ? optarg : (val == 5 ? "yes" : "");
+        // A flag (--exit-recoverable): no value means yes.
+        const std::string value = optarg ? optarg : (spec->arg ? "" : "yes");
         if (!remote && !the_state.disabled) {
-            if (auto ok = check_option(name_of(val), value, the_state.config); !ok) {
+            if (auto ok = check_option(*spec, value, the_state.config); !ok) {
                 log::error("%s", ok.error().c_str());
                 return -1;
             }
         }
-        *target = value;
+        the_state.cli.*spec->value = value;
         return 0;
     } catch (...) {
         return 0;
     }
 }
 
-std::string policy_usage()
-{
-    return "How srun's exit code is chosen from the tasks' codes: " + valid_policies() +
-           ". Default: Slurm's own rule, or the site's default";
-}
-
-// Slurm keeps pointers to these for the life of the process.
-std::string policy_usage_text;
-struct spank_option options[] = {
-    {const_cast<char*>(opt_policy.option), const_cast<char*>("POLICY"), nullptr, 1, 1, on_option},
-    {const_cast<char*>(opt_main_rank.option), const_cast<char*>("RANK"),
-     const_cast<char*>("The main rank for main-rank and main-rank-check (default 0)"), 1, 2, on_option},
-    {const_cast<char*>(opt_report.option), const_cast<char*>("auto|always|never"),
-     const_cast<char*>("When srun prints the exit report (auto: when something failed or the code differs from "
-                       "Slurm's own)"),
-     1, 3, on_option},
-    {const_cast<char*>(opt_report_json.option), const_cast<char*>("PATH"),
-     const_cast<char*>("Also write the exit report as JSON to PATH (%j: job id, %s: step id)"), 1, 4, on_option},
-    {const_cast<char*>(opt_recoverable.option), nullptr,
-     const_cast<char*>("In a step served by exitpolicy's PMIx: when a task fails, tell the others and let them "
-                       "run on (default: end the step)"),
-     0, 5, on_option},
-};
+// Built from option_table in init. Slurm keeps pointers to these for the
+// life of the process.
+constexpr std::size_t option_count = std::size(option_table);
+std::string help_texts[option_count];
+struct spank_option options[option_count];
 
 }  // namespace
 
@@ -122,11 +89,14 @@ int init(spank_t sp, int ac, char** av)
     const spank_context_t ctx = spank_context();
     if (ctx != S_CTX_LOCAL && ctx != S_CTX_REMOTE && ctx != S_CTX_ALLOCATOR)
         return 0;
-    policy_usage_text = policy_usage();
-    options[0].usage = policy_usage_text.data();
-    for (auto& opt : options)
-        if (spank_option_register(sp, &opt) != ESPANK_SUCCESS)
-            log::error("cannot register --%s", opt.name);
+    for (std::size_t i = 0; i < option_count; ++i) {
+        const OptionSpec& spec = option_table[i];
+        help_texts[i] = option_help(spec);
+        options[i] = {const_cast<char*>(spec.option), const_cast<char*>(spec.arg), help_texts[i].data(),
+                      spec.arg ? 1 : 0, static_cast<int>(i + 1), on_option};
+        if (spank_option_register(sp, &options[i]) != ESPANK_SUCCESS)
+            log::error("cannot register --%s", spec.option);
+    }
     return 0;
 }
 

@@ -30,19 +30,6 @@ State& state() noexcept;
 // Every context: parse plugstack.conf arguments, register the options.
 int init(spank_t sp, int ac, char** av);
 
-// The environment's option values (SLURM_EXIT_POLICY, ...), via lookup.
-template <typename Lookup>
-RawOptions options_from_env(Lookup&& lookup)
-{
-    RawOptions env;
-    env.policy = lookup(opt_policy.env);
-    env.main_rank = lookup(opt_main_rank.env);
-    env.report = lookup(opt_report.env);
-    env.report_json = lookup(opt_report_json.env);
-    env.recoverable = lookup(opt_recoverable.env);
-    return env;
-}
-
 // The bootstrap variable srun hands to the step: "1:PORT:SECRET", plus
 // ":pmix:FANOUT" when the step gets exitpolicy's PMIx service. Its name
 // starts with SLURM_ because srun passes SLURM_* variables to the step

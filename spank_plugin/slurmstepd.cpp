@@ -155,16 +155,10 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
 void forward_batch_options(spank_t sp)
 {
     const RawOptions& cli = state().cli;
-    const std::pair<const std::optional<std::string>*, const char*> vars[] = {
-        {&cli.policy, opt_policy.env},
-        {&cli.main_rank, opt_main_rank.env},
-        {&cli.report, opt_report.env},
-        {&cli.report_json, opt_report_json.env},
-        {&cli.recoverable, opt_recoverable.env},
-    };
-    for (const auto& [value, name] : vars)
-        if (*value && spank_setenv(sp, name, (*value)->c_str(), 1) != ESPANK_SUCCESS)
-            log::error("cannot set %s for the job script", name);
+    for (const auto& spec : option_table)
+        if (const auto& value = cli.*spec.value;
+            value && spank_setenv(sp, spec.env, value->c_str(), 1) != ESPANK_SUCCESS)
+            log::error("cannot set %s for the job script", spec.env);
 }
 
 }  // namespace

@@ -84,7 +84,7 @@ int init_post_opt(spank_t)
             options->policy = Policy::max;
             local.report_only = true;
         } else if (options->main_rank_given) {
-            log::user("warning: --exit-main-rank has no effect without --exit-policy");
+            log::user("warning: --%s has no effect without --%s", opt_main_rank.option, opt_policy.option);
         }
     }
     local.options = *options;

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <string_view>
+
 namespace exitpolicy::plugin {
 namespace {
 
@@ -122,6 +125,55 @@ TEST(OptionsTest, MainRankMustBeATask)
               "main rank 7 is not a task of this step: with 4 tasks give --exit-main-rank from 0 to 3");
     EXPECT_EQ(check_main_rank(o, 1).error(),
               "main rank 7 is not a task of this step: with 1 task give --exit-main-rank from 0 to 0");
+}
+
+TEST(OptionsTest, HelpTexts)
+{
+    EXPECT_EQ(option_help(opt_policy),
+              "How srun's exit code is chosen from the tasks' codes: max (native), main-rank (rank0), all-success "
+              "(require-all-success), main-rank-check (check-all-nodes), first-failure, lowest-rank. Default: "
+              "Slurm's own rule, or the site's default");
+    EXPECT_EQ(option_help(opt_main_rank), "The main rank for main-rank and main-rank-check (default 0)");
+    EXPECT_EQ(option_help(opt_report_json), "Also write the exit report as JSON to PATH (%j: job id, %s: step id)");
+}
+
+TEST(OptionsTest, TheTableSpellsEachNameOnce)
+{
+    const auto count = std::size(option_table);
+    for (std::size_t i = 0; i < count; ++i) {
+        const OptionSpec& spec = option_table[i];
+        EXPECT_EQ(std::string_view(spec.option).substr(0, 5), "exit-") << spec.option;
+        for (std::size_t j = i + 1; j < count; ++j) {
+            EXPECT_STRNE(spec.option, option_table[j].option);
+            EXPECT_STRNE(spec.env, option_table[j].env);
+        }
+        // The environment's name is the option's: exit-report-json, SLURM_EXIT_REPORT_JSON.
+        std::string env = "SLURM_";
+        for (const char* c = spec.option; *c; ++c)
+            env += *c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(*c)));
+        EXPECT_EQ(env, spec.env);
+    }
+    EXPECT_EQ(opt_recoverable.arg, nullptr);  // a flag
+    EXPECT_STREQ(opt_policy.site->name, "default_policy");
+    EXPECT_STREQ(opt_report.site->name, "report");
+    EXPECT_STREQ(opt_recoverable.site->name, "recoverable");
+    EXPECT_EQ(opt_main_rank.site, nullptr);
+}
+
+TEST(OptionsTest, OptionsFromTheEnvironment)
+{
+    const RawOptions env = options_from_env([](const char* name) -> std::optional<std::string> {
+        if (std::string_view(name) == "SLURM_EXIT_REPORT_JSON")
+            return "r.json";
+        if (std::string_view(name) == "SLURM_EXIT_RECOVERABLE")
+            return "yes";
+        return std::nullopt;
+    });
+    EXPECT_FALSE(env.policy);
+    EXPECT_EQ(env.report_json, "r.json");
+    EXPECT_EQ(env.recoverable, "yes");
+    EXPECT_TRUE(env.any());
+    EXPECT_FALSE(RawOptions{}.any());
 }
 
 TEST(OptionsTest, ReportPathExpansion)

@@ -1,0 +1,149 @@
+// option_table.hpp - every name a user or a site writes, spelled once: the
+// srun/sbatch/salloc options with their environment variables and help
+// texts, and the plugstack.conf arguments. The SPANK option table, the
+// environment's reading and forwarding, the help texts, the plugstack parser
+// and its list of valid arguments derive from these tables, and a unit test
+// (tests/unit/option_docs_test.cpp) checks that the README names every entry.
+//
+// Constant tables of string literals: nothing here allocates or runs at load
+// time (slurmstepd loads this too). No Slurm headers, so it is unit-tested.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <optional>
+#include <string>
+
+namespace exitpolicy::plugin {
+
+// The plugstack.conf arguments, in the order of site_arguments.
+enum class SiteArg : std::uint8_t {
+    default_policy,
+    allowed_policies,
+    report,
+    lost_code,
+    grace_ms,
+    pmix,
+    fanout,
+    port_range,
+    daemon,
+    debug,
+    log_dir,
+    topology,
+    recoverable,
+    teardown_grace_ms,
+};
+
+struct SiteArgument {
+    SiteArg id;
+    const char* name;    // before the "="
+    const char* syntax;  // its values, as the list of valid arguments shows them
+    const char* about;   // one line
+};
+
+inline constexpr SiteArgument site_arguments[] = {
+    {SiteArg::default_policy, "default_policy", "POLICY",
+     "the policy of steps whose user asked for none (default: none, Slurm's own code)"},
+    {SiteArg::allowed_policies, "allowed_policies", "POLICY[,POLICY...]",
+     "the policies users may choose (default: all)"},
+    {SiteArg::report, "report", "auto|always|never", "the default of --exit-report"},
+    {SiteArg::lost_code, "lost_code", "0..255", "the code of a task whose outcome never arrived (default 1)"},
+    {SiteArg::grace_ms, "grace_ms", "0..600000",
+     "how long srun waits for missing outcomes after the step, in ms (default 3000)"},
+    {SiteArg::pmix, "pmix", "auto|never",
+     "auto: exitpolicy serves PMIx to steps without another PMIx server; never: exit policies only"},
+    {SiteArg::fanout, "fanout", "2..1024", "the width of the node daemons' tree (default 32)"},
+    {SiteArg::port_range, "port_range", "FIRST-LAST",
+     "the TCP ports srun's front end may listen on (default: an ephemeral port)"},
+    {SiteArg::daemon, "daemon", "/PATH", "the node daemon, exitpolicy-pmixd (default: the installed one)"},
+    {SiteArg::debug, "debug", "0..3", "the log level of the plugin and the node daemons (default 0)"},
+    {SiteArg::log_dir, "log_dir", "/PATH", "where the node daemons log, a file per step and node (default: syslog)"},
+    {SiteArg::topology, "topology", "discover|none|/PATH",
+     "the hardware topology the node daemons give their PMIx clients (default: discover)"},
+    {SiteArg::recoverable, "recoverable", "yes|no", "the default of --exit-recoverable (default: no)"},
+    {SiteArg::teardown_grace_ms, "teardown_grace_ms", "0..60000",
+     "how long the survivors of a failure have before the step is torn down, in ms (default 500)"},
+};
+
+constexpr const SiteArgument& site_argument(SiteArg id) noexcept
+{
+    return site_arguments[static_cast<std::size_t>(id)];
+}
+
+// Raw option values, as given, from one source (the command line or the
+// environment); an OptionSpec names its member.
+struct RawOptions {
+    std::optional<std::string> policy;
+    std::optional<std::string> main_rank;
+    std::optional<std::string> report;
+    std::optional<std::string> report_json;
+    std::optional<std::string> recoverable;  // the flag on the command line: "yes"
+    bool any() const noexcept;
+};
+
+// The options, in the order of option_table.
+enum class OptionId : std::uint8_t { policy, main_rank, report, report_json, recoverable };
+
+struct OptionSpec {
+    OptionId id;
+    const char* option;  // without "--"
+    const char* arg;     // its argument in srun --help; nullptr: a flag (yes/no in the environment)
+    const char* env;     // the same in the environment; sbatch and salloc pass options on this way
+    // srun --help; "{policies}" stands for the list of valid policies.
+    const char* help;
+    const SiteArgument* site;  // the plugstack argument that sets the site's default; nullptr: none
+    std::optional<std::string> RawOptions::*value;
+};
+
+inline constexpr OptionSpec option_table[] = {
+    {OptionId::policy, "exit-policy", "POLICY", "SLURM_EXIT_POLICY",
+     "How srun's exit code is chosen from the tasks' codes: {policies}. Default: Slurm's own rule, or the site's "
+     "default",
+     &site_argument(SiteArg::default_policy), &RawOptions::policy},
+    {OptionId::main_rank, "exit-main-rank", "RANK", "SLURM_EXIT_MAIN_RANK",
+     "The main rank for main-rank and main-rank-check (default 0)", nullptr, &RawOptions::main_rank},
+    {OptionId::report, "exit-report", "auto|always|never", "SLURM_EXIT_REPORT",
+     "When srun prints the exit report (auto: when something failed or the code differs from Slurm's own)",
+     &site_argument(SiteArg::report), &RawOptions::report},
+    {OptionId::report_json, "exit-report-json", "PATH", "SLURM_EXIT_REPORT_JSON",
+     "Also write the exit report as JSON to PATH (%j: job id, %s: step id)", nullptr, &RawOptions::report_json},
+    {OptionId::recoverable, "exit-recoverable", nullptr, "SLURM_EXIT_RECOVERABLE",
+     "In a step served by exitpolicy's PMIx: when a task fails, tell the others and let them run on (default: "
+     "end the step)",
+     &site_argument(SiteArg::recoverable), &RawOptions::recoverable},
+};
+
+constexpr const OptionSpec& option_spec(OptionId id) noexcept
+{
+    return option_table[static_cast<std::size_t>(id)];
+}
+
+inline constexpr const OptionSpec& opt_policy = option_spec(OptionId::policy);
+inline constexpr const OptionSpec& opt_main_rank = option_spec(OptionId::main_rank);
+inline constexpr const OptionSpec& opt_report = option_spec(OptionId::report);
+inline constexpr const OptionSpec& opt_report_json = option_spec(OptionId::report_json);
+inline constexpr const OptionSpec& opt_recoverable = option_spec(OptionId::recoverable);
+
+// Each entry sits at the index of its id.
+constexpr bool tables_in_order() noexcept
+{
+    for (std::size_t i = 0; i < std::size(site_arguments); ++i)
+        if (static_cast<std::size_t>(site_arguments[i].id) != i)
+            return false;
+    for (std::size_t i = 0; i < std::size(option_table); ++i)
+        if (static_cast<std::size_t>(option_table[i].id) != i)
+            return false;
+    return true;
+}
+static_assert(tables_in_order(), "option_table and site_arguments are in the order of their ids");
+
+inline bool RawOptions::any() const noexcept
+{
+    for (const auto& spec : option_table)
+        if (this->*spec.value)
+            return true;
+    return false;
+}
+
+}  // namespace exitpolicy::plugin

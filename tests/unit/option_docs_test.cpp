@@ -1,0 +1,200 @@
+// option_docs_test.cpp - the documents name every srun option, environment
+// variable and plugstack.conf argument of option_table.hpp, and no option,
+// variable or argument that is not there.
+#include "spank_plugin/option_table.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace exitpolicy::plugin {
+namespace {
+
+// What a document must name.
+enum Names : unsigned {
+    srun_options = 1,  // --exit-policy, ...
+    variables = 2,     // SLURM_EXIT_POLICY, ...
+    site_args = 4,     // default_policy=, ...
+};
+
+struct Document {
+    const char* path;  // in the source tree
+    unsigned names;
+};
+
+// The documents that name the entries of the tables. The man pages join
+// this list when they exist (roff's \- and \fB...\fR are read as plain text).
+constexpr Document documents[] = {
+    {"README.md", srun_options | variables | site_args},
+    {"contrib/slurm/plugstack.conf.example", site_args},
+};
+
+void PrintTo(const Document& doc, std::ostream* out)
+{
+    *out << doc.path;
+}
+
+std::string read_text(const std::filesystem::path& path)
+{
+    std::ifstream in(path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+// roff escapes out: "\fB\-\-exit\-policy\fR" reads "--exit-policy".
+std::string plain(const std::string& text)
+{
+    std::string out;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] == '\\' && i + 1 < text.size()) {
+            const char next = text[i + 1];
+            if (next == '-') {
+                out += '-';
+                ++i;
+                continue;
+            }
+            if (next == '&') {
+                ++i;
+                continue;
+            }
+            if (next == 'f' && i + 2 < text.size()) {
+                i += text[i + 2] == '(' ? 4 : 2;
+                continue;
+            }
+        }
+        out += text[i];
+    }
+    return out;
+}
+
+bool name_char(char c)
+{
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+}
+
+// Whether text has word as a whole word: "--exit-report" is not in
+// "--exit-report-json", "report=" not in "--exit-report=".
+bool names(std::string_view text, std::string_view word)
+{
+    for (auto at = text.find(word); at != std::string_view::npos; at = text.find(word, at + 1)) {
+        const auto end = at + word.size();
+        const bool starts = at == 0 || !name_char(text[at - 1]);
+        const bool ends = !name_char(word.back()) || end == text.size() || !name_char(text[end]);
+        if (starts && ends)
+            return true;
+    }
+    return false;
+}
+
+bool in_option_table(const std::string& word)
+{
+    for (const auto& spec : option_table)
+        if (word == "--" + std::string(spec.option) || word == spec.env)
+            return true;
+    return false;
+}
+
+bool in_site_arguments(const std::string& name)
+{
+    for (const auto& a : site_arguments)
+        if (name == a.name)
+            return true;
+    return false;
+}
+
+class DocumentTest : public testing::TestWithParam<Document> {};
+
+TEST_P(DocumentTest, NamesEveryEntry)
+{
+    const Document& doc = GetParam();
+    const std::filesystem::path path = std::filesystem::path(EXITPOLICY_SOURCE_DIR) / doc.path;
+    ASSERT_TRUE(std::filesystem::is_regular_file(path)) << path;
+    const std::string text = plain(read_text(path));
+    for (const auto& spec : option_table) {
+        const std::string option = "--" + std::string(spec.option);
+        if (doc.names & srun_options) {
+            EXPECT_TRUE(names(text, option)) << doc.path << " does not name " << option << ": " << spec.help;
+        }
+        if (doc.names & variables) {
+            EXPECT_TRUE(names(text, spec.env))
+                << doc.path << " does not name " << spec.env << ", the environment's " << option;
+        }
+    }
+    if (doc.names & site_args) {
+        for (const auto& a : site_arguments) {
+            EXPECT_TRUE(names(text, std::string(a.name) + "="))
+                << doc.path << " does not name the plugstack.conf argument " << a.name << "=" << a.syntax << ": "
+                << a.about;
+        }
+    }
+}
+
+std::string test_name(const testing::TestParamInfo<Document>& info)
+{
+    std::string name = info.param.path;
+    for (char& c : name)
+        if (!std::isalnum(static_cast<unsigned char>(c)))
+            c = '_';
+    return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Documents, DocumentTest, testing::ValuesIn(documents), test_name);
+
+TEST(DocumentNamesTest, WholeWordsInMarkdownAndRoff)
+{
+    EXPECT_TRUE(names("| `--exit-report=auto\\|always` |", "--exit-report"));
+    EXPECT_FALSE(names("`--exit-report-json=PATH`", "--exit-report"));
+    EXPECT_FALSE(names("SLURM_EXIT_REPORT_JSON", "SLURM_EXIT_REPORT"));
+    EXPECT_FALSE(names("--exit-report=always", "report="));
+    EXPECT_FALSE(names("teardown_grace_ms=500", "grace_ms="));
+    EXPECT_TRUE(names("#   grace_ms=N", "grace_ms="));
+    const std::string roff = plain(".TP\n\\fB\\-\\-exit\\-policy\\fR=\\fIPOLICY\\fR\n\\f(CWgrace_ms=\\fP3000");
+    EXPECT_TRUE(names(roff, "--exit-policy")) << roff;
+    EXPECT_TRUE(names(roff, "grace_ms=")) << roff;
+}
+
+// The user's documentation: every --exit-* option and SLURM_EXIT_* variable it
+// names is one of option_table.
+TEST(DocumentNamesTest, EveryOptionAndVariableNamedIsInTheTable)
+{
+    const std::filesystem::path root = EXITPOLICY_SOURCE_DIR;
+    std::vector<std::filesystem::path> paths = {root / "contrib/slurm/README.md"};
+    for (const auto& doc : documents)
+        paths.push_back(root / doc.path);
+    for (const auto& entry : std::filesystem::directory_iterator(root / "docs"))
+        if (entry.path().extension() == ".md")
+            paths.push_back(entry.path());
+    const std::regex word(R"((^|[^A-Za-z0-9_-])(--exit-[a-z0-9-]*[a-z0-9]|SLURM_EXIT_[A-Z0-9_]*[A-Z0-9]))");
+    for (const auto& path : paths) {
+        const std::string text = plain(read_text(path));
+        for (std::sregex_iterator it(text.begin(), text.end(), word), end; it != end; ++it) {
+            EXPECT_TRUE(in_option_table((*it)[2])) << path << " names " << (*it)[2] << ", which is no option";
+        }
+    }
+}
+
+// plugstack.conf.example documents each argument under a line "#   NAME=...".
+TEST(DocumentNamesTest, EveryArgumentThePlugstackExampleDocumentsIsInTheTable)
+{
+    const std::string text =
+        read_text(std::filesystem::path(EXITPOLICY_SOURCE_DIR) / "contrib/slurm/plugstack.conf.example");
+    const std::regex heading(R"((^|\n)#   ([a-z_]+)=)");
+    int headings = 0;
+    for (std::sregex_iterator it(text.begin(), text.end(), heading), end; it != end; ++it, ++headings) {
+        EXPECT_TRUE(in_site_arguments((*it)[2]))
+            << "plugstack.conf.example documents " << (*it)[2] << "=, which is no plugstack.conf argument";
+    }
+    EXPECT_EQ(headings, static_cast<int>(std::size(site_arguments)));
+}
+
+}  // namespace
+}  // namespace exitpolicy::plugin
