@@ -8,6 +8,17 @@
 
 namespace exitpolicy::pmixd {
 
+namespace {
+
+// A reply names each key's publisher in a list the wire bounds
+// (wire::max_ranks): more keys in one call are refused, not cut short.
+bool too_many(std::size_t keys)
+{
+    return keys > wire::max_ranks;
+}
+
+}  // namespace
+
 pmix_status_t on_publish(const pmix_proc_t* proc, const pmix_info_t info[], size_t ninfo, pmix_op_cbfunc_t cbfunc,
                          void* cbdata) noexcept
 {
@@ -24,6 +35,8 @@ pmix_status_t on_publish(const pmix_proc_t* proc, const pmix_info_t info[], size
             r.keys.emplace_back(info[i].key);
             r.values.push_back(std::move(*packed));
         }
+        if (too_many(r.keys.size()))
+            return done.returned(PMIX_ERR_BAD_PARAM);
         const int timeout_s = timeout_of(info, ninfo);
         overlay.post([&overlay, r = std::move(r), timeout_s, done]() mutable {
             overlay.data_request(std::move(r), timeout_s,
@@ -41,6 +54,8 @@ pmix_status_t on_lookup(const pmix_proc_t* proc, char** keys, const pmix_info_t 
         r.op = wire::DataRequest::Op::lookup;
         r.rank = proc->rank;
         r.keys = keys_of(keys);
+        if (too_many(r.keys.size()))
+            return done.returned(PMIX_ERR_BAD_PARAM);
         r.wait = wait_of(info, ninfo) ? 1 : 0;
         const int timeout_s = timeout_of(info, ninfo);
         std::string nspace = proc->nspace;

@@ -1,8 +1,12 @@
 // log.cpp - see log.hpp.
 #include "log.hpp"
 
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <ctime>
 #include <mutex>
 #include <string>
@@ -38,13 +42,36 @@ void emit(int prio, const char* what, const char* fmt, va_list ap) noexcept
 
 }  // namespace
 
+int open_owned(const char* path) noexcept
+{
+    // The name is predictable and the directory may be shared: never
+    // follow a link, and take only a plain file of this user's with no
+    // other name (not one another user made, or a hard link to elsewhere).
+    const int fd = ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || st.st_nlink != 1) {
+        ::close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    return fd;
+}
+
+int file_fd() noexcept
+{
+    return file ? ::fileno(file) : -1;
+}
+
 void open(const char* t, const char* log_dir, int l) noexcept
 {
     tag = t;
     level = l;
     if (log_dir && *log_dir) {
         const std::string path = std::string(log_dir) + "/exitpolicy-pmixd." + tag + ".log";
-        file = std::fopen(path.c_str(), "a");
+        if (const int fd = open_owned(path.c_str()); fd >= 0 && !(file = ::fdopen(fd, "a")))
+            ::close(fd);
     }
     if (!file) {
         ident = "exitpolicy-pmixd[" + tag + "]";

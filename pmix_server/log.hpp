@@ -4,7 +4,15 @@
 
 namespace exitpolicy::pmixd::log {
 
+// To <log_dir>/exitpolicy-pmixd.<tag>.log when log_dir is given and that
+// file can be had safely (open_owned), else to syslog.
 void open(const char* tag, const char* log_dir, int level) noexcept;
+// Opens `path` for appending, creating it (0600) if missing, only if it is
+// a plain file of this user's with one name and not a symbolic link; -1
+// (errno set) otherwise.
+int open_owned(const char* path) noexcept;
+// The log file's descriptor, for a crash's stack; -1 with syslog.
+int file_fd() noexcept;
 void error(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 void info(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 void debug(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));

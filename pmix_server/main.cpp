@@ -52,12 +52,14 @@ int main(int argc, char** argv)
     const std::string tag = std::to_string(args->job_id) + "." + std::to_string(args->step_id) + " " +
                             args->hostname;
     pmixd::log::open(tag.c_str(), args->log_dir.c_str(), args->debug);
-    if (!args->log_dir.empty()) {
-        const std::string crash_log = args->log_dir + "/exitpolicy-pmixd." + tag + ".log";
-        crash_fd = ::open(crash_log.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    crash_fd = pmixd::log::file_fd();
+    if (crash_fd >= 0)
         for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL})
             std::signal(sig, on_crash);
-    }
+    // A local peer that closes before its answer is written (slurmstepd's
+    // sink gives up after its bound) must not end the node's PMIx server:
+    // the write fails with EPIPE instead, and that connection closes.
+    std::signal(SIGPIPE, SIG_IGN);
 
     char hex[65] = {};
     std::size_t got = 0;

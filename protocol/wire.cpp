@@ -110,10 +110,11 @@ Writer& Writer::str(std::string_view v)
 
 Writer& Writer::u32s(std::span<const std::uint32_t> v)
 {
-    const std::size_t n = std::min(v.size(), max_ranks);
-    u32(static_cast<std::uint32_t>(n));
-    for (std::size_t i = 0; i < n; ++i)
-        u32(v[i]);
+    // Whole, like every other list: a receiver's bound refuses the frame
+    // rather than a writer cutting it short unseen.
+    u32(static_cast<std::uint32_t>(v.size()));
+    for (const std::uint32_t x : v)
+        u32(x);
     return *this;
 }
 
@@ -203,6 +204,12 @@ Bytes Reader::blob()
     return b;
 }
 
+// A count read off the wire reserves at most this many elements up front:
+// an element in memory (a string, a vector) is 6 to 8 times its 4 wire
+// bytes, so a frame full of empty ones would otherwise cost that many times
+// its size before a single element is read.
+constexpr std::size_t reserve_bound = 1024;
+
 std::vector<std::string> Reader::strs()
 {
     const std::uint32_t n = u32();
@@ -212,7 +219,7 @@ std::vector<std::string> Reader::strs()
         return {};
     }
     std::vector<std::string> v;
-    v.reserve(n);
+    v.reserve(std::min<std::size_t>(n, reserve_bound));
     for (std::uint32_t i = 0; i < n && !failed_; ++i)
         v.push_back(str());
     return v;
@@ -227,7 +234,7 @@ std::vector<Bytes> Reader::blobs()
         return {};
     }
     std::vector<Bytes> v;
-    v.reserve(n);
+    v.reserve(std::min<std::size_t>(n, reserve_bound));
     for (std::uint32_t i = 0; i < n && !failed_; ++i)
         v.push_back(blob());
     return v;

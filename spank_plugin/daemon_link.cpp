@@ -11,6 +11,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <thread>
@@ -22,7 +23,10 @@ namespace {
 using namespace io;
 constexpr const char* daemon_name = "the node daemon";
 
-Result<int> connect_local(const std::string& dir)
+// Bounded like every call here: a daemon that is stopped (SIGSTOP) or
+// swamped leaves a connect pending on a full backlog, and this is the
+// task's or slurmstepd's own thread.
+Result<int> connect_local(const std::string& dir, Clock::time_point deadline)
 {
     const std::string path = daemon_socket(dir);
     sockaddr_un sun{};
@@ -30,19 +34,41 @@ Result<int> connect_local(const std::string& dir)
     if (path.size() >= sizeof(sun.sun_path))
         return Result<int>::fail("socket path too long: " + path);
     std::strcpy(sun.sun_path, path.c_str());
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return Result<int>::fail(std::string("socket: ") + std::strerror(errno));
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)) != 0) {
-        const int err = errno;
+    auto fail = [&](int err) {
         ::close(fd);
         return Result<int>::fail("cannot reach the node daemon at " + path + ": " + std::strerror(err));
+    };
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)) != 0) {
+        if (errno != EINPROGRESS && errno != EAGAIN)
+            return fail(errno);
+        // A Unix socket's connect does not complete later: EAGAIN means a
+        // full backlog. Try again until the deadline.
+        while (true) {
+            if (Clock::now() >= deadline)
+                return fail(ETIMEDOUT);
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            if (::connect(fd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)) == 0 || errno == EISCONN)
+                break;
+            if (errno != EAGAIN && errno != EINPROGRESS && errno != EALREADY)
+                return fail(errno);
+        }
     }
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     return Result<int>::ok(fd);
 }
 
-// Running: a zombie waiting for init to reap it counts as gone.
+// Whether the process behind `pidfd` still runs (the pidfd turns readable
+// when it exits).
+bool running(int pidfd)
+{
+    pollfd p{pidfd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 0;
+}
+
+// Without pidfds: running, and a zombie waiting for init to reap it
+// counts as gone.
 bool alive(pid_t pid)
 {
     if (::kill(pid, 0) != 0 && errno != EPERM)
@@ -63,6 +89,11 @@ bool alive(pid_t pid)
     return state != 'Z' && state != 'X';
 }
 
+int pidfd_open(pid_t pid)
+{
+    return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+}
+
 }  // namespace
 
 std::string daemon_socket(const std::string& dir)
@@ -70,9 +101,9 @@ std::string daemon_socket(const std::string& dir)
     return dir + "/daemon.sock";
 }
 
-Result<pid_t> launch_daemon(const DaemonLaunch& launch)
+Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
 {
-    using R = Result<pid_t>;
+    using R = Result<LaunchedDaemon>;
     if (::access(launch.path.c_str(), X_OK) != 0)
         return R::fail("cannot execute " + launch.path + ": " + std::strerror(errno));
     int secret_pipe[2], ready_pipe[2];
@@ -99,23 +130,40 @@ Result<pid_t> launch_daemon(const DaemonLaunch& launch)
         argv.push_back(word.data());
     argv.push_back(nullptr);
     const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    int pid_pipe[2];
+    if (null_fd < 0 || ::pipe2(pid_pipe, O_CLOEXEC) != 0) {
+        const int err = errno;
+        for (int fd : {secret_pipe[0], ready_pipe[0], ready_pipe[1], null_fd})
+            if (fd >= 0)
+                ::close(fd);
+        return R::fail(std::string("pipe: ") + std::strerror(err));
+    }
 
     const pid_t child = ::fork();
     if (child < 0) {
         const int err = errno;
-        for (int fd : {secret_pipe[0], ready_pipe[0], ready_pipe[1], null_fd})
+        for (int fd : {secret_pipe[0], ready_pipe[0], ready_pipe[1], null_fd, pid_pipe[0], pid_pipe[1]})
             ::close(fd);
         return R::fail(std::string("fork: ") + std::strerror(err));
     }
     if (child == 0) {
         ::setsid();
-        if (::fork() != 0)
-            ::_exit(0);
-        ::dup2(secret_pipe[0], 3);
-        ::dup2(ready_pipe[1], 4);
-        ::dup2(null_fd, 0);
-        ::dup2(null_fd, 1);
-        ::dup2(null_fd, 2);
+        // The daemon's pid, from the one who forked it (still root).
+        const pid_t daemon = ::fork();
+        if (daemon != 0) {
+            if (daemon > 0 && ::write(pid_pipe[1], &daemon, sizeof(daemon)) == sizeof(daemon))
+                ::_exit(0);
+            ::_exit(1);
+        }
+        // Each to its place through a copy above them all: a source may be
+        // another's target, or its own (dup2(3, 3) would keep close-on-exec,
+        // and the secret would be lost on exec). dup2 clears close-on-exec.
+        const int secret_fd = ::fcntl(secret_pipe[0], F_DUPFD_CLOEXEC, 10);
+        const int ready_fd = ::fcntl(ready_pipe[1], F_DUPFD_CLOEXEC, 10);
+        const int devnull = ::fcntl(null_fd, F_DUPFD_CLOEXEC, 10);
+        if (secret_fd < 0 || ready_fd < 0 || devnull < 0 || ::dup2(secret_fd, 3) < 0 || ::dup2(ready_fd, 4) < 0 ||
+            ::dup2(devnull, 0) < 0 || ::dup2(devnull, 1) < 0 || ::dup2(devnull, 2) < 0)
+            ::_exit(126);
         ::close_range(5, ~0U, 0);
         if (::setgroups(launch.groups.size(), launch.groups.data()) != 0 || ::setgid(launch.gid) != 0 ||
             ::setuid(launch.uid) != 0)
@@ -128,30 +176,43 @@ Result<pid_t> launch_daemon(const DaemonLaunch& launch)
         ::execv(argv[0], argv.data());
         ::_exit(127);
     }
-    for (int fd : {secret_pipe[0], ready_pipe[1], null_fd})
+    for (int fd : {secret_pipe[0], ready_pipe[1], null_fd, pid_pipe[1]})
         ::close(fd);
     int status = 0;
     while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
     }
+    // The first child has exited: its pid is in the pipe, or nothing is.
+    LaunchedDaemon launched;
+    if (::read(pid_pipe[0], &launched.pid, sizeof(launched.pid)) != sizeof(launched.pid) || launched.pid <= 0) {
+        for (int fd : {pid_pipe[0], ready_pipe[0]})
+            ::close(fd);
+        return R::fail("the node daemon could not be started (fork failed)");
+    }
+    ::close(pid_pipe[0]);
+    launched.pidfd = pidfd_open(launched.pid);
 
-    // "ready PID\n", or EOF if it could not start.
+    // "ready ...\n" (what follows "ready" is not read), or EOF if it could
+    // not start: at most 64 bytes, within the bound.
     const auto deadline = Clock::now() + launch.ready_timeout;
     std::string line;
     char buf[64];
-    while (line.find('\n') == std::string::npos) {
+    while (line.find('\n') == std::string::npos && line.size() < sizeof(buf)) {
         if (!wait_fd(ready_pipe[0], POLLIN, deadline)) {
-            ::close(ready_pipe[0]);
-            return R::fail("the node daemon did not become ready in time");
+            line.clear();
+            break;
         }
-        const ssize_t n = ::read(ready_pipe[0], buf, sizeof(buf));
+        const ssize_t n = ::read(ready_pipe[0], buf, sizeof(buf) - line.size());
         if (n <= 0)
             break;
         line.append(buf, static_cast<std::size_t>(n));
     }
     ::close(ready_pipe[0]);
-    if (line.rfind("ready ", 0) != 0)
-        return R::fail("the node daemon exited before it was ready (see its log)");
-    return R::ok(static_cast<pid_t>(std::stol(line.substr(6))));
+    if (line.rfind("ready", 0) == 0 && line.find('\n') != std::string::npos)
+        return R::ok(launched);
+    const bool timed_out = line.empty() && Clock::now() >= deadline;
+    stop_daemon("", launched, std::chrono::milliseconds(0));
+    return R::fail(timed_out ? "the node daemon did not become ready in time"
+                             : "the node daemon exited before it was ready (see its log)");
 }
 
 Result<std::vector<std::string>> request_environment(const std::string& dir, std::uint32_t rank, pid_t pid,
@@ -159,7 +220,7 @@ Result<std::vector<std::string>> request_environment(const std::string& dir, std
 {
     using R = Result<std::vector<std::string>>;
     const auto deadline = Clock::now() + timeout;
-    auto fd = connect_local(dir);
+    auto fd = connect_local(dir, deadline);
     if (!fd)
         return R::fail(fd.error());
     auto done = [&](R r) {
@@ -179,10 +240,10 @@ Result<std::vector<std::string>> request_environment(const std::string& dir, std
     return done(R::ok(std::move(reply->env)));
 }
 
-void stop_daemon(const std::string& dir, pid_t pid, std::chrono::milliseconds timeout)
+void stop_daemon(const std::string& dir, LaunchedDaemon& daemon, std::chrono::milliseconds timeout)
 {
     const auto deadline = Clock::now() + timeout;
-    if (auto fd = connect_local(dir)) {
+    if (auto fd = dir.empty() ? Result<int>::fail("") : connect_local(dir, deadline)) {
         if (write_all(*fd, wire::Stop{}.encode(), deadline, daemon_name) &&
             read_frame(*fd, wire::Type::ack, deadline, daemon_name)) {
             // EOF: the daemon has closed everything on its way out.
@@ -192,10 +253,19 @@ void stop_daemon(const std::string& dir, pid_t pid, std::chrono::milliseconds ti
         }
         ::close(*fd);
     }
-    while (pid > 0 && alive(pid) && Clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (pid > 0 && alive(pid))
-        ::kill(pid, SIGKILL);
+    if (daemon.pidfd >= 0) {
+        while (running(daemon.pidfd) && Clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        if (running(daemon.pidfd))
+            ::syscall(SYS_pidfd_send_signal, daemon.pidfd, SIGKILL, nullptr, 0);
+        ::close(daemon.pidfd);
+    } else if (daemon.pid > 0) {  // no pidfds on this kernel
+        while (alive(daemon.pid) && Clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        if (alive(daemon.pid))
+            ::kill(daemon.pid, SIGKILL);
+    }
+    daemon = LaunchedDaemon{};
 }
 
 DaemonSink::DaemonSink(std::string dir, std::chrono::milliseconds timeout) : dir_(std::move(dir)), timeout_(timeout)
@@ -215,7 +285,7 @@ Result<bool> DaemonSink::deliver(const wire::Outcome& outcome)
         return R::fail("the node daemon failed earlier in this step");
     const auto deadline = Clock::now() + timeout_;
     if (fd_ < 0) {
-        auto fd = connect_local(dir_);
+        auto fd = connect_local(dir_, deadline);
         if (!fd) {
             gave_up_ = true;
             return R::fail(fd.error());

@@ -29,10 +29,20 @@ struct DaemonLaunch {
     std::chrono::milliseconds ready_timeout{20000};
 };
 
+// The started daemon: its pid as fork() gave it (never as the daemon, which
+// runs as the job's user, says it), and a pidfd on it (-1 where the kernel
+// has none), through which alone it is signalled.
+struct LaunchedDaemon {
+    pid_t pid = -1;
+    int pidfd = -1;
+};
+
 // Double fork + setsid (so that proctrack does not kill it with the step's
 // processes), signals unblocked, descriptors closed, the job's uid/gids;
-// waits (bounded) for "ready PID". Returns the daemon's pid.
-Result<pid_t> launch_daemon(const DaemonLaunch& launch);
+// waits (bounded) for its "ready" line (at most 64 bytes read; anything
+// else is a failure, never an exception). The first child hands the
+// daemon's pid up a pipe before it exits.
+Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch);
 
 // The daemon's local socket in its private directory.
 std::string daemon_socket(const std::string& dir);
@@ -41,8 +51,10 @@ std::string daemon_socket(const std::string& dir);
 Result<std::vector<std::string>> request_environment(const std::string& dir, std::uint32_t rank, pid_t pid,
                                                      std::chrono::milliseconds timeout);
 
-// Asks the daemon to flush and exit; waits for it (bounded), then kills it.
-void stop_daemon(const std::string& dir, pid_t pid, std::chrono::milliseconds timeout);
+// Asks the daemon to flush and exit; waits for it (bounded), then kills it
+// through its pidfd (never by a pid that may have been reused), and closes
+// the pidfd.
+void stop_daemon(const std::string& dir, LaunchedDaemon& daemon, std::chrono::milliseconds timeout);
 
 // Task outcomes to the daemon over its local socket (only root may send them).
 class DaemonSink final : public OutcomeSink {

@@ -25,9 +25,13 @@ constexpr const char* fe = "the front end";
 
 Result<int> open_socket(const std::string& host, std::uint16_t port, Clock::time_point deadline)
 {
+    // An address, never a name: the host comes from the job's environment
+    // (SLURM_SRUN_COMM_HOST, an address Slurm writes), which its user could
+    // change, and a name lookup here, in slurmstepd, would have no bound.
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
     addrinfo* found = nullptr;
     const std::string service = std::to_string(port);
     if (const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0)

@@ -37,7 +37,7 @@ struct Remote {
     std::uint32_t step_id = 0;
     // The node daemon, when this step gets exitpolicy's PMIx service.
     std::string daemon_dir;
-    pid_t daemon_pid = -1;
+    LaunchedDaemon daemon;
     // Tried in order for each outcome; empty when no front end serves this step.
     std::vector<std::unique_ptr<OutcomeSink>> sinks;
     bool failure_logged = false;  // one error line per step, not one per task
@@ -138,15 +138,16 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
     for (auto at = topology.find("%n"); at != std::string::npos; at = topology.find("%n", at + link.hostname.size()))
         topology.replace(at, 2, link.hostname);
     launch.args.insert(launch.args.end(), {"--topology", topology});
-    auto pid = launch_daemon(launch);
-    if (!pid) {
-        failure = "PMIx service failed: " + pid.error();
+    auto launched = launch_daemon(launch);
+    if (!launched) {
+        failure = "PMIx service failed: " + launched.error();
         std::filesystem::remove_all(dir, ec);
         return false;
     }
     remote.daemon_dir = dir;
-    remote.daemon_pid = *pid;
-    log::debug("step %u.%u: node daemon %d serves PMIx in %s", link.job_id, link.step_id, *pid, dir.c_str());
+    remote.daemon = *launched;
+    log::debug("step %u.%u: node daemon %d serves PMIx in %s", link.job_id, link.step_id, launched->pid,
+               dir.c_str());
     return true;
 }
 
@@ -242,7 +243,7 @@ int init_post_opt(spank_t sp)
 
 int task_init(spank_t sp)
 {
-    if (remote.daemon_pid < 0)
+    if (remote.daemon.pid < 0)
         return 0;
     std::uint32_t rank = 0;
     if (!item(sp, S_TASK_GLOBAL_ID, rank))
@@ -301,11 +302,10 @@ int exit(spank_t)
             log::error("step %u.%u: %s; srun may keep Slurm's exit code", remote.job_id, remote.step_id,
                        flushed.error().c_str());
     remote.sinks.clear();
-    if (remote.daemon_pid > 0) {
-        stop_daemon(remote.daemon_dir, remote.daemon_pid, std::chrono::milliseconds(3000));
+    if (remote.daemon.pid > 0) {
+        stop_daemon(remote.daemon_dir, remote.daemon, std::chrono::milliseconds(3000));
         std::error_code ec;
         std::filesystem::remove_all(remote.daemon_dir, ec);
-        remote.daemon_pid = -1;
     }
     return 0;
 }

@@ -67,6 +67,21 @@ NodeLink connect(const LinkSetup& s)
     return link ? std::move(*link) : NodeLink{};
 }
 
+// slurmstepd takes srun's host from the job's environment: an address, never
+// a name to look up (a lookup has no bound, and the user could name any).
+TEST(FrontEndTest, TheNodeLinkTakesAnAddressNeverAName)
+{
+    auto fe = start(1, 1);
+    ASSERT_TRUE(fe);
+    LinkSetup s = node(*fe, 0, {0});
+    s.host = "localhost";
+    auto named = NodeLink::connect(s, 2s);
+    ASSERT_FALSE(named);
+    EXPECT_NE(named.error().find("cannot resolve"), std::string::npos) << named.error();
+    s.host = "127.0.0.1";
+    EXPECT_TRUE(NodeLink::connect(s, 2s));
+}
+
 TEST(FrontEndTest, CollectsEveryOutcomeFromEveryNode)
 {
     auto fe = start(4, 2);

@@ -283,6 +283,21 @@ TEST(WireTest, HostileLengthsInsideBodiesAreBounded)
     EXPECT_EQ(r.error(), "hello with unknown role 7");
 }
 
+// A rank list beyond the bound is written whole and refused by the
+// reader: never cut short unseen (a truncated list would name the wrong
+// ranks beside other lists of full length).
+TEST(WireTest, RankListsBeyondTheBoundAreRefusedNotTruncated)
+{
+    NodeDown most{1, "node2", std::vector<std::uint32_t>(max_ranks, 7), 1};
+    auto ok = NodeDown::decode(body(most.encode()));
+    ASSERT_TRUE(ok) << ok.error();
+    EXPECT_EQ(ok->ranks.size(), max_ranks);
+    NodeDown over{1, "node2", std::vector<std::uint32_t>(max_ranks + 1, 7), 1};
+    const Bytes frame = over.encode();
+    EXPECT_GT(frame.size(), 4 * (max_ranks + 1));
+    EXPECT_FALSE(NodeDown::decode(body(frame)));
+}
+
 TEST(WireTest, RandomBytesNeverCrashTheDecoders)
 {
     // Whatever a decoder accepts encodes back to exactly the same bytes:
