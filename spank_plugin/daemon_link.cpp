@@ -196,9 +196,10 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     const auto deadline = Clock::now() + launch.ready_timeout;
     std::string line;
     char buf[64];
+    bool timed_out = false;
     while (line.find('\n') == std::string::npos && line.size() < sizeof(buf)) {
         if (!wait_fd(ready_pipe[0], POLLIN, deadline)) {
-            line.clear();
+            timed_out = true;
             break;
         }
         const ssize_t n = ::read(ready_pipe[0], buf, sizeof(buf) - line.size());
@@ -209,7 +210,6 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     ::close(ready_pipe[0]);
     if (line.rfind("ready", 0) == 0 && line.find('\n') != std::string::npos)
         return R::ok(launched);
-    const bool timed_out = line.empty() && Clock::now() >= deadline;
     stop_daemon("", launched, std::chrono::milliseconds(0));
     return R::fail(timed_out ? "the node daemon did not become ready in time"
                              : "the node daemon exited before it was ready (see its log)");

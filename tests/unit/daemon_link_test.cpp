@@ -1,0 +1,192 @@
+// daemon_link_test.cpp - how slurmstepd starts and ends the node daemon
+// (spank_plugin/daemon_link.hpp), with a shell script in the daemon's place:
+// the pid root keeps is the one fork() gave, whatever the daemon (the job's
+// user) writes; the secret reaches fd 3 even when fd 3 was free before;
+// a malformed or endless ready line is a clean failure.
+#include "spank_plugin/daemon_link.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <fcntl.h>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <cstring>
+#include <string>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace exitpolicy::plugin {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string secret(64, 'a');
+
+class DaemonLinkTest : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        char tmpl[] = "/tmp/ep-daemon-link.XXXXXX";
+        ASSERT_NE(::mkdtemp(tmpl), nullptr);
+        dir = tmpl;
+    }
+    void TearDown() override { std::filesystem::remove_all(dir); }
+
+    // The script runs as /bin/sh -c SCRIPT sh --secret-fd 3 --ready-fd 4.
+    DaemonLaunch launch(const std::string& script) const
+    {
+        DaemonLaunch l;
+        l.path = "/bin/sh";
+        l.args = {"-c", script, "sh"};
+        l.secret_hex = secret;
+        l.uid = ::getuid();
+        l.gid = ::getgid();
+        l.ready_timeout = 5000ms;
+        return l;
+    }
+    std::string read(const std::string& name) const
+    {
+        std::ifstream in(dir + "/" + name);
+        std::string s;
+        std::getline(in, s);
+        return s;
+    }
+    static bool gone(pid_t pid)
+    {
+        for (int i = 0; i < 200; ++i) {
+            if (::kill(pid, 0) != 0)
+                return true;
+            std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+            std::string all;
+            std::getline(stat, all);
+            const auto paren = all.rfind(')');
+            if (paren != std::string::npos && paren + 2 < all.size() && all[paren + 2] == 'Z')
+                return true;
+            std::this_thread::sleep_for(10ms);
+        }
+        return false;
+    }
+
+    std::string dir;
+};
+
+// Descriptors 3 and 4 free in the launcher, as in a slurmstepd: the pipes
+// take them, and each must still reach its place without close-on-exec.
+class FreeLowFds {
+public:
+    FreeLowFds()
+    {
+        for (int fd : {3, 4}) {
+            saved_[fd - 3] = ::fcntl(fd, F_DUPFD_CLOEXEC, 100);
+            ::close(fd);
+        }
+    }
+    ~FreeLowFds()
+    {
+        for (int fd : {3, 4}) {
+            if (saved_[fd - 3] >= 0) {
+                ::dup2(saved_[fd - 3], fd);
+                ::close(saved_[fd - 3]);
+            }
+        }
+    }
+
+private:
+    int saved_[2] = {-1, -1};
+};
+
+TEST_F(DaemonLinkTest, RootKeepsTheForkedPidAndTheSecretReachesFdThree)
+{
+    // The "daemon" claims to be pid 1; it records its real pid and secret.
+    const std::string script = "read -r s <&3; echo \"$$ $s\" > " + dir + "/seen; echo 'ready 1' >&4; exec sleep 30";
+    Result<LaunchedDaemon> launched = Result<LaunchedDaemon>::fail("not run");
+    {
+        FreeLowFds low;
+        launched = launch_daemon(launch(script));
+    }
+    ASSERT_TRUE(launched) << launched.error();
+    EXPECT_EQ(read("seen"), std::to_string(launched->pid) + " " + secret);
+    EXPECT_NE(launched->pid, 1);
+    EXPECT_GE(launched->pidfd, 0);
+    const pid_t pid = launched->pid;
+    stop_daemon(dir, *launched, 100ms);  // no socket there: killed at the bound
+    EXPECT_TRUE(gone(pid));
+    EXPECT_EQ(launched->pid, -1);
+    EXPECT_EQ(launched->pidfd, -1);
+}
+
+TEST_F(DaemonLinkTest, AnythingAfterReadyIsNeverParsed)
+{
+    auto launched = launch_daemon(launch("echo 'ready zzz-not-a-pid' >&4; exec sleep 30"));
+    ASSERT_TRUE(launched) << launched.error();
+    const pid_t pid = launched->pid;
+    stop_daemon(dir, *launched, 0ms);
+    EXPECT_TRUE(gone(pid));
+}
+
+TEST_F(DaemonLinkTest, AMalformedReadyLineFailsAndTheProcessIsKilled)
+{
+    auto launched = launch_daemon(launch("echo $$ > " + dir + "/pid; echo 'not ready' >&4; exec sleep 30"));
+    ASSERT_FALSE(launched);
+    EXPECT_NE(launched.error().find("exited before it was ready"), std::string::npos) << launched.error();
+    const pid_t pid = static_cast<pid_t>(std::stol(read("pid")));
+    EXPECT_TRUE(gone(pid));
+}
+
+TEST_F(DaemonLinkTest, AnEndlessReadyLineIsReadWithinItsBound)
+{
+    auto launched =
+        launch_daemon(launch("echo $$ > " + dir + "/pid; while :; do printf readyyyyyyyyyyyyyy >&4; done"));
+    ASSERT_FALSE(launched);
+    const pid_t pid = static_cast<pid_t>(std::stol(read("pid")));
+    EXPECT_TRUE(gone(pid));
+}
+
+TEST_F(DaemonLinkTest, ADaemonThatNeverAnswersIsBoundedByTheTimeout)
+{
+    auto l = launch("echo $$ > " + dir + "/pid; exec sleep 30");
+    l.ready_timeout = 300ms;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto launched = launch_daemon(l);
+    ASSERT_FALSE(launched);
+    EXPECT_NE(launched.error().find("in time"), std::string::npos) << launched.error();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+    const pid_t pid = static_cast<pid_t>(std::stol(read("pid")));
+    EXPECT_TRUE(gone(pid));
+}
+
+// A daemon that stopped (SIGSTOP) with a full backlog must not hold a task's
+// environment request past its bound.
+TEST_F(DaemonLinkTest, AnEnvironmentRequestToASilentSocketIsBounded)
+{
+    const std::string path = daemon_socket(dir);
+    const int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un sun{};
+    sun.sun_family = AF_UNIX;
+    std::strcpy(sun.sun_path, path.c_str());
+    ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)), 0);
+    ASSERT_EQ(::listen(listener, 0), 0);
+    // Fill the backlog: nobody accepts.
+    std::vector<int> fillers;
+    for (int i = 0; i < 4; ++i) {
+        const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        ::connect(fd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun));
+        fillers.push_back(fd);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto env = request_environment(dir, 0, ::getpid(), 300ms);
+    EXPECT_FALSE(env);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+    for (int fd : fillers)
+        ::close(fd);
+    ::close(listener);
+}
+
+}  // namespace
+}  // namespace exitpolicy::plugin
