@@ -105,11 +105,8 @@ TEST_F(DaemonLinkTest, RootKeepsTheForkedPidAndTheSecretReachesFdThree)
 {
     // The "daemon" claims to be pid 1; it records its real pid and secret.
     const std::string script = "read -r s <&3; echo \"$$ $s\" > " + dir + "/seen; echo 'ready 1' >&4; exec sleep 30";
-    Result<LaunchedDaemon> launched = Result<LaunchedDaemon>::fail("not run");
-    {
-        FreeLowFds low;
-        launched = launch_daemon(launch(script));
-    }
+    FreeLowFds low;  // until the end: the pidfd may take one of them
+    auto launched = launch_daemon(launch(script));
     ASSERT_TRUE(launched) << launched.error();
     EXPECT_EQ(read("seen"), std::to_string(launched->pid) + " " + secret);
     EXPECT_NE(launched->pid, 1);
