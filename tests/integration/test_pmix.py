@@ -389,6 +389,33 @@ def test_an_event_a_task_raises_reaches_every_node(cluster, workdir, pmix):
     assert len(lines(out, "notify ok ")) == 8, out
 
 
+# A task that asks its daemon for a PMIx environment and hangs up before
+# the answer: the daemon's write then fails with EPIPE. It must not die of
+# SIGPIPE (it did): the fence after it works on every node.
+HANG_UP = r"""
+import os, socket, struct, sys
+path = os.path.join(os.environ["PMIX_SERVER_TMPDIR"], "daemon.sock")
+rank = int(os.environ["SLURM_PROCID"])
+body = struct.pack(">Iq", rank, os.getpid())
+frame = b"EP" + bytes([1, 16]) + struct.pack(">I", len(body)) + body
+for _ in range(50):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    s.sendall(frame)
+    s.close()
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def test_a_task_that_hangs_up_on_its_daemon_does_not_kill_it(cluster, workdir, pmix):
+    script = workdir / "hang_up.py"
+    script.write_text(HANG_UP)
+    script.chmod(0o644)
+    rc, out, err = srun(cluster, workdir, *N4N8, "/usr/bin/python3", str(script), client("ep_fence"), "--data")
+    assert rc == 0, out + err
+    assert len(lines(out, "fence ok ")) == 8, out + err
+
+
 def test_a_pmix_service_that_cannot_start_is_reported(cluster, workdir, plugstack):
     """The step runs (a task without PMIx is fine); srun's user hears, once per node."""
     plugstack.enable("daemon=/nonexistent/exitpolicy-pmixd", "grace_ms=3000")
