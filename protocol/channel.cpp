@@ -40,7 +40,7 @@ void tune_socket(int fd) noexcept
 }
 
 Channel::Channel(bufferevent* bev, const Secret& secret, Handlers handlers, bool server)
-    : bev_(bev), secret_(secret), handlers_(std::move(handlers)), server_(server)
+    : bev_(bev), secret_(secret), life_(std::make_shared<Life>(Life{std::move(handlers)})), server_(server)
 {
     bufferevent_setcb(bev_, on_read, nullptr, on_event, this);
     bufferevent_set_timeouts(bev_, &handshake_timeout, nullptr);
@@ -49,6 +49,7 @@ Channel::Channel(bufferevent* bev, const Secret& secret, Handlers handlers, bool
 
 Channel::~Channel()
 {
+    life_->alive = false;  // for a callback in progress, which holds life_ too
     if (bev_)
         bufferevent_free(bev_);
 }
@@ -111,16 +112,19 @@ void Channel::close(const std::string& why)
         return;
     closing_ = true;
     bufferevent_disable(bev_, EV_READ | EV_WRITE);
-    auto closed = handlers_.closed;  // the owner may destroy us inside
-    if (closed)
-        closed(*this, why);
+    // The owner may destroy us inside: nothing of ours is touched after it.
+    const std::shared_ptr<Life> life = life_;
+    if (life->handlers.closed)
+        life->handlers.closed(*this, why);
 }
 
 Result<bool> Channel::handle(Type type, std::span<const std::uint8_t> body)
 {
     using R = Result<bool>;
+    // A handler may destroy us: nothing of ours is touched after one (the
+    // caller holds life_).
     if (ready_)
-        return handlers_.frame ? handlers_.frame(*this, type, body) : R::ok(true);
+        return life_->handlers.frame ? life_->handlers.frame(*this, type, body) : R::ok(true);
     if (server_) {
         if (type != Type::hello)
             return R::fail("expected hello, got " + std::string(type_name(type)));
@@ -157,17 +161,22 @@ Result<bool> Channel::handle(Type type, std::span<const std::uint8_t> body)
     }
     ready_ = true;
     bufferevent_set_timeouts(bev_, nullptr, nullptr);
-    if (handlers_.ready)
-        handlers_.ready(*this);
+    if (life_->handlers.ready)
+        life_->handlers.ready(*this);
     return R::ok(true);
 }
 
 void Channel::on_read(bufferevent* bev, void* arg) noexcept
 {
     auto* c = static_cast<Channel*>(arg);
+    // Any handler may close the channel or destroy it (its owner, in
+    // `closed`): after each one, c is used only if life says it still
+    // exists, and no frame is handled once it is closed.
+    const std::shared_ptr<Life> life = c->life_;
+    std::string error;
     try {
         evbuffer* in = bufferevent_get_input(bev);
-        while (!c->closing_ && evbuffer_get_length(in) >= header_size) {
+        while (life->alive && !c->closing_ && evbuffer_get_length(in) >= header_size) {
             std::array<std::uint8_t, header_size> head{};
             evbuffer_copyout(in, head.data(), head.size());
             auto h = decode_header(head, c->ready_ ? max_body_trusted : max_body);
@@ -181,15 +190,23 @@ void Channel::on_read(bufferevent* bev, void* arg) noexcept
             Bytes body(h->length);
             evbuffer_remove(in, body.data(), body.size());
             auto handled = c->handle(h->type, body);
+            if (!life->alive)
+                return;
             if (!handled) {
                 c->close(handled.error());
                 return;
             }
         }
+        return;
     } catch (const std::exception& e) {
-        c->close(std::string("internal error: ") + e.what());
+        error = e.what();
     } catch (...) {
-        c->close("internal error");
+    }
+    // A handler threw (maybe after its channel was gone).
+    try {
+        if (life->alive)
+            c->close(error.empty() ? "internal error" : "internal error: " + error);
+    } catch (...) {
     }
 }
 

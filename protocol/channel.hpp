@@ -8,9 +8,17 @@
 // or a handshake that takes longer than the timeout closes the channel and
 // calls `closed` once with the reason.
 //
-// Thread: everything runs on the loop's thread. Ownership: the owner holds
-// the unique_ptr; `closed` is the channel's last callback, and the owner may
-// destroy the channel inside it.
+// Thread: everything runs on the loop's thread.
+//
+// Lifetime: the owner holds the unique_ptr and may destroy the channel inside
+// any of its handlers, typically in `closed`, its last callback (a `frame`
+// or `ready` handler that calls close() may thus find the channel gone when
+// close() returns). After every handler the channel checks that it still
+// exists before it touches itself again, and once it is closed it delivers
+// no further frame, even of a burst already read. A handler whose channel
+// was destroyed inside it must not use its Channel& after that; its own
+// captures stay valid until it returns. Destroying is not closing: `closed`
+// is not called for a channel its owner destroyed.
 #pragma once
 
 #include "auth.hpp"
@@ -67,9 +75,16 @@ private:
     static void on_event(bufferevent* bev, short events, void* arg) noexcept;
     Result<bool> handle(Type type, std::span<const std::uint8_t> body);
 
+    // Shared with the callback in progress: the handlers outlive a channel
+    // destroyed inside one of them, and `alive` tells the callback so.
+    struct Life {
+        Handlers handlers;
+        bool alive = true;
+    };
+
     bufferevent* bev_;
     Secret secret_;
-    Handlers handlers_;
+    std::shared_ptr<Life> life_;
     bool server_;
     bool ready_ = false;
     bool closing_ = false;
