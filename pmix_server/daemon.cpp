@@ -170,7 +170,7 @@ void Daemon::start_fe_link()
         flush_up(c);
         log::debug("enrolled with the front end at %s:%u", args_.fe_host.c_str(), args_.fe_port);
     };
-    h.closed = [this](wire::Channel&, const std::string& why) {
+    h.closed = [this](wire::Channel&, wire::Channel::Reason, const std::string& why) {
         if (!map_ || !up_) {
             log::error("lost the front end: %s", why.c_str());
             // Without the FE the step's PMIx service is gone; stop (the
@@ -203,7 +203,7 @@ void Daemon::listen_children()
                 log::debug("child node %u connected", c.tag);
                 d->adopt(c);
             };
-            h.closed = [d](wire::Channel& c, const std::string& why) {
+            h.closed = [d](wire::Channel& c, wire::Channel::Reason, const std::string& why) {
                 log::debug("child link closed: %s", why.c_str());
                 wire::Channel* gone = &c;
                 const bool was_child = c.is_ready();
@@ -285,7 +285,7 @@ void Daemon::on_map(const wire::StepMap& map)
             flush_outcomes();  // any the FE link carried but did not see acknowledged
             ready();
         };
-        h.closed = [this](wire::Channel&, const std::string& why) {
+        h.closed = [this](wire::Channel&, wire::Channel::Reason, const std::string& why) {
             // It died, or finished its own node's share of the step first:
             // on to the next live ancestor (off this callback).
             post([this, why] { parent_lost(why); });
@@ -359,7 +359,7 @@ void Daemon::connect_up()
         flush_outcomes();  // what the lost parent took but may not have passed on
         ready();
     };
-    h.closed = [this, target](wire::Channel& c, const std::string& why) {
+    h.closed = [this, target](wire::Channel& c, wire::Channel::Reason, const std::string& why) {
         const bool was_ready = c.is_ready();
         post([this, target, was_ready, why] {
             if (was_ready) {

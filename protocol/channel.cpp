@@ -108,6 +108,11 @@ void Channel::send(const Bytes& frame)
 
 void Channel::close(const std::string& why)
 {
+    close(Reason::local_close, why);
+}
+
+void Channel::close(Reason reason, const std::string& why)
+{
     if (closing_)
         return;
     closing_ = true;
@@ -115,55 +120,61 @@ void Channel::close(const std::string& why)
     // The owner may destroy us inside: nothing of ours is touched after it.
     const std::shared_ptr<Life> life = life_;
     if (life->handlers.closed)
-        life->handlers.closed(*this, why);
+        life->handlers.closed(*this, reason, why);
 }
 
-Result<bool> Channel::handle(Type type, std::span<const std::uint8_t> body)
+std::optional<Channel::Failure> Channel::handle(Type type, std::span<const std::uint8_t> body)
 {
-    using R = Result<bool>;
+    auto bad = [](std::string why) { return Failure{Reason::bad_frame, std::move(why)}; };
     // A handler may destroy us: nothing of ours is touched after one (the
     // caller holds life_).
-    if (ready_)
-        return life_->handlers.frame ? life_->handlers.frame(*this, type, body) : R::ok(true);
+    if (ready_) {
+        if (!life_->handlers.frame)
+            return std::nullopt;
+        auto handled = life_->handlers.frame(*this, type, body);
+        if (!handled)
+            return bad(handled.error());
+        return std::nullopt;
+    }
     if (server_) {
         if (type != Type::hello)
-            return R::fail("expected hello, got " + std::string(type_name(type)));
+            return bad("expected hello, got " + std::string(type_name(type)));
         auto hello = Hello::decode(body);
         if (!hello)
-            return R::fail(hello.error());
+            return bad(hello.error());
         if (!proofs_equal(hello->mac, client_proof(secret_, challenge_, *hello)))
-            return R::fail("a peer failed authentication");
+            return Failure{Reason::auth_failed, "a peer failed authentication"};
         peer_ = std::move(*hello);
         send(Welcome{server_proof(secret_, challenge_.nonce, peer_.nonce)}.encode());
     } else if (type == Type::challenge) {
         auto c = Challenge::decode(body);
         if (!c)
-            return R::fail(c.error());
+            return bad(c.error());
         if (c->job_id != challenge_.job_id || c->step_id != challenge_.step_id)
-            return R::fail("the peer serves step " + std::to_string(c->job_id) + "." + std::to_string(c->step_id) +
-                           ", not this one");
+            return Failure{Reason::auth_failed, "the peer serves step " + std::to_string(c->job_id) + "." +
+                                                    std::to_string(c->step_id) + ", not this one"};
         challenge_ = *c;
         auto nonce = random_nonce();
         if (!nonce)
-            return R::fail(nonce.error());
+            return Failure{Reason::internal_error, nonce.error()};
         hello_.nonce = *nonce;
         hello_.mac = client_proof(secret_, challenge_, hello_);
         send(hello_.encode());
-        return R::ok(true);
+        return std::nullopt;
     } else {
         if (type != Type::welcome)
-            return R::fail("expected welcome, got " + std::string(type_name(type)));
+            return bad("expected welcome, got " + std::string(type_name(type)));
         auto w = Welcome::decode(body);
         if (!w)
-            return R::fail(w.error());
+            return bad(w.error());
         if (!proofs_equal(w->mac, server_proof(secret_, challenge_.nonce, hello_.nonce)))
-            return R::fail("the peer failed authentication");
+            return Failure{Reason::auth_failed, "the peer failed authentication"};
     }
     ready_ = true;
     bufferevent_set_timeouts(bev_, nullptr, nullptr);
     if (life_->handlers.ready)
         life_->handlers.ready(*this);
-    return R::ok(true);
+    return std::nullopt;
 }
 
 void Channel::on_read(bufferevent* bev, void* arg) noexcept
@@ -181,7 +192,7 @@ void Channel::on_read(bufferevent* bev, void* arg) noexcept
             evbuffer_copyout(in, head.data(), head.size());
             auto h = decode_header(head, c->ready_ ? max_body_trusted : max_body);
             if (!h) {
-                c->close(h.error());
+                c->close(Reason::bad_frame, h.error());
                 return;
             }
             if (evbuffer_get_length(in) < header_size + h->length)
@@ -189,11 +200,11 @@ void Channel::on_read(bufferevent* bev, void* arg) noexcept
             evbuffer_drain(in, header_size);
             Bytes body(h->length);
             evbuffer_remove(in, body.data(), body.size());
-            auto handled = c->handle(h->type, body);
+            auto failed = c->handle(h->type, body);
             if (!life->alive)
                 return;
-            if (!handled) {
-                c->close(handled.error());
+            if (failed) {
+                c->close(failed->reason, failed->why);
                 return;
             }
         }
@@ -205,7 +216,7 @@ void Channel::on_read(bufferevent* bev, void* arg) noexcept
     // A handler threw (maybe after its channel was gone).
     try {
         if (life->alive)
-            c->close(error.empty() ? "internal error" : "internal error: " + error);
+            c->close(Reason::internal_error, error.empty() ? "internal error" : "internal error: " + error);
     } catch (...) {
     }
 }
@@ -217,11 +228,12 @@ void Channel::on_event(bufferevent*, short events, void* arg) noexcept
         if (events & BEV_EVENT_CONNECTED)
             return;
         if (events & BEV_EVENT_TIMEOUT)
-            c->close("the peer did not authenticate in time");
+            c->close(Reason::handshake_timeout, "the peer did not authenticate in time");
         else if (events & BEV_EVENT_EOF)
-            c->close("the peer closed the connection");
+            c->close(Reason::peer_closed, "the peer closed the connection");
         else if (events & BEV_EVENT_ERROR)
-            c->close(std::string("connection error: ") + evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+            c->close(Reason::io_error,
+                     std::string("connection error: ") + evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
     } catch (...) {
     }
 }

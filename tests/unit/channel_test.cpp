@@ -78,9 +78,9 @@ protected:
         return true;
     }
 
-    // The peer reads the channel's Challenge and answers it: its Hello, then
-    // `tail`, in one write.
-    void handshake_and_send(const Bytes& tail)
+    // The peer reads the channel's Challenge and answers it: its Hello (with
+    // a wrong proof if `forged`), then `tail`, in one write.
+    void handshake_and_send(const Bytes& tail, bool forged = false)
     {
         Bytes in;
         std::uint8_t buf[256];
@@ -100,6 +100,8 @@ protected:
         hello.hostname = "peer";
         hello.nonce = *random_nonce();
         hello.mac = client_proof(secret_, *challenge, hello);
+        if (forged)
+            hello.mac[0] ^= 1;
         Bytes out = hello.encode();
         out.insert(out.end(), tail.begin(), tail.end());
         ASSERT_EQ(::send(peer_, out.data(), out.size(), MSG_NOSIGNAL), static_cast<ssize_t>(out.size()));
@@ -146,6 +148,7 @@ protected:
     std::unique_ptr<Channel> channel;
     std::vector<std::uint32_t> frames;  // what `frame` saw
     int closed = 0;
+    Channel::Reason reason{};
     std::string why;
 };
 
@@ -156,8 +159,9 @@ TEST_F(ChannelBurstTest, AFrameHandlerClosesAndTheOwnerDestroysTheChannelInClose
             c.close("enough");
         return Result<bool>::ok(true);
     });
-    h.closed = [this](Channel&, const std::string& text) {
+    h.closed = [this](Channel&, Channel::Reason r, const std::string& text) {
         ++closed;
+        reason = r;
         why = text;
         channel.reset();
     };
@@ -166,6 +170,7 @@ TEST_F(ChannelBurstTest, AFrameHandlerClosesAndTheOwnerDestroysTheChannelInClose
     ASSERT_TRUE(run_until([&] { return closed != 0; }));
     run_until([] { return false; }, 50ms);  // nothing more comes
     EXPECT_EQ(closed, 1);
+    EXPECT_EQ(reason, Channel::Reason::local_close);
     EXPECT_EQ(why, "enough");
     EXPECT_FALSE(channel);
     EXPECT_EQ(frames, upto(10));
@@ -176,8 +181,9 @@ TEST_F(ChannelBurstTest, ABadFrameClosesAndTheOwnerDestroysTheChannelWithFramesB
     auto h = recording([](Channel&, std::uint32_t rank) {
         return rank == 10 ? Result<bool>::fail("rank 10 is refused") : Result<bool>::ok(true);
     });
-    h.closed = [this](Channel&, const std::string& text) {
+    h.closed = [this](Channel&, Channel::Reason r, const std::string& text) {
         ++closed;
+        reason = r;
         why = text;
         channel.reset();
     };
@@ -186,6 +192,7 @@ TEST_F(ChannelBurstTest, ABadFrameClosesAndTheOwnerDestroysTheChannelWithFramesB
     ASSERT_TRUE(run_until([&] { return closed != 0; }));
     run_until([] { return false; }, 50ms);
     EXPECT_EQ(closed, 1);
+    EXPECT_EQ(reason, Channel::Reason::bad_frame);
     EXPECT_EQ(why, "rank 10 is refused");
     EXPECT_FALSE(channel);
     EXPECT_EQ(frames, upto(10));
@@ -194,8 +201,9 @@ TEST_F(ChannelBurstTest, ABadFrameClosesAndTheOwnerDestroysTheChannelWithFramesB
 TEST_F(ChannelBurstTest, ABadHeaderClosesAndTheOwnerDestroysTheChannelWithFramesBuffered)
 {
     auto h = recording([](Channel&, std::uint32_t) { return Result<bool>::ok(true); });
-    h.closed = [this](Channel&, const std::string& text) {
+    h.closed = [this](Channel&, Channel::Reason r, const std::string& text) {
         ++closed;
+        reason = r;
         why = text;
         channel.reset();
     };
@@ -210,6 +218,7 @@ TEST_F(ChannelBurstTest, ABadHeaderClosesAndTheOwnerDestroysTheChannelWithFrames
     ASSERT_TRUE(run_until([&] { return closed != 0; }));
     run_until([] { return false; }, 50ms);
     EXPECT_EQ(closed, 1);
+    EXPECT_EQ(reason, Channel::Reason::bad_frame);
     EXPECT_EQ(why, "not an exitpolicy frame (bad magic)");
     EXPECT_FALSE(channel);
     EXPECT_EQ(frames, upto(9));
@@ -219,8 +228,9 @@ TEST_F(ChannelBurstTest, AReadyHandlerClosesAndTheOwnerDestroysTheChannelBeforeA
 {
     auto h = recording([](Channel&, std::uint32_t) { return Result<bool>::ok(true); });
     h.ready = [](Channel& c) { c.close("not you"); };
-    h.closed = [this](Channel&, const std::string& text) {
+    h.closed = [this](Channel&, Channel::Reason r, const std::string& text) {
         ++closed;
+        reason = r;
         why = text;
         channel.reset();
     };
@@ -229,6 +239,7 @@ TEST_F(ChannelBurstTest, AReadyHandlerClosesAndTheOwnerDestroysTheChannelBeforeA
     ASSERT_TRUE(run_until([&] { return closed != 0; }));
     run_until([] { return false; }, 50ms);
     EXPECT_EQ(closed, 1);
+    EXPECT_EQ(reason, Channel::Reason::local_close);
     EXPECT_EQ(why, "not you");
     EXPECT_FALSE(channel);
     EXPECT_TRUE(frames.empty());
@@ -241,8 +252,9 @@ TEST_F(ChannelBurstTest, AnOwnerThatKeepsAClosedChannelHearsNothingMore)
             c.close("enough");
         return Result<bool>::ok(true);
     });
-    h.closed = [this](Channel&, const std::string& text) {
+    h.closed = [this](Channel&, Channel::Reason r, const std::string& text) {
         ++closed;
+        reason = r;
         why = text;
     };
     open(std::move(h));
@@ -252,6 +264,7 @@ TEST_F(ChannelBurstTest, AnOwnerThatKeepsAClosedChannelHearsNothingMore)
     peer_ = -1;
     run_until([] { return false; }, 100ms);
     EXPECT_EQ(closed, 1);
+    EXPECT_EQ(reason, Channel::Reason::local_close);
     EXPECT_EQ(why, "enough");
     ASSERT_TRUE(channel);
     EXPECT_EQ(frames, upto(10));
@@ -267,7 +280,7 @@ TEST_F(ChannelBurstTest, AnOwnerMayDestroyTheChannelInsideFrame)
             channel.reset();
         return Result<bool>::ok(true);
     });
-    h.closed = [this](Channel&, const std::string&) { ++closed; };
+    h.closed = [this](Channel&, Channel::Reason, const std::string&) { ++closed; };
     open(std::move(h));
     handshake_and_send(acks(0, burst));
     ASSERT_TRUE(run_until([&] { return !channel; }));
@@ -283,8 +296,9 @@ TEST_F(ChannelBurstTest, AClosedHandlerThatThrowsOnceTheChannelIsGoneHarmsNothin
             c.close("enough");
         return Result<bool>::ok(true);
     });
-    h.closed = [this](Channel&, const std::string& text) {
+    h.closed = [this](Channel&, Channel::Reason r, const std::string& text) {
         ++closed;
+        reason = r;
         why = text;
         channel.reset();
         throw std::runtime_error("the owner's trouble");
@@ -294,9 +308,43 @@ TEST_F(ChannelBurstTest, AClosedHandlerThatThrowsOnceTheChannelIsGoneHarmsNothin
     ASSERT_TRUE(run_until([&] { return closed != 0; }));
     run_until([] { return false; }, 50ms);
     EXPECT_EQ(closed, 1);
+    EXPECT_EQ(reason, Channel::Reason::local_close);
     EXPECT_EQ(why, "enough");
     EXPECT_FALSE(channel);
     EXPECT_EQ(frames, upto(10));
+}
+
+TEST_F(ChannelBurstTest, ThePeersCloseIsToldApartFromAFailedProof)
+{
+    auto h = recording([](Channel&, std::uint32_t) { return Result<bool>::ok(true); });
+    h.closed = [this](Channel&, Channel::Reason r, const std::string&) {
+        ++closed;
+        reason = r;
+        channel.reset();
+    };
+    open(h);
+    handshake_and_send(acks(0, 3));
+    ASSERT_TRUE(run_until([&] { return frames.size() == 3; }));
+    ::shutdown(peer_, SHUT_WR);
+    ASSERT_TRUE(run_until([&] { return closed != 0; }));
+    EXPECT_EQ(closed, 1);
+    EXPECT_EQ(reason, Channel::Reason::peer_closed);
+    EXPECT_FALSE(channel);
+
+    ::close(peer_);
+    peer_ = -1;
+    closed = 0;
+    frames.clear();
+    bool ready = false;
+    h.ready = [&ready](Channel&) { ready = true; };
+    open(h);
+    handshake_and_send(acks(0, burst), true);
+    ASSERT_TRUE(run_until([&] { return closed != 0; }));
+    run_until([] { return false; }, 50ms);
+    EXPECT_EQ(closed, 1);
+    EXPECT_EQ(reason, Channel::Reason::auth_failed);
+    EXPECT_FALSE(ready);
+    EXPECT_TRUE(frames.empty());
 }
 
 }  // namespace
