@@ -4,6 +4,7 @@
 #include "blocking_io.hpp"
 
 #include <cerrno>
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -151,7 +152,23 @@ Result<pid_t> launch_daemon(const DaemonLaunch& launch)
     ::close(ready_pipe[0]);
     if (line.rfind("ready ", 0) != 0)
         return R::fail("the node daemon exited before it was ready (see its log)");
-    return R::ok(static_cast<pid_t>(std::stol(line.substr(6))));
+    return parse_ready(line);
+}
+
+Result<pid_t> parse_ready(std::string_view line)
+{
+    using R = Result<pid_t>;
+    const std::string_view prefix = "ready ";
+    if (!line.starts_with(prefix))
+        return R::fail("the node daemon's ready line is malformed");
+    const auto eol = line.find('\n');
+    pid_t pid = 0;
+    const char* first = line.data() + prefix.size();
+    const char* last = line.data() + (eol == std::string_view::npos ? line.size() : eol);
+    const auto [end, ec] = std::from_chars(first, last, pid);
+    if (first == last || ec != std::errc() || end != last || pid <= 0)
+        return R::fail("the node daemon's ready line is malformed");
+    return R::ok(pid);
 }
 
 Result<std::vector<std::string>> request_environment(const std::string& dir, std::uint32_t rank, pid_t pid,

@@ -3,7 +3,7 @@
 // handing it task outcomes, and stopping it at the step's end. Blocking,
 // bounded by timeouts, no threads: it runs in slurmstepd and in tasks.
 //
-// No Slurm headers here: unit-tested with the real daemon.
+// No Slurm headers here: unit-tested without Slurm.
 #pragma once
 
 #include "exitpolicy/result.hpp"
@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <sys/types.h>
 #include <vector>
 
@@ -32,6 +33,8 @@ struct DaemonLaunch {
 // processes), signals unblocked, descriptors closed, the job's uid/gids;
 // waits (bounded) for "ready PID". Returns the daemon's pid.
 Result<pid_t> launch_daemon(const DaemonLaunch& launch);
+// The pid of a "ready PID\n" line; a malformed one is an error, never a throw.
+Result<pid_t> parse_ready(std::string_view line);
 
 // The daemon's local socket in its private directory.
 std::string daemon_socket(const std::string& dir);
