@@ -3,7 +3,8 @@
 // handing it task outcomes, and stopping it at the step's end. Blocking,
 // bounded by timeouts, no threads: it runs in slurmstepd and in tasks.
 //
-// No Slurm headers here: unit-tested without Slurm.
+// No Slurm headers here: unit-tested without Slurm (the sink against a fake
+// daemon).
 #pragma once
 
 #include "exitpolicy/result.hpp"
@@ -46,7 +47,10 @@ Result<std::vector<std::string>> request_environment(const std::string& dir, std
 // Asks the daemon to flush and exit; waits for it (bounded), then kills it.
 void stop_daemon(const std::string& dir, pid_t pid, std::chrono::milliseconds timeout);
 
-// Task outcomes to the daemon over its local socket (only root may send them).
+// Task outcomes to the daemon over its local socket (only root may send them),
+// one at a time: each waits for its acknowledgement, which must name its
+// rank and epoch. The first failure gives up for the step (the front end
+// sink takes the outcomes then).
 class DaemonSink final : public OutcomeSink {
 public:
     DaemonSink(std::string dir, std::chrono::milliseconds timeout);

@@ -3,7 +3,8 @@
 // slurmstepd.cpp tries its sinks in order: the node daemon first, when the
 // step has exitpolicy's PMIx service (DaemonSink, daemon_link.hpp), then
 // srun's front end directly (FrontEndSink), which every step served by a
-// front end has. A sink never throws, bounds every wait, and gives up for
+// front end has. A sink never throws, bounds every wait, counts only an
+// acknowledgement that names the rank and epoch it sent, and gives up for
 // the rest of the step once it has failed (the front end's after a
 // reconnection failed too), so that a dead peer cannot slow every task exit
 // on the node.
