@@ -1,5 +1,7 @@
 // channel.hpp - one authenticated, framed overlay connection on a libevent
-// loop: srun's front end and the node daemons use it for every link.
+// loop: srun's front end and the node daemons use it for all their links
+// (slurmstepd's blocking side, spank_plugin/node_link.cpp, speaks the same
+// handshake without it).
 //
 // A server-side channel (accept) sends the Challenge, checks the peer's
 // Hello and answers with its Welcome; a client-side channel (connect)
@@ -80,7 +82,7 @@ public:
     // Closes now; `closed` is called with Reason::local_close and why.
     void close(const std::string& why);
 
-    // Any owner data (the FE keeps the node id here, for instance).
+    // Any owner data (a node daemon keeps a child's node id here).
     std::uint32_t tag = fe_node;
 
 private:
