@@ -53,6 +53,16 @@ struct Daemon::Local {
         if (bev)
             bufferevent_free(bev);
     }
+    // Closes the connection and frees this Local, with any request of it
+    // still waiting (a later Local may get its address). The caller, maybe
+    // its own callback, returns at once.
+    void drop()
+    {
+        Daemon* daemon = d;
+        const Local* self = this;
+        std::erase_if(daemon->env_waiting_, [self](const auto& w) { return w.first == self; });
+        std::erase_if(daemon->locals_, [self](const auto& p) { return p.get() == self; });
+    }
 };
 
 Daemon::Daemon(Args args, wire::Secret secret) : args_(std::move(args)), secret_(secret) {}
@@ -151,7 +161,7 @@ void Daemon::start_fe_link()
         flush_up(c);
         log::debug("enrolled with the front end at %s:%u", args_.fe_host.c_str(), args_.fe_port);
     };
-    h.closed = [this](wire::Channel&, const std::string& why) {
+    h.closed = [this](wire::Channel&, wire::Channel::Reason, const std::string& why) {
         if (!map_ || !up_) {
             log::error("lost the front end: %s", why.c_str());
             // Without the FE the step's PMIx service is gone; stop (the
@@ -184,7 +194,7 @@ void Daemon::listen_children()
                 log::debug("child node %u connected", c.tag);
                 d->adopt(c);
             };
-            h.closed = [d](wire::Channel& c, const std::string& why) {
+            h.closed = [d](wire::Channel& c, wire::Channel::Reason, const std::string& why) {
                 log::debug("child link closed: %s", why.c_str());
                 wire::Channel* gone = &c;
                 const bool was_child = c.is_ready();
@@ -266,7 +276,7 @@ void Daemon::on_map(const wire::StepMap& map)
             flush_outcomes();  // any the FE link carried but did not see acknowledged
             ready();
         };
-        h.closed = [this](wire::Channel&, const std::string& why) {
+        h.closed = [this](wire::Channel&, wire::Channel::Reason, const std::string& why) {
             // It died, or finished its own node's share of the step first:
             // on to the next live ancestor (off this callback).
             post([this, why] { parent_lost(why); });
@@ -340,7 +350,7 @@ void Daemon::connect_up()
         flush_outcomes();  // what the lost parent took but may not have passed on
         ready();
     };
-    h.closed = [this, target](wire::Channel& c, const std::string& why) {
+    h.closed = [this, target](wire::Channel& c, wire::Channel::Reason, const std::string& why) {
         const bool was_ready = c.is_ready();
         post([this, target, was_ready, why] {
             if (was_ready) {
@@ -1058,34 +1068,43 @@ void Daemon::listen_local()
             l->bev = bufferevent_socket_new(d->base_, fd, BEV_OPT_CLOSE_ON_FREE);
             bufferevent_setcb(
                 l->bev,
-                [](bufferevent* bev, void* arg) {
+                [](bufferevent* bev, void* arg) noexcept {
                     auto* l = static_cast<Local*>(arg);
-                    evbuffer* in = bufferevent_get_input(bev);
-                    while (evbuffer_get_length(in) >= wire::header_size) {
-                        std::array<std::uint8_t, wire::header_size> head{};
-                        evbuffer_copyout(in, head.data(), head.size());
-                        auto h = wire::decode_header(head);
-                        if (!h || evbuffer_get_length(in) < wire::header_size + h->length) {
-                            if (!h)
-                                bufferevent_disable(bev, EV_READ);
-                            return;
+                    try {
+                        evbuffer* in = bufferevent_get_input(bev);
+                        while (evbuffer_get_length(in) >= wire::header_size) {
+                            std::array<std::uint8_t, wire::header_size> head{};
+                            evbuffer_copyout(in, head.data(), head.size());
+                            auto h = wire::decode_header(head);
+                            if (!h || (h->type != wire::Type::env_request && h->type != wire::Type::outcome &&
+                                       h->type != wire::Type::stop)) {
+                                // Bad magic, version, type or length: nothing more of it is read.
+                                const std::string why = h ? "a " + std::string(wire::type_name(h->type)) +
+                                                                " frame is no local request"
+                                                          : h.error();
+                                log::info("closed a local connection of pid %d: %s", static_cast<int>(l->pid),
+                                          why.c_str());
+                                l->drop();
+                                return;
+                            }
+                            if (evbuffer_get_length(in) < wire::header_size + h->length)
+                                return;  // the rest is on its way
+                            evbuffer_drain(in, wire::header_size);
+                            wire::Bytes body(h->length);
+                            evbuffer_remove(in, body.data(), body.size());
+                            try {
+                                l->d->on_local_frame(*l, h->type, body);
+                            } catch (const std::exception& e) {
+                                log::error("local request: %s", e.what());
+                            }
                         }
-                        evbuffer_drain(in, wire::header_size);
-                        wire::Bytes body(h->length);
-                        evbuffer_remove(in, body.data(), body.size());
-                        try {
-                            l->d->on_local_frame(*l, h->type, body);
-                        } catch (const std::exception& e) {
-                            log::error("local request: %s", e.what());
-                        }
+                    } catch (...) {
+                        log::error("closed a local connection of pid %d: internal error", static_cast<int>(l->pid));
+                        l->drop();
                     }
                 },
                 nullptr,
-                [](bufferevent*, short, void* arg) {
-                    auto* l = static_cast<Local*>(arg);
-                    Daemon* d = l->d;
-                    std::erase_if(d->locals_, [l](const auto& p) { return p.get() == l; });
-                },
+                [](bufferevent*, short, void* arg) { static_cast<Local*>(arg)->drop(); },
                 l.get());
             bufferevent_enable(l->bev, EV_READ | EV_WRITE);
             d->locals_.push_back(std::move(l));

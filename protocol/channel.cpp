@@ -40,7 +40,7 @@ void tune_socket(int fd) noexcept
 }
 
 Channel::Channel(bufferevent* bev, const Secret& secret, Handlers handlers, bool server)
-    : bev_(bev), secret_(secret), handlers_(std::move(handlers)), server_(server)
+    : bev_(bev), secret_(secret), life_(std::make_shared<Life>(Life{std::move(handlers)})), server_(server)
 {
     bufferevent_setcb(bev_, on_read, nullptr, on_event, this);
     bufferevent_set_timeouts(bev_, &handshake_timeout, nullptr);
@@ -49,6 +49,7 @@ Channel::Channel(bufferevent* bev, const Secret& secret, Handlers handlers, bool
 
 Channel::~Channel()
 {
+    life_->alive = false;  // for a callback in progress, which holds life_ too
     if (bev_)
         bufferevent_free(bev_);
 }
@@ -107,72 +108,91 @@ void Channel::send(const Bytes& frame)
 
 void Channel::close(const std::string& why)
 {
+    close(Reason::local_close, why);
+}
+
+void Channel::close(Reason reason, const std::string& why)
+{
     if (closing_)
         return;
     closing_ = true;
     bufferevent_disable(bev_, EV_READ | EV_WRITE);
-    auto closed = handlers_.closed;  // the owner may destroy us inside
-    if (closed)
-        closed(*this, why);
+    // The owner may destroy us inside: nothing of ours is touched after it.
+    const std::shared_ptr<Life> life = life_;
+    if (life->handlers.closed)
+        life->handlers.closed(*this, reason, why);
 }
 
-Result<bool> Channel::handle(Type type, std::span<const std::uint8_t> body)
+std::optional<Channel::Failure> Channel::handle(Type type, std::span<const std::uint8_t> body)
 {
-    using R = Result<bool>;
-    if (ready_)
-        return handlers_.frame ? handlers_.frame(*this, type, body) : R::ok(true);
+    auto bad = [](std::string why) { return Failure{Reason::bad_frame, std::move(why)}; };
+    // A handler may destroy us: nothing of ours is touched after one (the
+    // caller holds life_).
+    if (ready_) {
+        if (!life_->handlers.frame)
+            return std::nullopt;
+        auto handled = life_->handlers.frame(*this, type, body);
+        if (!handled)
+            return bad(handled.error());
+        return std::nullopt;
+    }
     if (server_) {
         if (type != Type::hello)
-            return R::fail("expected hello, got " + std::string(type_name(type)));
+            return bad("expected hello, got " + std::string(type_name(type)));
         auto hello = Hello::decode(body);
         if (!hello)
-            return R::fail(hello.error());
+            return bad(hello.error());
         if (!proofs_equal(hello->mac, client_proof(secret_, challenge_, *hello)))
-            return R::fail("a peer failed authentication");
+            return Failure{Reason::auth_failed, "a peer failed authentication"};
         peer_ = std::move(*hello);
         send(Welcome{server_proof(secret_, challenge_.nonce, peer_.nonce)}.encode());
     } else if (type == Type::challenge) {
         auto c = Challenge::decode(body);
         if (!c)
-            return R::fail(c.error());
+            return bad(c.error());
         if (c->job_id != challenge_.job_id || c->step_id != challenge_.step_id)
-            return R::fail("the peer serves step " + std::to_string(c->job_id) + "." + std::to_string(c->step_id) +
-                           ", not this one");
+            return Failure{Reason::auth_failed, "the peer serves step " + std::to_string(c->job_id) + "." +
+                                                    std::to_string(c->step_id) + ", not this one"};
         challenge_ = *c;
         auto nonce = random_nonce();
         if (!nonce)
-            return R::fail(nonce.error());
+            return Failure{Reason::internal_error, nonce.error()};
         hello_.nonce = *nonce;
         hello_.mac = client_proof(secret_, challenge_, hello_);
         send(hello_.encode());
-        return R::ok(true);
+        return std::nullopt;
     } else {
         if (type != Type::welcome)
-            return R::fail("expected welcome, got " + std::string(type_name(type)));
+            return bad("expected welcome, got " + std::string(type_name(type)));
         auto w = Welcome::decode(body);
         if (!w)
-            return R::fail(w.error());
+            return bad(w.error());
         if (!proofs_equal(w->mac, server_proof(secret_, challenge_.nonce, hello_.nonce)))
-            return R::fail("the peer failed authentication");
+            return Failure{Reason::auth_failed, "the peer failed authentication"};
     }
     ready_ = true;
     bufferevent_set_timeouts(bev_, nullptr, nullptr);
-    if (handlers_.ready)
-        handlers_.ready(*this);
-    return R::ok(true);
+    if (life_->handlers.ready)
+        life_->handlers.ready(*this);
+    return std::nullopt;
 }
 
 void Channel::on_read(bufferevent* bev, void* arg) noexcept
 {
     auto* c = static_cast<Channel*>(arg);
+    // Any handler may close the channel or destroy it (its owner, in
+    // `closed`): after each one, c is used only if life says it still
+    // exists, and no frame is handled once it is closed.
+    const std::shared_ptr<Life> life = c->life_;
+    std::string error;
     try {
         evbuffer* in = bufferevent_get_input(bev);
-        while (!c->closing_ && evbuffer_get_length(in) >= header_size) {
+        while (life->alive && !c->closing_ && evbuffer_get_length(in) >= header_size) {
             std::array<std::uint8_t, header_size> head{};
             evbuffer_copyout(in, head.data(), head.size());
             auto h = decode_header(head, c->ready_ ? max_body_trusted : max_body);
             if (!h) {
-                c->close(h.error());
+                c->close(Reason::bad_frame, h.error());
                 return;
             }
             if (evbuffer_get_length(in) < header_size + h->length)
@@ -180,16 +200,24 @@ void Channel::on_read(bufferevent* bev, void* arg) noexcept
             evbuffer_drain(in, header_size);
             Bytes body(h->length);
             evbuffer_remove(in, body.data(), body.size());
-            auto handled = c->handle(h->type, body);
-            if (!handled) {
-                c->close(handled.error());
+            auto failed = c->handle(h->type, body);
+            if (!life->alive)
+                return;
+            if (failed) {
+                c->close(failed->reason, failed->why);
                 return;
             }
         }
+        return;
     } catch (const std::exception& e) {
-        c->close(std::string("internal error: ") + e.what());
+        error = e.what();
     } catch (...) {
-        c->close("internal error");
+    }
+    // A handler threw (maybe after its channel was gone).
+    try {
+        if (life->alive)
+            c->close(Reason::internal_error, error.empty() ? "internal error" : "internal error: " + error);
+    } catch (...) {
     }
 }
 
@@ -200,11 +228,12 @@ void Channel::on_event(bufferevent*, short events, void* arg) noexcept
         if (events & BEV_EVENT_CONNECTED)
             return;
         if (events & BEV_EVENT_TIMEOUT)
-            c->close("the peer did not authenticate in time");
+            c->close(Reason::handshake_timeout, "the peer did not authenticate in time");
         else if (events & BEV_EVENT_EOF)
-            c->close("the peer closed the connection");
+            c->close(Reason::peer_closed, "the peer closed the connection");
         else if (events & BEV_EVENT_ERROR)
-            c->close(std::string("connection error: ") + evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+            c->close(Reason::io_error,
+                     std::string("connection error: ") + evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
     } catch (...) {
     }
 }

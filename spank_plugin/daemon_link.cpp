@@ -4,6 +4,7 @@
 #include "blocking_io.hpp"
 
 #include <cerrno>
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -303,6 +304,14 @@ Result<bool> DaemonSink::deliver(const wire::Outcome& outcome)
     auto body = read_frame(fd_, wire::Type::ack, deadline, daemon_name);
     if (!body)
         return fail(body.error());
+    // Only an acknowledgement of this very outcome counts.
+    auto ack = wire::Ack::decode(*body);
+    if (!ack)
+        return fail(ack.error());
+    if (ack->rank != outcome.rank || ack->epoch != outcome.epoch)
+        return fail("the node daemon acknowledged rank " + std::to_string(ack->rank) + " epoch " +
+                    std::to_string(ack->epoch) + ", not rank " + std::to_string(outcome.rank) + " epoch " +
+                    std::to_string(outcome.epoch));
     return R::ok(true);
 }
 

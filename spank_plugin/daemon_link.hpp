@@ -3,8 +3,10 @@
 // handing it task outcomes, and stopping it at the step's end. Blocking,
 // bounded by timeouts, no threads: it runs in slurmstepd and in tasks.
 //
-// No Slurm headers here. Tested end to end, with the real daemon in real
-// steps, by tests/integration/test_pmix.py and test_failures.py.
+// No Slurm headers here: unit-tested without Slurm (tests/unit/
+// daemon_link_test.cpp: the launch with a shell in the daemon's place;
+// outcome_sink_test.cpp: the sink against a fake daemon), and end to end
+// with the real daemon by tests/integration/test_pmix.py.
 #pragma once
 
 #include "exitpolicy/result.hpp"
@@ -14,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <sys/types.h>
 #include <vector>
 
@@ -56,7 +59,10 @@ Result<std::vector<std::string>> request_environment(const std::string& dir, std
 // the pidfd.
 void stop_daemon(const std::string& dir, LaunchedDaemon& daemon, std::chrono::milliseconds timeout);
 
-// Task outcomes to the daemon over its local socket (only root may send them).
+// Task outcomes to the daemon over its local socket (only root may send them),
+// one at a time: each waits for its acknowledgement, which must name its
+// rank and epoch. The first failure gives up for the step (the front end
+// sink takes the outcomes then).
 class DaemonSink final : public OutcomeSink {
 public:
     DaemonSink(std::string dir, std::chrono::milliseconds timeout);

@@ -137,11 +137,12 @@ struct FrontEnd::Impl {
         return true;
     }
 
-    // The channel closed (it says why): forget it, free it on the next loop
-    // turn (we may be inside its own callback).
-    void drop(Conn* c, const std::string& why)
+    // The channel closed: forget it, free it on the next loop turn (the FE's
+    // code up the stack, inside the channel's callback, may still hold the
+    // Conn). Anything but the peer's own close is a problem for srun's user.
+    void drop(Conn* c, wire::Channel::Reason reason, const std::string& why)
     {
-        if (why != "the peer closed the connection")
+        if (reason != wire::Channel::Reason::peer_closed)
             problem("closed a connection: " + why);
         if (c->node) {
             std::lock_guard lock(mu);
@@ -653,7 +654,9 @@ struct FrontEnd::Impl {
             h.frame = [fe, raw](wire::Channel&, wire::Type type, std::span<const std::uint8_t> body) {
                 return fe->on_frame(raw, type, body);
             };
-            h.closed = [fe, raw](wire::Channel&, const std::string& why) { fe->drop(raw, why); };
+            h.closed = [fe, raw](wire::Channel&, wire::Channel::Reason reason, const std::string& why) {
+                fe->drop(raw, reason, why);
+            };
             c->channel = wire::Channel::accept(fe->base.get(), fd, fe->secret, fe->setup.job_id,
                                                fe->setup.step_id, std::move(h));
             if (!c->channel) {

@@ -2,8 +2,52 @@
 #include "outcome_sink.hpp"
 
 #include <algorithm>
+#include <charconv>
 
 namespace exitpolicy::plugin {
+namespace {
+
+// A whole field as a number of type T, nothing else.
+template <typename T>
+std::optional<T> number(std::string_view field)
+{
+    T value{};
+    const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
+    if (field.empty() || ec != std::errc() || end != field.data() + field.size())
+        return std::nullopt;
+    return value;
+}
+
+}  // namespace
+
+Result<Bootstrap> parse_bootstrap(std::string_view text)
+{
+    using R = Result<Bootstrap>;
+    std::vector<std::string_view> fields;
+    for (std::size_t pos = 0;;) {
+        const auto colon = text.find(':', pos);
+        fields.push_back(text.substr(pos, colon == std::string_view::npos ? colon : colon - pos));
+        if (colon == std::string_view::npos)
+            break;
+        pos = colon + 1;
+    }
+    if (fields.size() < 3 || fields[0] != "1")
+        return R::fail("not of the form 1:PORT:SECRET");
+    Bootstrap b;
+    const auto port = number<std::uint16_t>(fields[1]);
+    if (!port || *port == 0)
+        return R::fail("its port is not a port number");
+    b.port = *port;
+    auto secret = wire::secret_from_hex(fields[2]);
+    if (!secret)
+        return R::fail("its secret is not 64 hex digits");
+    b.secret = *secret;
+    b.pmix = fields.size() > 3;
+    if (fields.size() == 5 && fields[3] == "pmix")
+        if (const auto fanout = number<std::uint32_t>(fields[4]); fanout && *fanout >= 2)
+            b.fanout = *fanout;
+    return R::ok(b);
+}
 
 FrontEndSink::FrontEndSink(LinkSetup setup, std::chrono::milliseconds connect_timeout,
                            std::chrono::milliseconds ack_timeout)

@@ -1,19 +1,40 @@
 // outcome_sink.hpp - where the slurmstepd side sends a task's outcome.
 //
-// slurmstepd.cpp tries its sinks in order: today the front end directly;
-// the node daemon will come first once it exists, with the direct path kept
-// as the fallback. A sink never throws, bounds every wait, and gives up
-// for the rest of the step once it has failed twice in a row, so that a
-// dead peer cannot slow every task exit on the node.
+// slurmstepd.cpp tries its sinks in order: the node daemon first, when the
+// step has exitpolicy's PMIx service (DaemonSink, daemon_link.hpp), then
+// srun's front end directly (FrontEndSink), which every step served by a
+// front end has. A sink never throws, bounds every wait, counts only an
+// acknowledgement that names the rank and epoch it sent, and gives up for
+// the rest of the step once it has failed (the front end's after a
+// reconnection failed too), so that a dead peer cannot slow every task exit
+// on the node.
 #pragma once
 
 #include "node_link.hpp"
 
 #include <chrono>
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace exitpolicy::plugin {
+
+// The bootstrap variable as srun hands it to the step (plugin.hpp):
+// "1:PORT:SECRET", plus ":pmix:FANOUT" when the step gets exitpolicy's PMIx
+// service.
+struct Bootstrap {
+    std::uint16_t port = 0;
+    wire::Secret secret{};
+    bool pmix = false;                    // more than "1:PORT:SECRET": the PMIx service is asked for
+    std::optional<std::uint32_t> fanout;  // with pmix: none when that part is malformed
+};
+// Fails when the front end cannot be found from it (malformed input is an
+// error result, never an exception; the error never shows the secret). A
+// malformed PMIx part is no failure: the front end still takes the
+// outcomes, and only the PMIx service fails.
+Result<Bootstrap> parse_bootstrap(std::string_view text);
 
 class OutcomeSink {
 public:

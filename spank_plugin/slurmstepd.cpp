@@ -2,10 +2,12 @@
 // as root.
 //
 // init_post_opt: in a step that srun's front end serves (the bootstrap
-// variable is set), connect to the FE once and authenticate; in a batch
-// step, pass sbatch's --exit-* options on to the job script's srun as
-// SLURM_EXIT_* variables. task_exit: send the task's outcome on that
-// connection and wait (bounded) for its acknowledgement. No threads; any
+// variable is set), connect to the FE once and authenticate, and start the
+// node daemon when the step gets the PMIx service; in a batch step, pass
+// sbatch's --exit-* options on to the job script's srun as SLURM_EXIT_*
+// variables. task_exit: hand the task's outcome to the first sink that takes
+// it (outcome_sink.hpp: the node daemon's, then the FE's); exit: wait
+// (bounded) for what is unacknowledged, stop the daemon. No threads; any
 // trouble is logged once and the step goes on as without us.
 #include "log.hpp"
 #include "daemon_link.hpp"
@@ -15,7 +17,6 @@
 #include <slurm/slurm.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <sys/stat.h>
@@ -56,37 +57,6 @@ template <typename T>
 bool item(spank_t sp, spank_item_t which, T& out)
 {
     return spank_get_item(sp, which, &out) == ESPANK_SUCCESS;
-}
-
-// "1:PORT:SECRET[:pmix:FANOUT]"
-bool parse_bootstrap(const std::string& text, LinkSetup& setup, std::optional<std::uint32_t>& pmix_fanout)
-{
-    std::vector<std::string> fields;
-    for (std::size_t pos = 0; pos <= text.size();) {
-        const auto colon = text.find(':', pos);
-        fields.push_back(text.substr(pos, colon - pos));
-        if (colon == std::string::npos)
-            break;
-        pos = colon + 1;
-    }
-    if ((fields.size() != 3 && fields.size() != 5) || fields[0] != "1")
-        return false;
-    const std::string& port = fields[1];
-    auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), setup.port);
-    if (ec != std::errc() || ptr != port.data() + port.size() || setup.port == 0)
-        return false;
-    auto secret = wire::secret_from_hex(fields[2]);
-    if (!secret)
-        return false;
-    setup.secret = *secret;
-    if (fields.size() == 5) {
-        std::uint32_t fanout = 0;
-        auto [p2, e2] = std::from_chars(fields[4].data(), fields[4].data() + fields[4].size(), fanout);
-        if (fields[3] != "pmix" || e2 != std::errc() || p2 != fields[4].data() + fields[4].size() || fanout < 2)
-            return false;
-        pmix_fanout = fanout;
-    }
-    return true;
 }
 
 std::string join_ranks(const std::vector<std::uint32_t>& ranks)
@@ -181,15 +151,17 @@ int init_post_opt(spank_t sp)
     // The tasks need not see the step's secret.
     spank_unsetenv(sp, bootstrap_env);
 
+    const auto parsed = parse_bootstrap(*bootstrap);
+    if (!parsed) {
+        log::error("step %u.%u: malformed %s (%s); this node's exit codes are left to Slurm", job_id, step_id,
+                   bootstrap_env, parsed.error().c_str());
+        return 0;
+    }
     LinkSetup setup;
     setup.job_id = job_id;
     setup.step_id = step_id;
-    std::optional<std::uint32_t> pmix_fanout;
-    if (!parse_bootstrap(*bootstrap, setup, pmix_fanout)) {
-        log::error("step %u.%u: malformed %s; this node's exit codes are left to Slurm", job_id, step_id,
-                   bootstrap_env);
-        return 0;
-    }
+    setup.port = parsed->port;
+    setup.secret = parsed->secret;
     auto host = job_env(sp, "SLURM_SRUN_COMM_HOST");
     std::uint32_t local_tasks = 0;
     if (!host || !item(sp, S_JOB_NODEID, setup.node_id) || !item(sp, S_JOB_LOCAL_TASK_COUNT, local_tasks)) {
@@ -217,27 +189,32 @@ int init_post_opt(spank_t sp)
     remote.step_id = step_id;
     const std::string fe = setup.host + ":" + std::to_string(setup.port);
     const std::string node = setup.hostname;
-    auto sink = std::make_unique<FrontEndSink>(setup, connect_timeout, ack_timeout);
+    // Registered first: nothing below can skip it.
+    auto owned = std::make_unique<FrontEndSink>(setup, connect_timeout, ack_timeout);
+    FrontEndSink& sink = *owned;
+    remote.sinks.push_back(std::move(owned));
     // Opened now, also when a node daemon will carry the outcomes: the link
     // is the fallback path, and while it is open the FE knows that this
     // node's slurmstepd lives (a node whose daemon and slurmstepd are both
     // gone is lost).
-    if (auto opened = sink->open(); !opened)
+    if (auto opened = sink.open(); !opened)
         log::error("step %u.%u: cannot reach srun at %s: %s; will retry at the first task exit", job_id, step_id,
                    fe.c_str(), opened.error().c_str());
     else
         log::debug("step %u.%u: connected to srun's front end at %s", job_id, step_id, fe.c_str());
-    // The fan-out itself reaches the daemons with the FE's step map.
+    // The fan-out itself reaches the daemons with the FE's step map; here it
+    // is only checked. The daemon's sink, when there is one, comes first.
     std::string failure;
-    if (pmix_fanout && start_daemon(sp, setup, failure))
-        remote.sinks.push_back(std::make_unique<DaemonSink>(remote.daemon_dir, ack_timeout));
+    if (parsed->pmix && !parsed->fanout)
+        failure = std::string("PMIx service failed: the PMIx part of ") + bootstrap_env + " is malformed";
+    else if (parsed->pmix && start_daemon(sp, setup, failure))
+        remote.sinks.insert(remote.sinks.begin(), std::make_unique<DaemonSink>(remote.daemon_dir, ack_timeout));
     if (!failure.empty()) {
         // A task that uses PMIx cannot run without it: the user hears of it.
         log::error("step %u.%u: %s", job_id, step_id, failure.c_str());
-        if (auto told = sink->notice(failure + "; tasks on " + node + " that use PMIx will fail"); !told)
+        if (auto told = sink.notice(failure + "; tasks on " + node + " that use PMIx will fail"); !told)
             log::error("step %u.%u: cannot tell srun: %s", job_id, step_id, told.error().c_str());
     }
-    remote.sinks.push_back(std::move(sink));
     return 0;
 }
 

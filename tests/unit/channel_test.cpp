@@ -1,0 +1,351 @@
+// channel_test.cpp - protocol/channel.hpp's lifetimes over a real loopback
+// socket: handlers that close their channel, and owners that destroy it
+// inside `closed`, in the middle of a burst of frames. Meant for the
+// sanitizer build: a channel that touches itself once gone is a
+// heap-use-after-free there.
+#include "protocol/channel.hpp"
+
+#include <event2/event.h>
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <stdexcept>
+#include <thread>
+
+namespace exitpolicy::wire {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::uint32_t job = 41;
+constexpr std::uint32_t step = 2;
+constexpr std::uint32_t burst = 64;  // frames in the peer's one write
+
+// The server side of a channel on a loop of our own, and its peer: a plain
+// socket that does the client's handshake by hand, so that its Hello and a
+// whole burst of frames after it leave in one write and arrive together.
+class ChannelBurstTest : public ::testing::Test {
+protected:
+    ChannelBurstTest() : base_(event_base_new()) { secret_ = *random_secret(); }
+    ~ChannelBurstTest() override
+    {
+        channel.reset();
+        if (peer_ >= 0)
+            ::close(peer_);
+        event_base_free(base_);
+    }
+
+    // Accepts the peer's connection into `channel`, with these handlers.
+    void open(Channel::Handlers h)
+    {
+        const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+        ASSERT_GE(listener, 0);
+        sockaddr_in sin{};
+        sin.sin_family = AF_INET;
+        sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof(sin);
+        ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)), 0);
+        ASSERT_EQ(::listen(listener, 1), 0);
+        ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&sin), &len), 0);
+        peer_ = ::socket(AF_INET, SOCK_STREAM, 0);
+        ASSERT_EQ(::connect(peer_, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)), 0);
+        const int fd = ::accept(listener, nullptr, nullptr);
+        ::close(listener);
+        ASSERT_GE(fd, 0);
+        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+        ::fcntl(peer_, F_SETFL, ::fcntl(peer_, F_GETFL) | O_NONBLOCK);
+        channel = Channel::accept(base_, fd, secret_, job, step, std::move(h));
+        ASSERT_TRUE(channel);
+    }
+
+    bool run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = 5s)
+    {
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        while (!done()) {
+            if (std::chrono::steady_clock::now() > deadline)
+                return false;
+            event_base_loop(base_, EVLOOP_NONBLOCK);
+            std::this_thread::sleep_for(1ms);
+        }
+        return true;
+    }
+
+    // The peer reads the channel's Challenge and answers it: its Hello (with
+    // a wrong proof if `forged`), then `tail`, in one write.
+    void handshake_and_send(const Bytes& tail, bool forged = false)
+    {
+        Bytes in;
+        std::uint8_t buf[256];
+        ASSERT_TRUE(run_until([&] {
+            const ssize_t n = ::recv(peer_, buf, sizeof(buf), 0);
+            if (n > 0)
+                in.insert(in.end(), buf, buf + n);
+            if (in.size() < header_size)
+                return false;
+            const auto h = decode_header(std::span<const std::uint8_t, header_size>(in.data(), header_size));
+            return h && in.size() >= header_size + h->length;
+        }));
+        auto challenge = Challenge::decode(std::span(in).subspan(header_size));
+        ASSERT_TRUE(challenge) << challenge.error();
+        Hello hello;
+        hello.role = Role::stepd;
+        hello.hostname = "peer";
+        hello.nonce = *random_nonce();
+        hello.mac = client_proof(secret_, *challenge, hello);
+        if (forged)
+            hello.mac[0] ^= 1;
+        Bytes out = hello.encode();
+        out.insert(out.end(), tail.begin(), tail.end());
+        ASSERT_EQ(::send(peer_, out.data(), out.size(), MSG_NOSIGNAL), static_cast<ssize_t>(out.size()));
+    }
+
+    // Acks for ranks [first, last): any frame will do once the channel is ready.
+    static Bytes acks(std::uint32_t first, std::uint32_t last)
+    {
+        Bytes out;
+        for (std::uint32_t r = first; r < last; ++r) {
+            const Bytes f = Ack{r, 0}.encode();
+            out.insert(out.end(), f.begin(), f.end());
+        }
+        return out;
+    }
+
+    // A frame handler that records each frame's rank, then does `at(rank)`.
+    Channel::Handlers recording(std::function<Result<bool>(Channel&, std::uint32_t rank)> at)
+    {
+        Channel::Handlers h;
+        h.frame = [this, at](Channel& c, Type type, std::span<const std::uint8_t> body) {
+            EXPECT_EQ(closed, 0) << "a frame after close";
+            auto ack = Ack::decode(body);
+            EXPECT_EQ(type, Type::ack);
+            if (!ack)
+                return Result<bool>::fail(ack.error());
+            frames.push_back(ack->rank);
+            return at(c, ack->rank);
+        };
+        return h;
+    }
+
+    static std::vector<std::uint32_t> upto(std::uint32_t last)
+    {
+        std::vector<std::uint32_t> out;
+        for (std::uint32_t r = 0; r <= last; ++r)
+            out.push_back(r);
+        return out;
+    }
+
+    event_base* base_;
+    Secret secret_{};
+    int peer_ = -1;
+    std::unique_ptr<Channel> channel;
+    std::vector<std::uint32_t> frames;  // what `frame` saw
+    int closed = 0;
+    Channel::Reason reason{};
+    std::string why;
+};
+
+TEST_F(ChannelBurstTest, AFrameHandlerClosesAndTheOwnerDestroysTheChannelInClosed)
+{
+    auto h = recording([](Channel& c, std::uint32_t rank) {
+        if (rank == 10)
+            c.close("enough");
+        return Result<bool>::ok(true);
+    });
+    h.closed = [this](Channel&, Channel::Reason r, const std::string& text) {
+        ++closed;
+        reason = r;
+        why = text;
+        channel.reset();
+    };
+    open(std::move(h));
+    handshake_and_send(acks(0, burst));
+    ASSERT_TRUE(run_until([&] { return closed != 0; }));
+    run_until([] { return false; }, 50ms);  // nothing more comes
+    EXPECT_EQ(closed, 1);
+    EXPECT_EQ(reason, Channel::Reason::local_close);
+    EXPECT_EQ(why, "enough");
+    EXPECT_FALSE(channel);
+    EXPECT_EQ(frames, upto(10));
+}
+
+TEST_F(ChannelBurstTest, ABadFrameClosesAndTheOwnerDestroysTheChannelWithFramesBuffered)
+{
+    auto h = recording([](Channel&, std::uint32_t rank) {
+        return rank == 10 ? Result<bool>::fail("rank 10 is refused") : Result<bool>::ok(true);
+    });
+    h.closed = [this](Channel&, Channel::Reason r, const std::string& text) {
+        ++closed;
+        reason = r;
+        why = text;
+        channel.reset();
+    };
+    open(std::move(h));
+    handshake_and_send(acks(0, burst));
+    ASSERT_TRUE(run_until([&] { return closed != 0; }));
+    run_until([] { return false; }, 50ms);
+    EXPECT_EQ(closed, 1);
+    EXPECT_EQ(reason, Channel::Reason::bad_frame);
+    EXPECT_EQ(why, "rank 10 is refused");
+    EXPECT_FALSE(channel);
+    EXPECT_EQ(frames, upto(10));
+}
+
+TEST_F(ChannelBurstTest, ABadHeaderClosesAndTheOwnerDestroysTheChannelWithFramesBuffered)
+{
+    auto h = recording([](Channel&, std::uint32_t) { return Result<bool>::ok(true); });
+    h.closed = [this](Channel&, Channel::Reason r, const std::string& text) {
+        ++closed;
+        reason = r;
+        why = text;
+        channel.reset();
+    };
+    open(std::move(h));
+    Bytes tail = acks(0, 10);
+    Bytes junk = Ack{99, 0}.encode();
+    junk[0] = 'X';  // bad magic
+    tail.insert(tail.end(), junk.begin(), junk.end());
+    const Bytes more = acks(10, burst);
+    tail.insert(tail.end(), more.begin(), more.end());
+    handshake_and_send(tail);
+    ASSERT_TRUE(run_until([&] { return closed != 0; }));
+    run_until([] { return false; }, 50ms);
+    EXPECT_EQ(closed, 1);
+    EXPECT_EQ(reason, Channel::Reason::bad_frame);
+    EXPECT_EQ(why, "not an exitpolicy frame (bad magic)");
+    EXPECT_FALSE(channel);
+    EXPECT_EQ(frames, upto(9));
+}
+
+TEST_F(ChannelBurstTest, AReadyHandlerClosesAndTheOwnerDestroysTheChannelBeforeAnyFrame)
+{
+    auto h = recording([](Channel&, std::uint32_t) { return Result<bool>::ok(true); });
+    h.ready = [](Channel& c) { c.close("not you"); };
+    h.closed = [this](Channel&, Channel::Reason r, const std::string& text) {
+        ++closed;
+        reason = r;
+        why = text;
+        channel.reset();
+    };
+    open(std::move(h));
+    handshake_and_send(acks(0, burst));
+    ASSERT_TRUE(run_until([&] { return closed != 0; }));
+    run_until([] { return false; }, 50ms);
+    EXPECT_EQ(closed, 1);
+    EXPECT_EQ(reason, Channel::Reason::local_close);
+    EXPECT_EQ(why, "not you");
+    EXPECT_FALSE(channel);
+    EXPECT_TRUE(frames.empty());
+}
+
+TEST_F(ChannelBurstTest, AnOwnerThatKeepsAClosedChannelHearsNothingMore)
+{
+    auto h = recording([](Channel& c, std::uint32_t rank) {
+        if (rank == 10)
+            c.close("enough");
+        return Result<bool>::ok(true);
+    });
+    h.closed = [this](Channel&, Channel::Reason r, const std::string& text) {
+        ++closed;
+        reason = r;
+        why = text;
+    };
+    open(std::move(h));
+    handshake_and_send(acks(0, burst));
+    ASSERT_TRUE(run_until([&] { return closed != 0; }));
+    ::close(peer_);  // no second `closed` for the peer's end
+    peer_ = -1;
+    run_until([] { return false; }, 100ms);
+    EXPECT_EQ(closed, 1);
+    EXPECT_EQ(reason, Channel::Reason::local_close);
+    EXPECT_EQ(why, "enough");
+    ASSERT_TRUE(channel);
+    EXPECT_EQ(frames, upto(10));
+    channel->close("again");  // already closed: no second call
+    EXPECT_EQ(closed, 1);
+}
+
+TEST_F(ChannelBurstTest, AnOwnerMayDestroyTheChannelInsideFrame)
+{
+    // Destroying is not closing: no `closed` then.
+    auto h = recording([this](Channel&, std::uint32_t rank) {
+        if (rank == 10)
+            channel.reset();
+        return Result<bool>::ok(true);
+    });
+    h.closed = [this](Channel&, Channel::Reason, const std::string&) { ++closed; };
+    open(std::move(h));
+    handshake_and_send(acks(0, burst));
+    ASSERT_TRUE(run_until([&] { return !channel; }));
+    run_until([] { return false; }, 50ms);
+    EXPECT_EQ(closed, 0);
+    EXPECT_EQ(frames, upto(10));
+}
+
+TEST_F(ChannelBurstTest, AClosedHandlerThatThrowsOnceTheChannelIsGoneHarmsNothing)
+{
+    auto h = recording([](Channel& c, std::uint32_t rank) {
+        if (rank == 10)
+            c.close("enough");
+        return Result<bool>::ok(true);
+    });
+    h.closed = [this](Channel&, Channel::Reason r, const std::string& text) {
+        ++closed;
+        reason = r;
+        why = text;
+        channel.reset();
+        throw std::runtime_error("the owner's trouble");
+    };
+    open(std::move(h));
+    handshake_and_send(acks(0, burst));
+    ASSERT_TRUE(run_until([&] { return closed != 0; }));
+    run_until([] { return false; }, 50ms);
+    EXPECT_EQ(closed, 1);
+    EXPECT_EQ(reason, Channel::Reason::local_close);
+    EXPECT_EQ(why, "enough");
+    EXPECT_FALSE(channel);
+    EXPECT_EQ(frames, upto(10));
+}
+
+TEST_F(ChannelBurstTest, ThePeersCloseIsToldApartFromAFailedProof)
+{
+    auto h = recording([](Channel&, std::uint32_t) { return Result<bool>::ok(true); });
+    h.closed = [this](Channel&, Channel::Reason r, const std::string&) {
+        ++closed;
+        reason = r;
+        channel.reset();
+    };
+    open(h);
+    handshake_and_send(acks(0, 3));
+    ASSERT_TRUE(run_until([&] { return frames.size() == 3; }));
+    ::shutdown(peer_, SHUT_WR);
+    ASSERT_TRUE(run_until([&] { return closed != 0; }));
+    EXPECT_EQ(closed, 1);
+    EXPECT_EQ(reason, Channel::Reason::peer_closed);
+    EXPECT_FALSE(channel);
+
+    ::close(peer_);
+    peer_ = -1;
+    closed = 0;
+    frames.clear();
+    bool ready = false;
+    h.ready = [&ready](Channel&) { ready = true; };
+    open(h);
+    handshake_and_send(acks(0, burst), true);
+    ASSERT_TRUE(run_until([&] { return closed != 0; }));
+    run_until([] { return false; }, 50ms);
+    EXPECT_EQ(closed, 1);
+    EXPECT_EQ(reason, Channel::Reason::auth_failed);
+    EXPECT_FALSE(ready);
+    EXPECT_TRUE(frames.empty());
+}
+
+}  // namespace
+}  // namespace exitpolicy::wire

@@ -1,0 +1,192 @@
+// outcome_sink_test.cpp - what the slurmstepd side reads before it registers
+// its sinks (the bootstrap variable), and the node daemon's sink against a
+// fake daemon on a real Unix socket. (The daemon's ready line: in
+// daemon_link_test.cpp.)
+#include "spank_plugin/daemon_link.hpp"
+#include "spank_plugin/outcome_sink.hpp"
+
+#include "protocol/auth.hpp"
+
+#include <gtest/gtest.h>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+namespace exitpolicy::plugin {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string secret_hex(64, 'a');
+
+TEST(BootstrapTest, ReadsThePortTheSecretAndThePmixFanout)
+{
+    auto b = parse_bootstrap("1:4242:" + secret_hex);
+    ASSERT_TRUE(b) << b.error();
+    EXPECT_EQ(b->port, 4242);
+    EXPECT_EQ(b->secret, *wire::secret_from_hex(secret_hex));
+    EXPECT_FALSE(b->pmix);
+
+    b = parse_bootstrap("1:4242:" + secret_hex + ":pmix:32");
+    ASSERT_TRUE(b) << b.error();
+    EXPECT_TRUE(b->pmix);
+    EXPECT_EQ(b->fanout, 32u);
+}
+
+TEST(BootstrapTest, WithoutAFrontEndToReachItFailsAndNeverThrowsNorShowsTheSecret)
+{
+    for (const std::string& bad : std::vector<std::string>{"", "1", "1:4242", "2:4242:" + secret_hex, "1::" + secret_hex,
+                                  "1:0:" + secret_hex, "1:65536:" + secret_hex, "1:-1:" + secret_hex,
+                                  "1:42x:" + secret_hex, "1: 42:" + secret_hex, "1:99999999999999999999:" + secret_hex,
+                                  "1:4242:" + secret_hex.substr(1), "1:4242:" + std::string(64, 'z')}) {
+        const auto b = parse_bootstrap(bad);
+        ASSERT_FALSE(b) << bad;
+        EXPECT_EQ(b.error().find(secret_hex.substr(0, 16)), std::string::npos) << b.error();
+    }
+    EXPECT_EQ(parse_bootstrap("1:42x:" + secret_hex).error(), "its port is not a port number");
+}
+
+TEST(BootstrapTest, AMalformedPmixPartStillGivesTheFrontEnd)
+{
+    for (const std::string tail : {":pmix:", ":pmix:x", ":pmix:1", ":pmix:-4", ":pmix:4x", ":pmix:99999999999",
+                                   ":other:4", ":pmix", ":pmix:4:more"}) {
+        const auto b = parse_bootstrap("1:4242:" + secret_hex + tail);
+        ASSERT_TRUE(b) << tail << ": " << b.error();
+        EXPECT_EQ(b->port, 4242) << tail;
+        EXPECT_TRUE(b->pmix) << tail;
+        EXPECT_FALSE(b->fanout) << tail;
+    }
+}
+
+// A node daemon's local socket in a directory of its own: reads outcomes and
+// answers each with what `answer` says.
+class FakeDaemon {
+public:
+    explicit FakeDaemon(std::function<wire::Ack(const wire::Outcome&)> answer) : answer_(std::move(answer))
+    {
+        char tmpl[] = "/tmp/exitpolicy-sink-test.XXXXXX";
+        dir_ = ::mkdtemp(tmpl);
+        listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_un sun{};
+        sun.sun_family = AF_UNIX;
+        const std::string path = daemon_socket(dir_);
+        std::strcpy(sun.sun_path, path.c_str());
+        EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)), 0);
+        EXPECT_EQ(::listen(listener_, 4), 0);
+        thread_ = std::thread([this] { serve(); });
+    }
+    ~FakeDaemon()
+    {
+        stop_ = true;
+        thread_.join();
+        ::close(listener_);
+        std::filesystem::remove_all(dir_);
+    }
+    const std::string& dir() const { return dir_; }
+    std::atomic<int> outcomes{0};
+
+private:
+    bool read_exact(int fd, std::uint8_t* out, std::size_t size)
+    {
+        while (size > 0) {
+            pollfd p{fd, POLLIN, 0};
+            if (stop_ || ::poll(&p, 1, 20) < 0)
+                return false;
+            if (!(p.revents & (POLLIN | POLLHUP)))
+                continue;
+            const ssize_t n = ::recv(fd, out, size, 0);
+            if (n <= 0)
+                return false;
+            out += n;
+            size -= static_cast<std::size_t>(n);
+        }
+        return true;
+    }
+
+    void serve()
+    {
+        int fd = -1;
+        while (!stop_ && fd < 0) {
+            pollfd p{listener_, POLLIN, 0};
+            if (::poll(&p, 1, 20) > 0)
+                fd = ::accept(listener_, nullptr, nullptr);
+        }
+        if (fd < 0)
+            return;
+        std::uint8_t head[wire::header_size];
+        while (read_exact(fd, head, sizeof(head))) {
+            const auto h = wire::decode_header(std::span<const std::uint8_t, wire::header_size>(head, sizeof(head)));
+            if (!h)
+                break;
+            wire::Bytes body(h->length);
+            if (!read_exact(fd, body.data(), body.size()))
+                break;
+            const auto o = wire::Outcome::decode(body);
+            if (!o)
+                break;
+            ++outcomes;
+            const wire::Bytes ack = answer_(*o).encode();
+            if (::send(fd, ack.data(), ack.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(ack.size()))
+                break;
+        }
+        ::close(fd);
+    }
+
+    std::function<wire::Ack(const wire::Outcome&)> answer_;
+    std::string dir_;
+    int listener_ = -1;
+    std::atomic<bool> stop_{false};
+    std::thread thread_;
+};
+
+wire::Outcome outcome(std::uint32_t rank, std::uint32_t epoch)
+{
+    wire::Outcome o;
+    o.rank = rank;
+    o.epoch = epoch;
+    o.pid = 100 + std::int64_t{rank};
+    return o;
+}
+
+TEST(DaemonSinkTest, AnAckThatNamesTheOutcomeSentIsADelivery)
+{
+    FakeDaemon daemon([](const wire::Outcome& o) { return wire::Ack{o.rank, o.epoch}; });
+    DaemonSink sink(daemon.dir(), 2s);
+    EXPECT_TRUE(sink.deliver(outcome(0, 0)));
+    EXPECT_TRUE(sink.deliver(outcome(1, 3)));
+    EXPECT_EQ(daemon.outcomes, 2);
+}
+
+TEST(DaemonSinkTest, AnAckOfAnotherRankIsNoAck)
+{
+    FakeDaemon daemon([](const wire::Outcome& o) { return wire::Ack{o.rank + 1, o.epoch}; });
+    DaemonSink sink(daemon.dir(), 2s);
+    const auto delivered = sink.deliver(outcome(4, 1));
+    ASSERT_FALSE(delivered);
+    EXPECT_EQ(delivered.error(), "the node daemon acknowledged rank 5 epoch 1, not rank 4 epoch 1");
+    // It gave up: the next outcome goes to the next sink at once.
+    EXPECT_EQ(sink.deliver(outcome(5, 1)).error(), "the node daemon failed earlier in this step");
+    EXPECT_EQ(daemon.outcomes, 1);
+}
+
+TEST(DaemonSinkTest, AnAckOfAnotherEpochIsNoAck)
+{
+    FakeDaemon daemon([](const wire::Outcome& o) { return wire::Ack{o.rank, o.epoch + 1}; });
+    DaemonSink sink(daemon.dir(), 2s);
+    const auto delivered = sink.deliver(outcome(4, 1));
+    ASSERT_FALSE(delivered);
+    EXPECT_EQ(delivered.error(), "the node daemon acknowledged rank 4 epoch 2, not rank 4 epoch 1");
+}
+
+}  // namespace
+}  // namespace exitpolicy::plugin
