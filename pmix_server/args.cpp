@@ -40,7 +40,8 @@ Result<Args> parse_args(const std::vector<std::string>& argv)
         if (!s || !number(*s, *out))
             return R::fail(std::string("missing or bad --") + key);
     }
-    for (const auto& [key, out] : {std::pair{"secret-fd", &args.secret_fd}, std::pair{"ready-fd", &args.ready_fd}}) {
+    for (const auto& [key, out] : {std::pair{"secret-fd", &args.secret_fd}, std::pair{"ready-fd", &args.ready_fd},
+                                   std::pair{"control-fd", &args.control_fd}}) {
         const std::string* s = need(key);
         if (!s || !number(*s, *out) || *out < 0)
             return R::fail(std::string("missing or bad --") + key);

@@ -23,6 +23,10 @@ struct Args {
     std::uint16_t fe_port = 0;
     int secret_fd = -1;
     int ready_fd = -1;                 // "ready PID\n" is written here once serving
+    // slurmstepd's link, inherited (a socketpair made before the fork): the
+    // only way outcomes and Stop come in. No path leads to it, so no one
+    // can put another daemon's socket in its place.
+    int control_fd = -1;
     std::string dir;                   // private directory: local socket, PMIx rendezvous
     std::uint32_t uid = 0;             // the job's user (accepted on the local socket)
     std::string log_dir;               // empty: syslog
@@ -31,7 +35,7 @@ struct Args {
 };
 
 // --job J --step S --node N --nnodes M --ntasks T --ranks 0,1 --hostname H
-// --fe HOST:PORT --secret-fd FD --ready-fd FD --dir DIR --uid U
+// --fe HOST:PORT --secret-fd FD --ready-fd FD --control-fd FD --dir DIR --uid U
 // [--log-dir DIR] [--topology discover|none|/PATH] [--debug L]
 Result<Args> parse_args(const std::vector<std::string>& argv);
 

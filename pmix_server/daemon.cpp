@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <utility>
 #include <charconv>
+#include <fcntl.h>
 #include <filesystem>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
@@ -48,6 +49,7 @@ struct Daemon::Local {
     bufferevent* bev = nullptr;
     uid_t uid = static_cast<uid_t>(-1);
     pid_t pid = -1;  // the peer, as the kernel says
+    bool control = false;  // slurmstepd's control link
     ~Local()
     {
         if (bev)
@@ -1039,6 +1041,60 @@ void Daemon::stop(int code)
 
 // ---- local socket --------------------------------------------------------------------
 
+// A local connection: a task's or root's by the socket's path (pid and
+// uid as the kernel says), or slurmstepd's control link.
+void Daemon::add_local(int fd, uid_t uid, pid_t pid, bool control)
+{
+    auto l = std::make_unique<Local>();
+    l->d = this;
+    l->uid = uid;
+    l->pid = pid;
+    l->control = control;
+    l->bev = bufferevent_socket_new(base_, fd, BEV_OPT_CLOSE_ON_FREE);
+    bufferevent_setcb(
+        l->bev,
+        [](bufferevent* bev, void* arg) noexcept {
+            auto* l = static_cast<Local*>(arg);
+            try {
+                evbuffer* in = bufferevent_get_input(bev);
+                while (evbuffer_get_length(in) >= wire::header_size) {
+                    std::array<std::uint8_t, wire::header_size> head{};
+                    evbuffer_copyout(in, head.data(), head.size());
+                    auto h = wire::decode_header(head);
+                    if (!h || (h->type != wire::Type::env_request && h->type != wire::Type::outcome &&
+                               h->type != wire::Type::stop)) {
+                        // Bad magic, version, type or length: nothing more of it is read.
+                        const std::string why = h ? "a " + std::string(wire::type_name(h->type)) +
+                                                        " frame is no local request"
+                                                  : h.error();
+                        log::info("closed a local connection of pid %d: %s", static_cast<int>(l->pid),
+                                  why.c_str());
+                        l->drop();
+                        return;
+                    }
+                    if (evbuffer_get_length(in) < wire::header_size + h->length)
+                        return;  // the rest is on its way
+                    evbuffer_drain(in, wire::header_size);
+                    wire::Bytes body(h->length);
+                    evbuffer_remove(in, body.data(), body.size());
+                    try {
+                        l->d->on_local_frame(*l, h->type, body);
+                    } catch (const std::exception& e) {
+                        log::error("local request: %s", e.what());
+                    }
+                }
+            } catch (...) {
+                log::error("closed a local connection of pid %d: internal error", static_cast<int>(l->pid));
+                l->drop();
+            }
+        },
+        nullptr,
+        [](bufferevent*, short, void* arg) { static_cast<Local*>(arg)->drop(); },
+        l.get());
+    bufferevent_enable(l->bev, EV_READ | EV_WRITE);
+    locals_.push_back(std::move(l));
+}
+
 void Daemon::listen_local()
 {
     const std::string path = args_.dir + "/daemon.sock";
@@ -1061,57 +1117,17 @@ void Daemon::listen_local()
                 ::close(fd);
                 return;
             }
-            auto l = std::make_unique<Local>();
-            l->d = d;
-            l->uid = cred.uid;
-            l->pid = cred.pid;
-            l->bev = bufferevent_socket_new(d->base_, fd, BEV_OPT_CLOSE_ON_FREE);
-            bufferevent_setcb(
-                l->bev,
-                [](bufferevent* bev, void* arg) noexcept {
-                    auto* l = static_cast<Local*>(arg);
-                    try {
-                        evbuffer* in = bufferevent_get_input(bev);
-                        while (evbuffer_get_length(in) >= wire::header_size) {
-                            std::array<std::uint8_t, wire::header_size> head{};
-                            evbuffer_copyout(in, head.data(), head.size());
-                            auto h = wire::decode_header(head);
-                            if (!h || (h->type != wire::Type::env_request && h->type != wire::Type::outcome &&
-                                       h->type != wire::Type::stop)) {
-                                // Bad magic, version, type or length: nothing more of it is read.
-                                const std::string why = h ? "a " + std::string(wire::type_name(h->type)) +
-                                                                " frame is no local request"
-                                                          : h.error();
-                                log::info("closed a local connection of pid %d: %s", static_cast<int>(l->pid),
-                                          why.c_str());
-                                l->drop();
-                                return;
-                            }
-                            if (evbuffer_get_length(in) < wire::header_size + h->length)
-                                return;  // the rest is on its way
-                            evbuffer_drain(in, wire::header_size);
-                            wire::Bytes body(h->length);
-                            evbuffer_remove(in, body.data(), body.size());
-                            try {
-                                l->d->on_local_frame(*l, h->type, body);
-                            } catch (const std::exception& e) {
-                                log::error("local request: %s", e.what());
-                            }
-                        }
-                    } catch (...) {
-                        log::error("closed a local connection of pid %d: internal error", static_cast<int>(l->pid));
-                        l->drop();
-                    }
-                },
-                nullptr,
-                [](bufferevent*, short, void* arg) { static_cast<Local*>(arg)->drop(); },
-                l.get());
-            bufferevent_enable(l->bev, EV_READ | EV_WRITE);
-            d->locals_.push_back(std::move(l));
+            d->add_local(fd, cred.uid, cred.pid, false);
         },
         this, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 64, reinterpret_cast<sockaddr*>(&sun), sizeof(sun));
     if (!local_listener_)
         log::error("cannot listen on %s: %s", path.c_str(), std::strerror(errno));
+    // slurmstepd's control link, which no other process holds.
+    if (args_.control_fd >= 0) {
+        ::fcntl(args_.control_fd, F_SETFD, FD_CLOEXEC);
+        evutil_make_socket_nonblocking(args_.control_fd);
+        add_local(std::exchange(args_.control_fd, -1), 0, -1, true);
+    }
 }
 
 void Daemon::on_local_frame(Local& l, wire::Type type, std::span<const std::uint8_t> body)
@@ -1145,17 +1161,21 @@ void Daemon::on_local_frame(Local& l, wire::Type type, std::span<const std::uint
         return;
     }
     case wire::Type::outcome: {
-        if (l.uid != 0)
-            return;  // only slurmstepd reports exits
+        if (!l.control)
+            return;  // only slurmstepd reports exits, on its control link
         auto o = wire::Outcome::decode(body);
         if (!o)
             return;
+        if (std::find(args_.ranks.begin(), args_.ranks.end(), o->rank) == args_.ranks.end()) {
+            log::error("an outcome for rank %u, which is not a task of this node, is ignored", o->rank);
+            return;
+        }
         outcome(*o);
         reply(wire::Ack{o->rank, o->epoch}.encode());
         return;
     }
     case wire::Type::stop:
-        if (l.uid != 0)
+        if (!l.control)
             return;
         log::debug("stopping at the step's end (%zu outcomes to flush)", unacked_.size());
         reply(wire::Ack{}.encode());

@@ -110,6 +110,7 @@ private:
     void signal_local(int sig, const std::set<std::uint32_t>& ranks);
     void listen_children();
     void listen_local();
+    void add_local(int fd, uid_t uid, pid_t pid, bool control);
     void on_local_frame(Local& l, wire::Type type, std::span<const std::uint8_t> body);
     void ready();
     void parent_lost(const std::string& why);

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
+#include <utility>
 
 namespace exitpolicy::plugin {
 namespace {
@@ -97,6 +98,56 @@ int pidfd_open(pid_t pid)
 
 }  // namespace
 
+Result<std::string> make_step_dir(std::uint32_t job_id, std::uint32_t step_id, const std::string& node, uid_t uid,
+                                  gid_t gid)
+{
+    using R = Result<std::string>;
+    std::string path = "/tmp/exitpolicy." + std::to_string(job_id) + "." + std::to_string(step_id) + "." + node +
+                       ".XXXXXX";
+    if (!::mkdtemp(path.data()))
+        return R::fail("cannot create a directory in /tmp: " + std::string(std::strerror(errno)));
+    if (::chown(path.c_str(), uid, gid) != 0) {
+        const int err = errno;
+        ::rmdir(path.c_str());
+        return R::fail("cannot give " + path + " to the job's user: " + std::strerror(err));
+    }
+    return R::ok(std::move(path));
+}
+
+void remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::chrono::milliseconds timeout)
+{
+    if (dir.rfind("/tmp/exitpolicy.", 0) != 0 || dir.find("/..") != std::string::npos)
+        return;  // never anything else
+    const char* argv[] = {"/bin/rm", "-rf", "--one-file-system", "--", dir.c_str(), nullptr};
+    const pid_t child = ::fork();
+    if (child < 0)
+        return;
+    if (child == 0) {
+        const int devnull = ::open("/dev/null", O_RDWR);
+        if (devnull >= 0)
+            for (int fd : {0, 1, 2})
+                ::dup2(devnull, fd);
+        if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0)
+            ::_exit(126);
+        ::execv(argv[0], const_cast<char* const*>(argv));
+        ::_exit(127);
+    }
+    const auto deadline = Clock::now() + timeout;
+    int status = 0;
+    while (true) {
+        const pid_t r = ::waitpid(child, &status, WNOHANG);
+        if (r == child || (r < 0 && errno != EINTR))
+            return;
+        if (Clock::now() >= deadline) {
+            ::kill(child, SIGKILL);  // our own child, not yet reaped: its pid is still ours
+            while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+            }
+            return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+}
+
 std::string daemon_socket(const std::string& dir)
 {
     return dir + "/daemon.sock";
@@ -124,17 +175,19 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     std::vector<std::string> words;
     words.push_back(launch.path);
     words.insert(words.end(), launch.args.begin(), launch.args.end());
-    for (const char* w2 : {"--secret-fd", "3", "--ready-fd", "4"})
+    for (const char* w2 : {"--secret-fd", "3", "--ready-fd", "4", "--control-fd", "5"})
         words.emplace_back(w2);
     std::vector<char*> argv;
     for (auto& word : words)
         argv.push_back(word.data());
     argv.push_back(nullptr);
     const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-    int pid_pipe[2];
-    if (null_fd < 0 || ::pipe2(pid_pipe, O_CLOEXEC) != 0) {
+    int pid_pipe[2] = {-1, -1};
+    int control[2] = {-1, -1};
+    if (null_fd < 0 || ::pipe2(pid_pipe, O_CLOEXEC) != 0 ||
+        ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) != 0) {
         const int err = errno;
-        for (int fd : {secret_pipe[0], ready_pipe[0], ready_pipe[1], null_fd})
+        for (int fd : {secret_pipe[0], ready_pipe[0], ready_pipe[1], null_fd, pid_pipe[0], pid_pipe[1]})
             if (fd >= 0)
                 ::close(fd);
         return R::fail(std::string("pipe: ") + std::strerror(err));
@@ -143,7 +196,8 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     const pid_t child = ::fork();
     if (child < 0) {
         const int err = errno;
-        for (int fd : {secret_pipe[0], ready_pipe[0], ready_pipe[1], null_fd, pid_pipe[0], pid_pipe[1]})
+        for (int fd : {secret_pipe[0], ready_pipe[0], ready_pipe[1], null_fd, pid_pipe[0], pid_pipe[1], control[0],
+                       control[1]})
             ::close(fd);
         return R::fail(std::string("fork: ") + std::strerror(err));
     }
@@ -162,10 +216,12 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
         const int secret_fd = ::fcntl(secret_pipe[0], F_DUPFD_CLOEXEC, 10);
         const int ready_fd = ::fcntl(ready_pipe[1], F_DUPFD_CLOEXEC, 10);
         const int devnull = ::fcntl(null_fd, F_DUPFD_CLOEXEC, 10);
-        if (secret_fd < 0 || ready_fd < 0 || devnull < 0 || ::dup2(secret_fd, 3) < 0 || ::dup2(ready_fd, 4) < 0 ||
-            ::dup2(devnull, 0) < 0 || ::dup2(devnull, 1) < 0 || ::dup2(devnull, 2) < 0)
+        const int control_fd = ::fcntl(control[1], F_DUPFD_CLOEXEC, 10);
+        if (secret_fd < 0 || ready_fd < 0 || devnull < 0 || control_fd < 0 || ::dup2(secret_fd, 3) < 0 ||
+            ::dup2(ready_fd, 4) < 0 || ::dup2(control_fd, 5) < 0 || ::dup2(devnull, 0) < 0 ||
+            ::dup2(devnull, 1) < 0 || ::dup2(devnull, 2) < 0)
             ::_exit(126);
-        ::close_range(5, ~0U, 0);
+        ::close_range(6, ~0U, 0);
         if (::setgroups(launch.groups.size(), launch.groups.data()) != 0 || ::setgid(launch.gid) != 0 ||
             ::setuid(launch.uid) != 0)
             ::_exit(126);
@@ -177,7 +233,7 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
         ::execv(argv[0], argv.data());
         ::_exit(127);
     }
-    for (int fd : {secret_pipe[0], ready_pipe[1], null_fd, pid_pipe[1]})
+    for (int fd : {secret_pipe[0], ready_pipe[1], null_fd, pid_pipe[1], control[1]})
         ::close(fd);
     int status = 0;
     while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
@@ -185,12 +241,14 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     // The first child has exited: its pid is in the pipe, or nothing is.
     LaunchedDaemon launched;
     if (::read(pid_pipe[0], &launched.pid, sizeof(launched.pid)) != sizeof(launched.pid) || launched.pid <= 0) {
-        for (int fd : {pid_pipe[0], ready_pipe[0]})
+        for (int fd : {pid_pipe[0], ready_pipe[0], control[0]})
             ::close(fd);
         return R::fail("the node daemon could not be started (fork failed)");
     }
     ::close(pid_pipe[0]);
     launched.pidfd = pidfd_open(launched.pid);
+    launched.control = control[0];
+    ::fcntl(launched.control, F_SETFL, ::fcntl(launched.control, F_GETFL) | O_NONBLOCK);
 
     // "ready ...\n" (what follows "ready" is not read), or EOF if it could
     // not start: at most 64 bytes, within the bound.
@@ -211,7 +269,8 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     ::close(ready_pipe[0]);
     if (line.rfind("ready", 0) == 0 && line.find('\n') != std::string::npos)
         return R::ok(launched);
-    stop_daemon("", launched, std::chrono::milliseconds(0));
+    ::close(std::exchange(launched.control, -1));  // no Stop to a daemon that is not ready
+    stop_daemon(launched, std::chrono::milliseconds(0));
     return R::fail(timed_out ? "the node daemon did not become ready in time"
                              : "the node daemon exited before it was ready (see its log)");
 }
@@ -241,18 +300,18 @@ Result<std::vector<std::string>> request_environment(const std::string& dir, std
     return done(R::ok(std::move(reply->env)));
 }
 
-void stop_daemon(const std::string& dir, LaunchedDaemon& daemon, std::chrono::milliseconds timeout)
+void stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout)
 {
     const auto deadline = Clock::now() + timeout;
-    if (auto fd = dir.empty() ? Result<int>::fail("") : connect_local(dir, deadline)) {
-        if (write_all(*fd, wire::Stop{}.encode(), deadline, daemon_name) &&
-            read_frame(*fd, wire::Type::ack, deadline, daemon_name)) {
-            // EOF: the daemon has closed everything on its way out.
+    if (const int fd = daemon.control; fd >= 0) {
+        // The ack may not make it out before the daemon closes: EOF, once
+        // it has closed everything on its way out, is the answer that counts.
+        if (write_all(fd, wire::Stop{}.encode(), deadline, daemon_name)) {
             char byte;
-            while (wait_fd(*fd, POLLIN, deadline) && ::recv(*fd, &byte, 1, 0) > 0) {
+            while (wait_fd(fd, POLLIN, deadline) && ::recv(fd, &byte, 1, 0) > 0) {
             }
         }
-        ::close(*fd);
+        ::close(fd);
     }
     if (daemon.pidfd >= 0) {
         while (running(daemon.pidfd) && Clock::now() < deadline)
@@ -269,33 +328,19 @@ void stop_daemon(const std::string& dir, LaunchedDaemon& daemon, std::chrono::mi
     daemon = LaunchedDaemon{};
 }
 
-DaemonSink::DaemonSink(std::string dir, std::chrono::milliseconds timeout) : dir_(std::move(dir)), timeout_(timeout)
-{
-}
-
-DaemonSink::~DaemonSink()
-{
-    if (fd_ >= 0)
-        ::close(fd_);
-}
+DaemonSink::DaemonSink(int control, std::chrono::milliseconds timeout) : fd_(control), timeout_(timeout) {}
 
 Result<bool> DaemonSink::deliver(const wire::Outcome& outcome)
 {
     using R = Result<bool>;
     if (gave_up_)
         return R::fail("the node daemon failed earlier in this step");
+    if (fd_ < 0)
+        return R::fail("the node daemon has no control link");
     const auto deadline = Clock::now() + timeout_;
-    if (fd_ < 0) {
-        auto fd = connect_local(dir_, deadline);
-        if (!fd) {
-            gave_up_ = true;
-            return R::fail(fd.error());
-        }
-        fd_ = *fd;
-    }
+    // The link stays open for stop_daemon, which ends on EOF whatever is
+    // still in it.
     auto fail = [this](const std::string& why) {
-        ::close(fd_);
-        fd_ = -1;
         gave_up_ = true;
         return R::fail(why);
     };

@@ -35,9 +35,13 @@ struct DaemonLaunch {
 // The started daemon: its pid as fork() gave it (never as the daemon, which
 // runs as the job's user, says it), and a pidfd on it (-1 where the kernel
 // has none), through which alone it is signalled.
+// `control` is root's end of a socketpair made before the fork, whose other
+// end the daemon inherits: the only channel that carries outcomes and Stop,
+// which no path in a directory of the user's can redirect.
 struct LaunchedDaemon {
     pid_t pid = -1;
     int pidfd = -1;
+    int control = -1;
 };
 
 // Double fork + setsid (so that proctrack does not kill it with the step's
@@ -47,6 +51,14 @@ struct LaunchedDaemon {
 // daemon's pid up a pipe before it exits.
 Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch);
 
+// The step's private directory in /tmp on this node, made by root with a
+// name no one can predict (mkdtemp) and given to the job's user (0700).
+Result<std::string> make_step_dir(std::uint32_t job_id, std::uint32_t step_id, const std::string& node, uid_t uid,
+                                  gid_t gid);
+// Removes it as the job's user (rm -rf in a child that drops to uid/gid),
+// so that root never walks a tree its user could rearrange; bounded.
+void remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::chrono::milliseconds timeout);
+
 // The daemon's local socket in its private directory.
 std::string daemon_socket(const std::string& dir);
 
@@ -54,25 +66,23 @@ std::string daemon_socket(const std::string& dir);
 Result<std::vector<std::string>> request_environment(const std::string& dir, std::uint32_t rank, pid_t pid,
                                                      std::chrono::milliseconds timeout);
 
-// Asks the daemon to flush and exit; waits for it (bounded), then kills it
-// through its pidfd (never by a pid that may have been reused), and closes
-// the pidfd.
-void stop_daemon(const std::string& dir, LaunchedDaemon& daemon, std::chrono::milliseconds timeout);
+// Asks the daemon, over its control link, to flush and exit; waits for it
+// (bounded), then kills it through its pidfd (never by a pid that may have
+// been reused), and closes what it held.
+void stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout);
 
-// Task outcomes to the daemon over its local socket (only root may send them),
-// one at a time: each waits for its acknowledgement, which must name its
-// rank and epoch. The first failure gives up for the step (the front end
-// sink takes the outcomes then).
+// Task outcomes to the daemon over its control link (LaunchedDaemon::control,
+// not owned), one at a time: each waits for its acknowledgement, which must
+// name its rank and epoch. The first failure gives up for the step (the
+// front end sink takes the outcomes then).
 class DaemonSink final : public OutcomeSink {
 public:
-    DaemonSink(std::string dir, std::chrono::milliseconds timeout);
-    ~DaemonSink() override;
+    DaemonSink(int control, std::chrono::milliseconds timeout);
     Result<bool> deliver(const wire::Outcome& outcome) override;
 
 private:
-    std::string dir_;
+    int fd_;
     std::chrono::milliseconds timeout_;
-    int fd_ = -1;
     bool gave_up_ = false;
 };
 

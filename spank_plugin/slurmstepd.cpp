@@ -32,12 +32,15 @@ namespace {
 
 constexpr std::chrono::milliseconds connect_timeout{5000};
 constexpr std::chrono::milliseconds ack_timeout{2000};
+constexpr std::chrono::milliseconds remove_timeout{2000};
 
 struct Remote {
     std::uint32_t job_id = 0;
     std::uint32_t step_id = 0;
     // The node daemon, when this step gets exitpolicy's PMIx service.
     std::string daemon_dir;
+    uid_t uid = 0;  // the job's user, who owns daemon_dir
+    gid_t gid = 0;
     LaunchedDaemon daemon;
     // Tried in order for each outcome; empty when no front end serves this step.
     std::vector<std::unique_ptr<OutcomeSink>> sinks;
@@ -84,14 +87,12 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
     DaemonLaunch launch;
     if (spank_get_item(sp, S_JOB_SUPPLEMENTARY_GIDS, &groups, &ngroups) == ESPANK_SUCCESS && groups)
         launch.groups.assign(groups, groups + ngroups);
-    const std::string dir = "/tmp/exitpolicy." + std::to_string(link.job_id) + "." + std::to_string(link.step_id) +
-                            "." + link.hostname;
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-    if (::mkdir(dir.c_str(), 0700) != 0 || ::chown(dir.c_str(), uid, gid) != 0) {
-        failure = "PMIx service failed: cannot create " + dir + ": " + std::strerror(errno);
+    auto made = make_step_dir(link.job_id, link.step_id, link.hostname, uid, gid);
+    if (!made) {
+        failure = "PMIx service failed: " + made.error();
         return false;
     }
+    const std::string dir = *made;
     const Config& config = state().config;
     launch.path = daemon_path(config);
     launch.uid = uid;
@@ -111,10 +112,12 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
     auto launched = launch_daemon(launch);
     if (!launched) {
         failure = "PMIx service failed: " + launched.error();
-        std::filesystem::remove_all(dir, ec);
+        remove_step_dir(dir, uid, gid, remove_timeout);
         return false;
     }
     remote.daemon_dir = dir;
+    remote.uid = uid;
+    remote.gid = gid;
     remote.daemon = *launched;
     log::debug("step %u.%u: node daemon %d serves PMIx in %s", link.job_id, link.step_id, launched->pid,
                dir.c_str());
@@ -208,7 +211,7 @@ int init_post_opt(spank_t sp)
     if (parsed->pmix && !parsed->fanout)
         failure = std::string("PMIx service failed: the PMIx part of ") + bootstrap_env + " is malformed";
     else if (parsed->pmix && start_daemon(sp, setup, failure))
-        remote.sinks.insert(remote.sinks.begin(), std::make_unique<DaemonSink>(remote.daemon_dir, ack_timeout));
+        remote.sinks.insert(remote.sinks.begin(), std::make_unique<DaemonSink>(remote.daemon.control, ack_timeout));
     if (!failure.empty()) {
         // A task that uses PMIx cannot run without it: the user hears of it.
         log::error("step %u.%u: %s", job_id, step_id, failure.c_str());
@@ -280,9 +283,8 @@ int exit(spank_t)
                        flushed.error().c_str());
     remote.sinks.clear();
     if (remote.daemon.pid > 0) {
-        stop_daemon(remote.daemon_dir, remote.daemon, std::chrono::milliseconds(3000));
-        std::error_code ec;
-        std::filesystem::remove_all(remote.daemon_dir, ec);
+        stop_daemon(remote.daemon, std::chrono::milliseconds(3000));
+        remove_step_dir(remote.daemon_dir, remote.uid, remote.gid, remove_timeout);
     }
     return 0;
 }

@@ -10,7 +10,7 @@ std::vector<std::string> good()
 {
     return {"--job", "42", "--step", "3", "--node", "1", "--nnodes", "4", "--ntasks", "8", "--ranks", "2,3",
             "--hostname", "node2", "--fe", "10.0.0.1:60001", "--secret-fd", "3", "--ready-fd", "4",
-            "--dir", "/tmp/exitpolicy.42.3.node2", "--uid", "1000", "--debug", "2"};
+            "--control-fd", "5", "--dir", "/tmp/exitpolicy.42.3.node2", "--uid", "1000", "--debug", "2"};
 }
 
 TEST(DaemonArgsTest, EveryArgument)
@@ -28,6 +28,7 @@ TEST(DaemonArgsTest, EveryArgument)
     EXPECT_EQ(a->fe_port, 60001);
     EXPECT_EQ(a->secret_fd, 3);
     EXPECT_EQ(a->ready_fd, 4);
+    EXPECT_EQ(a->control_fd, 5);
     EXPECT_EQ(a->dir, "/tmp/exitpolicy.42.3.node2");
     EXPECT_EQ(a->uid, 1000u);
     EXPECT_EQ(a->debug, 2);
@@ -54,6 +55,7 @@ TEST(DaemonArgsTest, BadArgumentsAreNamed)
         {with("--fe", "nohost"), "missing or bad --fe HOST:PORT"},
         {with("--fe", "host:99999"), "missing or bad --fe HOST:PORT"},
         {with("--secret-fd", "-1"), "missing or bad --secret-fd"},
+        {with("--control-fd", "x"), "missing or bad --control-fd"},
         {with("--node", "4"), "--node is not below --nnodes"},
         {with("--debug", "7"), "bad --debug"},
         {with("--dir", ""), "missing --dir"},

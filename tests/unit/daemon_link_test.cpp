@@ -16,6 +16,7 @@
 #include <cstring>
 #include <string>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <thread>
 #include <unistd.h>
@@ -112,10 +113,11 @@ TEST_F(DaemonLinkTest, RootKeepsTheForkedPidAndTheSecretReachesFdThree)
     EXPECT_NE(launched->pid, 1);
     EXPECT_GE(launched->pidfd, 0);
     const pid_t pid = launched->pid;
-    stop_daemon(dir, *launched, 100ms);  // no socket there: killed at the bound
+    stop_daemon(*launched, 100ms);  // a shell does not stop when asked: killed at the bound
     EXPECT_TRUE(gone(pid));
     EXPECT_EQ(launched->pid, -1);
     EXPECT_EQ(launched->pidfd, -1);
+    EXPECT_EQ(launched->control, -1);
 }
 
 TEST_F(DaemonLinkTest, AnythingAfterReadyIsNeverParsed)
@@ -123,7 +125,7 @@ TEST_F(DaemonLinkTest, AnythingAfterReadyIsNeverParsed)
     auto launched = launch_daemon(launch("echo 'ready zzz-not-a-pid' >&4; exec sleep 30"));
     ASSERT_TRUE(launched) << launched.error();
     const pid_t pid = launched->pid;
-    stop_daemon(dir, *launched, 0ms);
+    stop_daemon(*launched, 0ms);
     EXPECT_TRUE(gone(pid));
 }
 
@@ -183,6 +185,52 @@ TEST_F(DaemonLinkTest, AnEnvironmentRequestToASilentSocketIsBounded)
     for (int fd : fillers)
         ::close(fd);
     ::close(listener);
+}
+
+// The step's directory: a name no other user can predict or take first,
+// the job's user's alone; removed as that user, so that a link inside never
+// leads root anywhere.
+TEST_F(DaemonLinkTest, TheStepDirectoryIsUnpredictableAndRemovedAsItsUser)
+{
+    if (::geteuid() != 0)
+        GTEST_SKIP() << "needs root to make a directory for another user";
+    const uid_t nobody = 65534;
+    auto a = make_step_dir(7, 1, "node1", nobody, nobody);
+    auto b = make_step_dir(7, 1, "node1", nobody, nobody);
+    ASSERT_TRUE(a) << a.error();
+    ASSERT_TRUE(b) << b.error();
+    EXPECT_NE(*a, *b);
+    EXPECT_EQ(a->rfind("/tmp/exitpolicy.7.1.node1.", 0), 0u) << *a;
+    struct stat st {};
+    ASSERT_EQ(::lstat(a->c_str(), &st), 0);
+    EXPECT_TRUE(S_ISDIR(st.st_mode));
+    EXPECT_EQ(st.st_mode & 07777, 0700u);
+    EXPECT_EQ(st.st_uid, nobody);
+
+    // What the user put inside: a link to a file of root's elsewhere, and
+    // a directory of root's (as if the user could have had one moved in).
+    const std::string outside = dir + "/roots-file";
+    std::ofstream(outside) << "keep\n";
+    ASSERT_EQ(::symlink(outside.c_str(), (*a + "/link").c_str()), 0);
+    ASSERT_EQ(::lchown((*a + "/link").c_str(), nobody, nobody), 0);
+    ASSERT_EQ(::mkdir((*a + "/roots").c_str(), 0755), 0);
+    std::ofstream(*a + "/roots/file") << "x\n";
+    remove_step_dir(*a, nobody, nobody, 2000ms);
+    EXPECT_TRUE(std::filesystem::exists(outside));  // the link went, not its target
+    EXPECT_FALSE(std::filesystem::exists(*a + "/link"));
+    EXPECT_TRUE(std::filesystem::exists(*a + "/roots/file"));  // not the user's to remove
+    std::filesystem::remove_all(*a);
+
+    remove_step_dir(*b, nobody, nobody, 2000ms);
+    EXPECT_FALSE(std::filesystem::exists(*b));
+}
+
+TEST_F(DaemonLinkTest, OnlyAStepDirectoryIsEverRemoved)
+{
+    remove_step_dir(dir, ::getuid(), ::getgid(), 2000ms);  // /tmp/ep-daemon-link.*: not a step's
+    EXPECT_TRUE(std::filesystem::exists(dir));
+    remove_step_dir("/tmp/exitpolicy.1/../" + dir.substr(5), ::getuid(), ::getgid(), 2000ms);
+    EXPECT_TRUE(std::filesystem::exists(dir));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -68,31 +69,27 @@ TEST(BootstrapTest, AMalformedPmixPartStillGivesTheFrontEnd)
     }
 }
 
-// A node daemon's local socket in a directory of its own: reads outcomes and
-// answers each with what `answer` says.
+// A node daemon's end of its control link: reads outcomes and answers each
+// with what `answer` says.
 class FakeDaemon {
 public:
     explicit FakeDaemon(std::function<wire::Ack(const wire::Outcome&)> answer) : answer_(std::move(answer))
     {
-        char tmpl[] = "/tmp/exitpolicy-sink-test.XXXXXX";
-        dir_ = ::mkdtemp(tmpl);
-        listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_un sun{};
-        sun.sun_family = AF_UNIX;
-        const std::string path = daemon_socket(dir_);
-        std::strcpy(sun.sun_path, path.c_str());
-        EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)), 0);
-        EXPECT_EQ(::listen(listener_, 4), 0);
+        int pair[2];
+        EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+        control_ = pair[0];
+        ::fcntl(control_, F_SETFL, ::fcntl(control_, F_GETFL) | O_NONBLOCK);
+        served_ = pair[1];
         thread_ = std::thread([this] { serve(); });
     }
     ~FakeDaemon()
     {
         stop_ = true;
         thread_.join();
-        ::close(listener_);
-        std::filesystem::remove_all(dir_);
+        ::close(control_);
     }
-    const std::string& dir() const { return dir_; }
+    // Root's end, which the sink borrows.
+    int control() const { return control_; }
     std::atomic<int> outcomes{0};
 
 private:
@@ -115,14 +112,7 @@ private:
 
     void serve()
     {
-        int fd = -1;
-        while (!stop_ && fd < 0) {
-            pollfd p{listener_, POLLIN, 0};
-            if (::poll(&p, 1, 20) > 0)
-                fd = ::accept(listener_, nullptr, nullptr);
-        }
-        if (fd < 0)
-            return;
+        const int fd = served_;
         std::uint8_t head[wire::header_size];
         while (read_exact(fd, head, sizeof(head))) {
             const auto h = wire::decode_header(std::span<const std::uint8_t, wire::header_size>(head, sizeof(head)));
@@ -143,8 +133,8 @@ private:
     }
 
     std::function<wire::Ack(const wire::Outcome&)> answer_;
-    std::string dir_;
-    int listener_ = -1;
+    int control_ = -1;
+    int served_ = -1;
     std::atomic<bool> stop_{false};
     std::thread thread_;
 };
@@ -161,7 +151,7 @@ wire::Outcome outcome(std::uint32_t rank, std::uint32_t epoch)
 TEST(DaemonSinkTest, AnAckThatNamesTheOutcomeSentIsADelivery)
 {
     FakeDaemon daemon([](const wire::Outcome& o) { return wire::Ack{o.rank, o.epoch}; });
-    DaemonSink sink(daemon.dir(), 2s);
+    DaemonSink sink(daemon.control(), 2s);
     EXPECT_TRUE(sink.deliver(outcome(0, 0)));
     EXPECT_TRUE(sink.deliver(outcome(1, 3)));
     EXPECT_EQ(daemon.outcomes, 2);
@@ -170,7 +160,7 @@ TEST(DaemonSinkTest, AnAckThatNamesTheOutcomeSentIsADelivery)
 TEST(DaemonSinkTest, AnAckOfAnotherRankIsNoAck)
 {
     FakeDaemon daemon([](const wire::Outcome& o) { return wire::Ack{o.rank + 1, o.epoch}; });
-    DaemonSink sink(daemon.dir(), 2s);
+    DaemonSink sink(daemon.control(), 2s);
     const auto delivered = sink.deliver(outcome(4, 1));
     ASSERT_FALSE(delivered);
     EXPECT_EQ(delivered.error(), "the node daemon acknowledged rank 5 epoch 1, not rank 4 epoch 1");
@@ -182,7 +172,7 @@ TEST(DaemonSinkTest, AnAckOfAnotherRankIsNoAck)
 TEST(DaemonSinkTest, AnAckOfAnotherEpochIsNoAck)
 {
     FakeDaemon daemon([](const wire::Outcome& o) { return wire::Ack{o.rank, o.epoch + 1}; });
-    DaemonSink sink(daemon.dir(), 2s);
+    DaemonSink sink(daemon.control(), 2s);
     const auto delivered = sink.deliver(outcome(4, 1));
     ASSERT_FALSE(delivered);
     EXPECT_EQ(delivered.error(), "the node daemon acknowledged rank 4 epoch 2, not rank 4 epoch 1");
