@@ -416,6 +416,53 @@ def test_a_task_that_hangs_up_on_its_daemon_does_not_kill_it(cluster, workdir, p
     assert len(lines(out, "fence ok ")) == 8, out + err
 
 
+# Another user's job on the same node replaces its own daemon's socket with
+# a link to ours (the directory is theirs). Root used to reach a daemon by
+# that path, so their slurmstepd handed their task's exit and its Stop to
+# our daemon, which took them from root: our step got their code, and our
+# daemon stopped under us. Root now speaks to its own daemon on a link made
+# before the fork, which no path leads to.
+REDIRECT = r"""
+import os, sys
+mine = os.environ["PMIX_SERVER_TMPDIR"]
+os.unlink(os.path.join(mine, "daemon.sock"))
+os.symlink(os.path.join(sys.argv[1], "daemon.sock"), os.path.join(mine, "daemon.sock"))
+sys.exit(7)
+"""
+
+
+def test_another_users_job_cannot_redirect_root_to_our_daemon(cluster, workdir, pmix):
+    before = set(daemons())
+    victim = subprocess.Popen(
+        [str(cluster.SCRIPT), "exec", "srun", "--mpi=none", "-w", "node1", "-N1", "-n1", "-c1",
+         "sh", "-c", f"sleep 8; exec {client('ep_fence')} --data"],
+        env=cluster.env(), cwd=workdir,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # The victim's daemon and its directory.
+        deadline = time.monotonic() + 20
+        theirs = None
+        while time.monotonic() < deadline and theirs is None:
+            fresh = [p for p in daemons() if p not in before]
+            dirs = [daemon_arg(p, b"--dir") for p in fresh]
+            theirs = next((d for d in dirs if d), None)
+            time.sleep(0.1)
+        assert theirs, "the victim's daemon did not start"
+        victim_daemon = next(p for p in daemons() if daemon_arg(p, b"--dir") == theirs)
+        script = workdir / "redirect.py"
+        script.write_text(REDIRECT)
+        script.chmod(0o644)
+        rc, out, err = srun(cluster, workdir, "--mpi=none", "-w", "node1", "-N1", "-n1", "-c1",
+                            "/usr/bin/python3", str(script), theirs, user=cluster.NOBODY)
+        assert rc == 7, out + err
+        # The victim's daemon still serves: nobody stopped it.
+        assert victim_daemon in daemons()
+    finally:
+        out, err = victim.communicate(timeout=90)
+    assert victim.returncode == 0, out + err
+    assert len(lines(out, "fence ok ")) == 1, out + err
+
+
 def test_a_pmix_service_that_cannot_start_is_reported(cluster, workdir, plugstack):
     """The step runs (a task without PMIx is fine); srun's user hears, once per node."""
     plugstack.enable("daemon=/nonexistent/exitpolicy-pmixd", "grace_ms=3000")
