@@ -407,6 +407,42 @@ os.execv(sys.argv[1], sys.argv[1:])
 """
 
 
+# A local peer whose frame header is bad (magic, version, a type that is no
+# local request, a length beyond the bound) is closed at once and freed;
+# it used to stay connected with its reads disabled.
+BAD_HEADER = r"""
+import os, socket, struct
+path = os.path.join(os.environ["PMIX_SERVER_TMPDIR"], "daemon.sock")
+bad = {
+    "magic": b"XX" + bytes([1, 16]) + struct.pack(">I", 0),
+    "version": b"EP" + bytes([99, 16]) + struct.pack(">I", 0),
+    "type": b"EP" + bytes([1, 7]) + struct.pack(">I", 0),
+    "length": b"EP" + bytes([1, 16]) + struct.pack(">I", 1 << 30),
+}
+for name, header in bad.items():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(path)
+    s.sendall(header)
+    try:
+        got = s.recv(1)
+        print(f"bad-header {name} closed={got == b''}", flush=True)
+    except socket.timeout:
+        print(f"bad-header {name} closed=False", flush=True)
+    s.close()
+"""
+
+
+def test_a_local_peer_with_a_bad_header_is_closed(cluster, workdir, pmix):
+    script = workdir / "bad_header.py"
+    script.write_text(BAD_HEADER)
+    script.chmod(0o644)
+    rc, out, err = srun(cluster, workdir, "--mpi=none", "-N1", "-n1", "/usr/bin/python3", str(script))
+    assert rc == 0, out + err
+    assert sorted(lines(out, "bad-header ")) == [
+        f"bad-header {name} closed=True" for name in ("length", "magic", "type", "version")], out + err
+
+
 def test_a_task_that_hangs_up_on_its_daemon_does_not_kill_it(cluster, workdir, pmix):
     script = workdir / "hang_up.py"
     script.write_text(HANG_UP)
