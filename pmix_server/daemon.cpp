@@ -88,6 +88,7 @@ Daemon::~Daemon()
     // is still up: each upcall it carried answers its client then.
     posted_.close();
     pmix_.reset();
+    child_backoff_.reset();
     if (child_listener_)
         evconnlistener_free(child_listener_);
     if (local_listener_)
@@ -190,25 +191,34 @@ void Daemon::listen_children()
         base_,
         [](evconnlistener*, evutil_socket_t fd, sockaddr*, int, void* arg) {
             auto* d = static_cast<Daemon*>(arg);
-            auto h = d->overlay_handlers();
-            h.ready = [d](wire::Channel& c) {
-                c.tag = c.peer().node_id;
-                log::debug("child node %u connected", c.tag);
-                d->adopt(c);
-            };
-            h.closed = [d](wire::Channel& c, wire::Channel::Reason, const std::string& why) {
-                log::debug("child link closed: %s", why.c_str());
-                wire::Channel* gone = &c;
-                const bool was_child = c.is_ready();
-                const std::uint32_t node = c.tag;
-                d->post([d, gone, was_child, node] {
-                    std::erase_if(d->children_, [gone](const auto& p) { return p.get() == gone; });
-                    if (was_child)
-                        d->node_left(node);
-                });
-            };
-            if (auto c = wire::Channel::accept(d->base_, fd, d->secret_, d->args_.job_id, d->args_.step_id, h))
-                d->children_.push_back(std::move(c));
+            // No exception leaves a libevent callback.
+            try {
+                d->child_backoff_->accepted();
+                d->make_room_for_child();
+                auto h = d->overlay_handlers();
+                h.ready = [d](wire::Channel& c) {
+                    c.tag = c.peer().node_id;
+                    log::debug("child node %u connected", c.tag);
+                    d->adopt(c);
+                };
+                h.closed = [d](wire::Channel& c, wire::Channel::Reason, const std::string& why) {
+                    log::debug("child link closed: %s", why.c_str());
+                    wire::Channel* gone = &c;
+                    const bool was_child = c.is_ready();
+                    const std::uint32_t node = c.tag;
+                    d->post([d, gone, was_child, node] {
+                        std::erase_if(d->children_, [gone](const auto& p) { return p.get() == gone; });
+                        if (was_child)
+                            d->node_left(node);
+                    });
+                };
+                if (auto c = wire::Channel::accept(d->base_, fd, d->secret_, d->args_.job_id, d->args_.step_id, h))
+                    d->children_.push_back(std::move(c));
+            } catch (const std::exception& e) {
+                log::error("could not accept a child's connection: %s", e.what());
+            } catch (...) {
+                log::error("could not accept a child's connection");
+            }
         },
         this, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE, 64,
         reinterpret_cast<sockaddr*>(&sin), sizeof(sin));
@@ -216,10 +226,38 @@ void Daemon::listen_children()
         log::error("cannot listen for child daemons: %s", std::strerror(errno));
         return;
     }
+    child_backoff_ = std::make_unique<wire::AcceptBackoff>(
+        child_listener_, [](const std::string& line) { log::error("child listener: %s", line.c_str()); });
+    evconnlistener_set_error_cb(child_listener_, [](evconnlistener*, void* arg) {
+        static_cast<Daemon*>(arg)->child_backoff_->failed(EVUTIL_SOCKET_ERROR());
+    });
     sockaddr_in bound{};
     socklen_t len = sizeof(bound);
     getsockname(evconnlistener_get_fd(child_listener_), reinterpret_cast<sockaddr*>(&bound), &len);
     child_port_ = ntohs(bound.sin_port);
+}
+
+// A child's connection is on its way: room for it among those not ready,
+// by destroying the oldest (outside its callbacks: no `closed`).
+void Daemon::make_room_for_child()
+{
+    auto waiting = [](const auto& c) { return !c->is_ready() && !c->is_closed(); };
+    auto count = static_cast<std::size_t>(std::count_if(children_.begin(), children_.end(), waiting));
+    if (count < wire::max_unauthenticated_channels)
+        return;
+    if (!told_over_cap_) {
+        told_over_cap_ = true;
+        log::error("more than %zu connections from children were unauthenticated at once; the oldest are closed",
+                   wire::max_unauthenticated_channels);
+    }
+    for (auto it = children_.begin(); it != children_.end() && count >= wire::max_unauthenticated_channels;) {
+        if (waiting(*it)) {
+            it = children_.erase(it);
+            --count;
+        } else {
+            ++it;
+        }
+    }
 }
 
 void Daemon::send_up(const wire::Bytes& frame)

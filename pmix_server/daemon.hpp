@@ -109,6 +109,7 @@ private:
     void terminate_local(const std::string& why, std::uint32_t kill_after_ms);
     void signal_local(int sig, const std::set<std::uint32_t>& ranks);
     void listen_children();
+    void make_room_for_child();
     void listen_local();
     void add_local(int fd, uid_t uid, pid_t pid, bool control);
     void on_local_frame(Local& l, wire::Type type, std::span<const std::uint8_t> body);
@@ -129,6 +130,8 @@ private:
     std::optional<std::uint32_t> up_node_;  // whom up_ leads to (none: the FE, after a run-through)
     std::vector<std::unique_ptr<wire::Channel>> children_;
     evconnlistener* child_listener_ = nullptr;
+    std::unique_ptr<wire::AcceptBackoff> child_backoff_;
+    bool told_over_cap_ = false;
     std::uint16_t child_port_ = 0;
     std::optional<wire::StepMap> map_;
     std::optional<wire::Tree> tree_;

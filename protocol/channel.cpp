@@ -4,7 +4,9 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <event2/listener.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <netdb.h>
@@ -15,9 +17,57 @@
 namespace exitpolicy::wire {
 namespace {
 
-constexpr timeval handshake_timeout{10, 0};
+std::atomic<std::int64_t> handshake_deadline_ms{Channel::default_handshake_deadline.count()};
 
 }  // namespace
+
+void Channel::set_handshake_deadline(std::chrono::milliseconds deadline) noexcept
+{
+    handshake_deadline_ms = deadline.count();
+}
+
+std::chrono::milliseconds Channel::handshake_deadline() noexcept
+{
+    return std::chrono::milliseconds(handshake_deadline_ms.load());
+}
+
+AcceptBackoff::AcceptBackoff(evconnlistener* listener, std::function<void(const std::string&)> log)
+    : listener_(listener), log_(std::move(log))
+{
+    timer_ = event_new(evconnlistener_get_base(listener_), -1, 0, on_timer, this);
+}
+
+AcceptBackoff::~AcceptBackoff()
+{
+    if (timer_)
+        event_free(timer_);
+}
+
+void AcceptBackoff::failed(int error) noexcept
+{
+    if (!failing_) {
+        failing_ = true;
+        try {
+            if (log_)
+                log_(std::string("cannot accept connections: ") + evutil_socket_error_to_string(error) +
+                     "; trying again every " + std::to_string(pause.count()) + " ms");
+        } catch (...) {
+        }
+    }
+    // Without a timer to enable it again, the listener stays enabled: libevent
+    // retries at once, but still without a line per attempt.
+    if (!timer_)
+        return;
+    const timeval later{0, static_cast<suseconds_t>(pause.count() * 1000)};
+    evconnlistener_disable(listener_);
+    event_add(timer_, &later);
+}
+
+void AcceptBackoff::on_timer(int, short, void* arg) noexcept
+{
+    auto* self = static_cast<AcceptBackoff*>(arg);
+    evconnlistener_enable(self->listener_);
+}
 
 void tune_socket(int fd) noexcept
 {
@@ -43,15 +93,26 @@ Channel::Channel(bufferevent* bev, const Secret& secret, Handlers handlers, bool
     : bev_(bev), secret_(secret), life_(std::make_shared<Life>(Life{std::move(handlers)})), server_(server)
 {
     bufferevent_setcb(bev_, on_read, nullptr, on_event, this);
-    bufferevent_set_timeouts(bev_, &handshake_timeout, nullptr);
     bufferevent_enable(bev_, EV_READ | EV_WRITE);
 }
 
 Channel::~Channel()
 {
     life_->alive = false;  // for a callback in progress, which holds life_ too
+    if (deadline_)
+        event_free(deadline_);
     if (bev_)
         bufferevent_free(bev_);
+}
+
+bool Channel::arm_deadline()
+{
+    deadline_ = event_new(bufferevent_get_base(bev_), -1, 0, on_deadline, this);
+    if (!deadline_)
+        return false;
+    const std::int64_t ms = handshake_deadline_ms.load();
+    const timeval after{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
+    return event_add(deadline_, &after) == 0;
 }
 
 std::unique_ptr<Channel> Channel::accept(event_base* base, int fd, const Secret& secret, std::uint32_t job_id,
@@ -65,7 +126,7 @@ std::unique_ptr<Channel> Channel::accept(event_base* base, int fd, const Secret&
     tune_socket(fd);
     std::unique_ptr<Channel> c(new Channel(bev, secret, std::move(handlers), true));
     auto nonce = random_nonce();
-    if (!nonce)
+    if (!nonce || !c->arm_deadline())
         return nullptr;
     c->challenge_ = {*nonce, job_id, step_id};
     c->send(c->challenge_.encode());
@@ -94,6 +155,8 @@ Result<std::unique_ptr<Channel>> Channel::connect(event_base* base, const std::s
     }
     tune_socket(bufferevent_getfd(bev));
     std::unique_ptr<Channel> c(new Channel(bev, secret, std::move(handlers), false));
+    if (!c->arm_deadline())
+        return R::fail("cannot connect to " + host + ":" + service + ": no memory for a timer");
     c->challenge_.job_id = job_id;  // what we expect the server to serve
     c->challenge_.step_id = step_id;
     c->hello_ = std::move(identity);
@@ -117,6 +180,8 @@ void Channel::close(Reason reason, const std::string& why)
         return;
     closing_ = true;
     bufferevent_disable(bev_, EV_READ | EV_WRITE);
+    if (deadline_)
+        event_del(deadline_);
     // The owner may destroy us inside: nothing of ours is touched after it.
     const std::shared_ptr<Life> life = life_;
     if (life->handlers.closed)
@@ -171,7 +236,7 @@ std::optional<Channel::Failure> Channel::handle(Type type, std::span<const std::
             return Failure{Reason::auth_failed, "the peer failed authentication"};
     }
     ready_ = true;
-    bufferevent_set_timeouts(bev_, nullptr, nullptr);
+    event_del(deadline_);
     if (life_->handlers.ready)
         life_->handlers.ready(*this);
     return std::nullopt;
@@ -227,13 +292,22 @@ void Channel::on_event(bufferevent*, short events, void* arg) noexcept
     try {
         if (events & BEV_EVENT_CONNECTED)
             return;
-        if (events & BEV_EVENT_TIMEOUT)
-            c->close(Reason::handshake_timeout, "the peer did not authenticate in time");
-        else if (events & BEV_EVENT_EOF)
+        if (events & BEV_EVENT_EOF)
             c->close(Reason::peer_closed, "the peer closed the connection");
         else if (events & BEV_EVENT_ERROR)
             c->close(Reason::io_error,
                      std::string("connection error: ") + evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    } catch (...) {
+    }
+}
+
+void Channel::on_deadline(int, short, void* arg) noexcept
+{
+    auto* c = static_cast<Channel*>(arg);
+    try {
+        // `closed` may destroy c: nothing of it is touched after.
+        if (!c->ready_ && !c->closing_)
+            c->close(Reason::handshake_timeout, "the peer did not authenticate in time");
     } catch (...) {
     }
 }

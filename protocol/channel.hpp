@@ -7,9 +7,22 @@
 // Hello and answers with its Welcome; a client-side channel (connect)
 // answers the Challenge and checks the Welcome. Only then is `ready` called,
 // and every later frame goes to `frame`. Anything malformed, a failed proof
-// or a handshake that takes longer than the timeout closes the channel and
-// calls `closed` once with the reason: a code to decide on, and a text for
-// people (never matched by code).
+// or a handshake not done by its deadline closes the channel and calls
+// `closed` once with the reason: a code to decide on, and a text for people
+// (never matched by code).
+//
+// Deadline: the handshake has handshake_deadline() (10 s) from accept() or
+// connect(), one absolute deadline armed once and cancelled when the
+// channel becomes ready; a peer's bytes never extend it (a peer that sends
+// one byte at a time is closed as one that sends nothing). A ready channel
+// has no deadline.
+//
+// Caps, kept by each owner that accepts (the front end, and each node
+// daemon for its children): at most max_unauthenticated_channels accepted
+// channels not yet ready at once; a connection beyond that closes at once
+// the oldest of them, so that a flood of idle connections cannot lock out a
+// peer that authenticates promptly. Each such listener has an
+// AcceptBackoff: a failed accept() does not spin the loop.
 //
 // Thread: everything runs on the loop's thread.
 //
@@ -27,20 +40,56 @@
 #include "auth.hpp"
 #include "wire.hpp"
 
+#include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 
+struct event;
 struct event_base;
 struct bufferevent;
+struct evconnlistener;
 
 namespace exitpolicy::wire {
 
 // Every overlay TCP socket: no Nagle delay, and keepalive probes with a
 // bound, so that a peer that vanished without a word is noticed.
 void tune_socket(int fd) noexcept;
+
+// The most accepted channels not yet ready that an owner keeps at once.
+constexpr std::size_t max_unauthenticated_channels = 64;
+
+// A listener's failed accept() (evconnlistener_set_error_cb): the listener
+// is disabled and enabled again after `pause`, and `log` is called once for
+// the whole episode, which ends with the next accepted connection. Without
+// it libevent retries at once and warns on stderr each time: with no
+// descriptor left (EMFILE, ENFILE), or no memory (ENOBUFS, ENOMEM), that is
+// a busy loop. Any other error is treated alike.
+class AcceptBackoff {
+public:
+    static constexpr std::chrono::milliseconds pause{100};
+
+    // Everything on the listener's loop; the listener outlives this.
+    AcceptBackoff(evconnlistener* listener, std::function<void(const std::string&)> log);
+    ~AcceptBackoff();
+    AcceptBackoff(const AcceptBackoff&) = delete;
+    AcceptBackoff& operator=(const AcceptBackoff&) = delete;
+
+    // From the listener's error callback, with accept()'s errno.
+    void failed(int error) noexcept;
+    // From the listener's accept callback: an episode is over.
+    void accepted() noexcept { failing_ = false; }
+
+private:
+    static void on_timer(int, short, void* arg) noexcept;
+    evconnlistener* listener_;
+    std::function<void(const std::string&)> log_;
+    ::event* timer_ = nullptr;
+    bool failing_ = false;
+};
 
 class Channel {
 public:
@@ -54,6 +103,12 @@ public:
         local_close,        // close(), by the owner
         internal_error,     // a handler threw, or no randomness for a nonce
     };
+
+    // How long a channel has from accept() or connect() to become ready.
+    static constexpr std::chrono::milliseconds default_handshake_deadline{10000};
+    // For tests: the deadline of the channels made from now on (any thread).
+    static void set_handshake_deadline(std::chrono::milliseconds deadline) noexcept;
+    static std::chrono::milliseconds handshake_deadline() noexcept;
 
     struct Handlers {
         std::function<void(Channel&)> ready;
@@ -77,6 +132,7 @@ public:
 
     void send(const Bytes& frame);
     bool is_ready() const noexcept { return ready_; }
+    bool is_closed() const noexcept { return closing_; }
     // Server side: who the peer proved to be.
     const Hello& peer() const noexcept { return peer_; }
     // Closes now; `closed` is called with Reason::local_close and why.
@@ -89,6 +145,9 @@ private:
     Channel(bufferevent* bev, const Secret& secret, Handlers handlers, bool server);
     static void on_read(bufferevent* bev, void* arg) noexcept;
     static void on_event(bufferevent* bev, short events, void* arg) noexcept;
+    static void on_deadline(int, short, void* arg) noexcept;
+    // Arms the handshake's deadline; false without memory for it.
+    bool arm_deadline();
     void close(Reason reason, const std::string& why);
     struct Failure {
         Reason reason;
@@ -105,6 +164,7 @@ private:
     };
 
     bufferevent* bev_;
+    ::event* deadline_ = nullptr;  // the handshake's, until ready or closed
     Secret secret_;
     std::shared_ptr<Life> life_;
     bool server_;

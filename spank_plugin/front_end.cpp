@@ -27,6 +27,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <list>
 #include <map>
 #include <mutex>
 #include <set>
@@ -71,6 +72,8 @@ struct FrontEnd::Impl {
         std::optional<std::uint32_t> node;  // set once authenticated
         wire::Role role = wire::Role::stepd;
         std::string peer_address;           // numeric, for the step map
+        // Not ready yet: its place in `pending`.
+        std::optional<std::list<Conn*>::iterator> pending_at;
     };
 
     FrontEndSetup setup;
@@ -81,6 +84,11 @@ struct FrontEnd::Impl {
     std::thread thread;
     std::map<wire::Channel*, std::unique_ptr<Conn>> conns;  // FE thread only
     std::vector<std::unique_ptr<Conn>> closed_conns;         // freed on the next loop turn
+    // The connections not ready yet, oldest first (FE thread only): at most
+    // wire::max_unauthenticated_channels.
+    std::list<Conn*> pending;
+    bool told_over_cap = false;
+    std::unique_ptr<wire::AcceptBackoff> accept_backoff;
 
     // Shared with srun's main thread.
     std::mutex mu;
@@ -144,6 +152,7 @@ struct FrontEnd::Impl {
     {
         if (reason != wire::Channel::Reason::peer_closed)
             problem("closed a connection: " + why);
+        unpend(c);
         if (c->node) {
             std::lock_guard lock(mu);
             --open_links;
@@ -169,6 +178,31 @@ struct FrontEnd::Impl {
                 static_cast<Impl*>(arg)->closed_conns.clear();
             },
             this, &now);
+    }
+
+    void unpend(Conn* c)
+    {
+        if (c->pending_at)
+            pending.erase(*std::exchange(c->pending_at, std::nullopt));
+    }
+
+    // A new connection is on its way: room for it among those not ready,
+    // by closing the oldest (no `closed`: it is destroyed, outside its own
+    // callbacks).
+    void make_room()
+    {
+        if (pending.size() < wire::max_unauthenticated_channels)
+            return;
+        if (!told_over_cap) {
+            told_over_cap = true;
+            problem("more than " + std::to_string(wire::max_unauthenticated_channels) +
+                    " connections were unauthenticated at once; the oldest were closed");
+        }
+        while (pending.size() >= wire::max_unauthenticated_channels) {
+            Conn* oldest = pending.front();
+            unpend(oldest);
+            conns.erase(oldest->channel.get());
+        }
     }
 
     void send(Conn* c, const wire::Bytes& frame)
@@ -555,6 +589,7 @@ struct FrontEnd::Impl {
     // A peer proved it holds the secret: who it is.
     void on_ready(Conn* c)
     {
+        unpend(c);
         const wire::Hello& hello = c->channel->peer();
         if (hello.node_id >= setup.nnodes) {
             c->channel->close("node id " + std::to_string(hello.node_id) + " is outside the step's " +
@@ -643,6 +678,8 @@ struct FrontEnd::Impl {
     {
         auto* fe = static_cast<Impl*>(arg);
         try {
+            fe->accept_backoff->accepted();
+            fe->make_room();
             auto c = std::make_unique<Conn>();
             Conn* raw = c.get();
             char text[INET6_ADDRSTRLEN] = {};
@@ -663,7 +700,10 @@ struct FrontEnd::Impl {
                 fe->problem("could not accept a connection");
                 return;
             }
-            fe->conns.emplace(c->channel.get(), std::move(c));
+            wire::Channel* channel = c->channel.get();
+            fe->conns.emplace(channel, std::move(c));
+            fe->pending.push_back(raw);
+            raw->pending_at = std::prev(fe->pending.end());
         } catch (...) {
             fe->problem("could not accept a connection");
         }
@@ -690,6 +730,13 @@ struct FrontEnd::Impl {
                                                   : "an ephemeral port";
             return Result<bool>::fail("cannot listen on " + where + ": " + std::strerror(errno));
         }
+        // Straight to srun's stderr, once per episode of failed accepts.
+        accept_backoff = std::make_unique<wire::AcceptBackoff>(listener.get(), [](const std::string& line) {
+            std::fprintf(stderr, "exitpolicy: front end: %s\n", line.c_str());
+        });
+        evconnlistener_set_error_cb(listener.get(), [](evconnlistener*, void* arg) {
+            static_cast<Impl*>(arg)->accept_backoff->failed(EVUTIL_SOCKET_ERROR());
+        });
         sockaddr_in bound{};
         socklen_t len = sizeof(bound);
         getsockname(evconnlistener_get_fd(listener.get()), reinterpret_cast<sockaddr*>(&bound), &len);
@@ -705,6 +752,8 @@ struct FrontEnd::Impl {
         thread.join();
         conns.clear();
         closed_conns.clear();
+        pending.clear();
+        accept_backoff.reset();
         listener.reset();
         teardown_timer.reset();
     }

@@ -347,5 +347,68 @@ TEST_F(ChannelBurstTest, ThePeersCloseIsToldApartFromAFailedProof)
     EXPECT_TRUE(frames.empty());
 }
 
+// A peer that sends its Hello one byte every 200 ms is closed when the
+// handshake's deadline passes, however often its bytes come: the deadline
+// is counted from the accept, not from the last byte.
+TEST_F(ChannelBurstTest, ASlowHelloIsClosedAtTheHandshakeDeadline)
+{
+    Channel::set_handshake_deadline(1s);
+    struct Restore {
+        ~Restore() { Channel::set_handshake_deadline(Channel::default_handshake_deadline); }
+    } restore;
+    Channel::Handlers h;
+    bool ready = false;
+    h.ready = [&ready](Channel&) { ready = true; };
+    h.closed = [this](Channel&, Channel::Reason r, const std::string&) {
+        ++closed;
+        reason = r;
+    };
+    const auto opened = std::chrono::steady_clock::now();
+    open(h);
+
+    // The challenge, then the Hello it asks for, trickled.
+    Bytes in;
+    std::uint8_t buf[256];
+    ASSERT_TRUE(run_until([&] {
+        const ssize_t n = ::recv(peer_, buf, sizeof(buf), 0);
+        if (n > 0)
+            in.insert(in.end(), buf, buf + n);
+        return in.size() >= header_size + 40;
+    }));
+    auto challenge = Challenge::decode(std::span(in).subspan(header_size));
+    ASSERT_TRUE(challenge) << challenge.error();
+    Hello hello;
+    hello.role = Role::stepd;
+    hello.hostname = "slow";
+    hello.nonce = *random_nonce();
+    hello.mac = client_proof(secret_, *challenge, hello);
+    const Bytes out = hello.encode();
+    ASSERT_GT(out.size(), 25u);  // more than 5 s of it at one byte per 200 ms
+    std::size_t sent = 0;
+    auto next_byte = opened;
+    auto trickle = [&] {
+        if (std::chrono::steady_clock::now() >= next_byte && sent + 1 < out.size()) {
+            ::send(peer_, out.data() + sent, 1, MSG_NOSIGNAL);
+            ++sent;
+            next_byte += 200ms;
+        }
+    };
+    EXPECT_TRUE(run_until([&] {
+        trickle();
+        return closed != 0;
+    }, 4s));
+    const auto took = std::chrono::steady_clock::now() - opened;
+    EXPECT_EQ(reason, Channel::Reason::handshake_timeout);
+    EXPECT_GE(took, 900ms);
+    EXPECT_LT(took, 2500ms);
+    // More bytes, and more time: no second `closed`.
+    run_until([&] {
+        trickle();
+        return false;
+    }, 1500ms);
+    EXPECT_EQ(closed, 1);
+    EXPECT_FALSE(ready);
+}
+
 }  // namespace
 }  // namespace exitpolicy::wire

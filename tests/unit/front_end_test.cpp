@@ -11,15 +11,21 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
 #include <functional>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace exitpolicy::plugin {
 namespace {
@@ -202,6 +208,158 @@ TEST(FrontEndTest, GarbageClosesThatConnectionOnly)
     EXPECT_EQ(got.missing, 0u);
     ASSERT_EQ(got.problems.size(), 1u);
     EXPECT_EQ(got.problems[0], "closed a connection: not an exitpolicy frame (bad magic)");
+}
+
+// A plain TCP connection to the FE that never says a word.
+int idle_connection(std::uint16_t port)
+{
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons(port);
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) != 0) {
+        ::close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+// Whether the FE closed this connection (its challenge may come first).
+bool closed_by_peer(int fd)
+{
+    char buf[256];
+    for (;;) {
+        const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n == 0)
+            return true;
+        if (n < 0)
+            return errno != EAGAIN && errno != EWOULDBLOCK;
+    }
+}
+
+// 1 000 connections that never speak: at most 64 of them stay open (the
+// oldest are closed as new ones come), and a node that authenticates at
+// once still reports, and finish() does not wait for anyone's deadline.
+TEST(FrontEndTest, IdleConnectionsBeyondTheCapAreClosedAndANodeStillReports)
+{
+    // Both ends of every connection live in this process.
+    std::size_t wanted = 1000;
+    rlimit lim{};
+    ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &lim), 0);
+    const rlim_t need = 2 * wanted + 200;
+    if (lim.rlim_cur < need) {
+        rlimit raised = lim;
+        raised.rlim_cur = std::min<rlim_t>(need, lim.rlim_max);
+        ::setrlimit(RLIMIT_NOFILE, &raised);
+        ::getrlimit(RLIMIT_NOFILE, &raised);
+        if (raised.rlim_cur < need) {
+            wanted = (raised.rlim_cur - 200) / 2;
+            std::printf("RLIMIT_NOFILE is %llu: %zu idle connections instead of 1000\n",
+                        static_cast<unsigned long long>(raised.rlim_cur), wanted);
+        }
+    }
+    ASSERT_GT(wanted, 2 * wire::max_unauthenticated_channels);
+
+    auto fe = start(2, 1);
+    ASSERT_TRUE(fe);
+    std::vector<int> idle;
+    for (std::size_t i = 0; i < wanted; ++i) {
+        const int fd = idle_connection(fe->port());
+        ASSERT_GE(fd, 0) << "connection " << i << ": " << std::strerror(errno);
+        idle.push_back(fd);
+    }
+    // Those beyond the cap are closed at once, long before any deadline.
+    std::size_t closed = 0;
+    const auto deadline = std::chrono::steady_clock::now() + 3s;
+    while (std::chrono::steady_clock::now() < deadline) {
+        closed = 0;
+        for (int fd : idle)
+            closed += closed_by_peer(fd) ? 1 : 0;
+        if (closed >= wanted - wire::max_unauthenticated_channels)
+            break;
+        std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_GE(closed, wanted - wire::max_unauthenticated_channels);
+
+    const auto began = std::chrono::steady_clock::now();
+    NodeLink a = connect(node(*fe, 0, {0, 1}));
+    EXPECT_TRUE(a.send_outcome(outcome(0, 0), 2s));
+    EXPECT_TRUE(a.send_outcome(outcome(1, 0), 2s));
+    const Collected got = fe->finish(10s);
+    EXPECT_LT(std::chrono::steady_clock::now() - began, 2s);
+    EXPECT_EQ(got.missing, 0u);
+    EXPECT_EQ(got.nodes_reporting, 1u);
+    for (int fd : idle)
+        ::close(fd);
+}
+
+// accept() fails with EMFILE: one line on stderr for the whole episode
+// (libevent's own warning came once per attempt, thousands a second), and
+// once descriptors are free again the FE accepts and a node reports.
+TEST(FrontEndTest, AcceptFailuresAreLoggedOnceAndTheListenerRecovers)
+{
+    auto fe = start(1, 1);
+    ASSERT_TRUE(fe);
+    // Everything the test needs while descriptors are scarce, made first.
+    constexpr int attempts = 20;
+    std::vector<int> clients;
+    for (int i = 0; i < attempts; ++i) {
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ASSERT_GE(fd, 0);
+        clients.push_back(fd);
+    }
+    std::FILE* capture = std::tmpfile();
+    ASSERT_NE(capture, nullptr);
+    std::fflush(stderr);
+    const int saved_stderr = ::dup(2);
+    ASSERT_GE(saved_stderr, 0);
+    ASSERT_EQ(::dup2(::fileno(capture), 2), 2);
+
+    // No descriptor below the limit is free: accept() fails with EMFILE.
+    rlimit lim{};
+    ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &lim), 0);
+    const int lowest_free = ::dup(0);
+    ASSERT_GE(lowest_free, 0);
+    ::close(lowest_free);
+    rlimit lowered = lim;
+    lowered.rlim_cur = static_cast<rlim_t>(lowest_free);
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &lowered), 0);
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons(fe->port());
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int connected = 0;
+    for (int fd : clients) {
+        connected += ::connect(fd, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) == 0 ? 1 : 0;
+        std::this_thread::sleep_for(20ms);
+    }
+    std::this_thread::sleep_for(300ms);
+    const int failed_fd = ::dup(0);  // the limit held
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+    std::this_thread::sleep_for(300ms);  // the listener is back within its pause
+
+    std::fflush(stderr);
+    ::dup2(saved_stderr, 2);
+    ::close(saved_stderr);
+    std::string said;
+    std::rewind(capture);
+    for (int ch; (ch = std::fgetc(capture)) != EOF;)
+        said.push_back(static_cast<char>(ch));
+    std::fclose(capture);
+    EXPECT_EQ(failed_fd, -1);
+    EXPECT_EQ(connected, attempts);
+    EXPECT_LE(std::count(said.begin(), said.end(), '\n'), 1) << said.substr(0, 1000);
+    EXPECT_NE(said.find("cannot accept connections: Too many open files"), std::string::npos) << said;
+
+    NodeLink a = connect(node(*fe, 0, {0}));
+    EXPECT_TRUE(a.send_outcome(outcome(0, 0), 2s));
+    const Collected got = fe->finish(2s);
+    EXPECT_EQ(got.missing, 0u);
+    for (int fd : clients)
+        ::close(fd);
 }
 
 TEST(FrontEndTest, PortRangeInUseIsAClearError)
