@@ -3,6 +3,8 @@
 #
 #   bash bench/run.sh          all benchmarks
 #   bash bench/run.sh decide   only the policy core (decide/report over 10^6 tasks)
+#   bash bench/run.sh seal     the per-frame tag of authenticated links, by frame size,
+#                              beside a plain copy of the same bytes
 #   bash bench/run.sh srun     srun -N4 -n8 true on the local cluster: plugin off,
 #                              loaded, and with a policy (ROUNDS=15 paired rounds)
 #   bash bench/run.sh pmix     Open MPI -N4 -n8 under exitpolicy's PMIx servers vs
@@ -31,12 +33,21 @@ case $what in
     echo "== policy core: deciding and reporting (bench/decide_bench.cpp)"
     "$build/bench/decide_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
       --benchmark_min_time=0.5 2>/dev/null | grep -E '^Benchmark|_median' ;;
-  srun|pmix|nodeloss|failure) ;;
-  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, srun, pmix, nodeloss, failure" >&2; exit 2 ;;
+  srun|pmix|nodeloss|failure|seal) ;;
+  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, pmix, nodeloss, failure" >&2; exit 2 ;;
+esac
+case $what in
+  all|seal)
+    echo "== the per-frame tag of authenticated links (bench/seal_bench.cpp)"
+    "$build/bench/seal_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+      --benchmark_min_time=0.2 2>/dev/null | grep -E '^Benchmark|_median' ;;
 esac
 
 export EXITPOLICY_CLUSTER_DIR=${EXITPOLICY_CLUSTER_DIR:-/tmp/exitpolicy-bench-cluster}
 cluster=$src/contrib/slurm/cluster
+if [ "$what" = seal ]; then
+  exit 0
+fi
 if [ "$what" != decide ] && [ "$what" != nodeloss ]; then
   trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
   "$cluster" up 4 >/dev/null

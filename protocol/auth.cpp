@@ -2,6 +2,7 @@
 #include "auth.hpp"
 
 #include <openssl/crypto.h>
+#include <algorithm>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
@@ -115,6 +116,40 @@ Mac server_proof(const Secret& secret, const Nonce& server_nonce, const Nonce& c
 bool proofs_equal(const Mac& a, const Mac& b) noexcept
 {
     return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+SessionKey session_key(const Secret& secret, const Nonce& server_nonce, const Nonce& client_nonce)
+{
+    return hmac(secret, covered(Writer(Type::welcome).str("exitpolicy frames").bytes(server_nonce).bytes(client_nonce)));
+}
+
+Tag frame_tag(const SessionKey& key, Direction direction, std::uint64_t seq, std::span<const std::uint8_t> frame)
+{
+    Bytes message;
+    message.reserve(9 + frame.size());
+    message.push_back(static_cast<std::uint8_t>(direction));
+    for (int shift = 56; shift >= 0; shift -= 8)
+        message.push_back(static_cast<std::uint8_t>(seq >> shift));
+    message.insert(message.end(), frame.begin(), frame.end());
+    const Mac mac = hmac(key, message);
+    Tag tag{};
+    std::copy_n(mac.begin(), tag_size, tag.begin());
+    return tag;
+}
+
+bool tags_equal(std::span<const std::uint8_t> a, const Tag& b) noexcept
+{
+    return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), b.size()) == 0;
+}
+
+Tag FrameSeal::seal(std::span<const std::uint8_t> frame)
+{
+    return frame_tag(key_, server_ ? Direction::to_client : Direction::to_server, sent_++, frame);
+}
+
+bool FrameSeal::open(std::span<const std::uint8_t> frame, std::span<const std::uint8_t> tag)
+{
+    return tags_equal(tag, frame_tag(key_, server_ ? Direction::to_server : Direction::to_client, received_++, frame));
 }
 
 }  // namespace exitpolicy::wire

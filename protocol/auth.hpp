@@ -8,6 +8,14 @@
 // and the server answers with a Welcome carrying
 //   server_proof = HMAC-SHA256(secret, "exitpolicy server" | server nonce | client nonce).
 // Neither side sends another frame before it has checked the other's proof.
+//
+// After the handshake every frame carries a tag: the first 16 bytes of
+//   HMAC-SHA256(session key, direction | sequence number | frame)
+// with session key = HMAC-SHA256(secret, "exitpolicy frames" | server nonce
+// | client nonce), a direction byte (to the server, to the client) and a
+// 64-bit count of the frames sent that way before. Nobody on the path can
+// inject, alter, replay, reorder or reflect a frame of an authenticated
+// connection without the secret.
 #pragma once
 
 #include "exitpolicy/result.hpp"
@@ -33,5 +41,36 @@ Mac server_proof(const Secret& secret, const Nonce& server_nonce, const Nonce& c
 
 // Constant time.
 bool proofs_equal(const Mac& a, const Mac& b) noexcept;
+
+using SessionKey = std::array<std::uint8_t, 32>;
+inline constexpr std::size_t tag_size = 16;
+using Tag = std::array<std::uint8_t, tag_size>;
+enum class Direction : std::uint8_t { to_server = 0, to_client = 1 };
+
+SessionKey session_key(const Secret& secret, const Nonce& server_nonce, const Nonce& client_nonce);
+// `frame`: the whole frame, header and body.
+Tag frame_tag(const SessionKey& key, Direction direction, std::uint64_t seq, std::span<const std::uint8_t> frame);
+// Constant time.
+bool tags_equal(std::span<const std::uint8_t> a, const Tag& b) noexcept;
+
+// One direction of an authenticated connection: tags what is sent, checks
+// what is received, each with its own count.
+class FrameSeal {
+public:
+    FrameSeal() = default;
+    FrameSeal(const SessionKey& key, bool server) : key_(key), sealed_(true), server_(server) {}
+    bool sealed() const noexcept { return sealed_; }
+    // The tag to send after `frame`.
+    Tag seal(std::span<const std::uint8_t> frame);
+    // Whether `tag` is the one the peer's next frame must carry.
+    bool open(std::span<const std::uint8_t> frame, std::span<const std::uint8_t> tag);
+
+private:
+    SessionKey key_{};
+    bool sealed_ = false;
+    bool server_ = false;
+    std::uint64_t sent_ = 0;
+    std::uint64_t received_ = 0;
+};
 
 }  // namespace exitpolicy::wire

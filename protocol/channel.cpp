@@ -14,6 +14,8 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <utility>
+
 namespace exitpolicy::wire {
 namespace {
 
@@ -129,7 +131,7 @@ std::unique_ptr<Channel> Channel::accept(event_base* base, int fd, const Secret&
     if (!nonce || !c->arm_deadline())
         return nullptr;
     c->challenge_ = {*nonce, job_id, step_id};
-    c->send(c->challenge_.encode());
+    c->send_raw(c->challenge_.encode());
     return c;
 }
 
@@ -163,10 +165,24 @@ Result<std::unique_ptr<Channel>> Channel::connect(event_base* base, const std::s
     return R::ok(std::move(c));
 }
 
-void Channel::send(const Bytes& frame)
+void Channel::send_raw(const Bytes& frame)
 {
     if (bev_ && !closing_)
         bufferevent_write(bev_, frame.data(), frame.size());
+}
+
+void Channel::send(const Bytes& frame)
+{
+    if (!ready_) {
+        if (!closing_)
+            held_.push_back(frame);
+        return;
+    }
+    if (!bev_ || closing_)
+        return;
+    const Tag sealed = seal_.seal(frame);
+    bufferevent_write(bev_, frame.data(), frame.size());
+    bufferevent_write(bev_, sealed.data(), sealed.size());
 }
 
 void Channel::close(const std::string& why)
@@ -210,7 +226,7 @@ std::optional<Channel::Failure> Channel::handle(Type type, std::span<const std::
         if (!proofs_equal(hello->mac, client_proof(secret_, challenge_, *hello)))
             return Failure{Reason::auth_failed, "a peer failed authentication"};
         peer_ = std::move(*hello);
-        send(Welcome{server_proof(secret_, challenge_.nonce, peer_.nonce)}.encode());
+        send_raw(Welcome{server_proof(secret_, challenge_.nonce, peer_.nonce)}.encode());
     } else if (type == Type::challenge) {
         auto c = Challenge::decode(body);
         if (!c)
@@ -224,7 +240,7 @@ std::optional<Channel::Failure> Channel::handle(Type type, std::span<const std::
             return Failure{Reason::internal_error, nonce.error()};
         hello_.nonce = *nonce;
         hello_.mac = client_proof(secret_, challenge_, hello_);
-        send(hello_.encode());
+        send_raw(hello_.encode());
         return std::nullopt;
     } else {
         if (type != Type::welcome)
@@ -236,6 +252,9 @@ std::optional<Channel::Failure> Channel::handle(Type type, std::span<const std::
             return Failure{Reason::auth_failed, "the peer failed authentication"};
     }
     ready_ = true;
+    seal_ = FrameSeal(session_key(secret_, challenge_.nonce, server_ ? peer_.nonce : hello_.nonce), server_);
+    for (const Bytes& frame : std::exchange(held_, {}))
+        send(frame);
     event_del(deadline_);
     if (life_->handlers.ready)
         life_->handlers.ready(*this);
@@ -260,11 +279,21 @@ void Channel::on_read(bufferevent* bev, void* arg) noexcept
                 c->close(Reason::bad_frame, h.error());
                 return;
             }
-            if (evbuffer_get_length(in) < header_size + h->length)
+            // After the handshake each frame is followed by its tag.
+            const std::size_t tag_bytes = c->ready_ ? tag_size : 0;
+            if (evbuffer_get_length(in) < header_size + h->length + tag_bytes)
                 return;  // the rest is on its way
-            evbuffer_drain(in, header_size);
-            Bytes body(h->length);
-            evbuffer_remove(in, body.data(), body.size());
+            Bytes frame(header_size + h->length);
+            evbuffer_remove(in, frame.data(), frame.size());
+            if (tag_bytes) {
+                Tag sealed{};
+                evbuffer_remove(in, sealed.data(), sealed.size());
+                if (!c->seal_.open(frame, sealed)) {
+                    c->close(Reason::auth_failed, "a frame failed its integrity check");
+                    return;
+                }
+            }
+            const auto body = std::span<const std::uint8_t>(frame).subspan(header_size);
             auto failed = c->handle(h->type, body);
             if (!life->alive)
                 return;

@@ -46,6 +46,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <vector>
 #include <string>
 
 struct event;
@@ -98,7 +99,7 @@ public:
         peer_closed,        // the peer closed the connection (EOF)
         io_error,           // the socket failed: reset, refused, keepalive gave up, ...
         handshake_timeout,  // the peer did not authenticate in time
-        auth_failed,        // a failed proof, or a peer serving another step
+        auth_failed,        // a failed proof or frame tag, or a peer serving another step
         bad_frame,          // malformed or unexpected, or refused by `frame`
         local_close,        // close(), by the owner
         internal_error,     // a handler threw, or no randomness for a nonce
@@ -130,6 +131,8 @@ public:
     Channel(const Channel&) = delete;
     Channel& operator=(const Channel&) = delete;
 
+    // Once ready, each frame goes with its tag (auth.hpp); a frame the
+    // owner sends before is held until then.
     void send(const Bytes& frame);
     bool is_ready() const noexcept { return ready_; }
     bool is_closed() const noexcept { return closing_; }
@@ -149,6 +152,8 @@ private:
     // Arms the handshake's deadline; false without memory for it.
     bool arm_deadline();
     void close(Reason reason, const std::string& why);
+    // The handshake's own frames, untagged.
+    void send_raw(const Bytes& frame);
     struct Failure {
         Reason reason;
         std::string why;
@@ -173,6 +178,8 @@ private:
     Challenge challenge_;  // server: the one sent; client: the one received
     Hello hello_;          // client: our identity
     Hello peer_;           // server: the peer's identity
+    FrameSeal seal_;       // from ready on: every frame's tag, both ways
+    std::vector<Bytes> held_;  // sent by the owner before ready
 };
 
 }  // namespace exitpolicy::wire

@@ -74,7 +74,8 @@ Result<bool> read_exact(int fd, std::uint8_t* out, std::size_t size, Clock::time
 }
 
 // Reads one frame of the expected type.
-Result<wire::Bytes> read_frame(int fd, wire::Type expected, Clock::time_point deadline, const char* peer)
+Result<wire::Bytes> read_frame(int fd, wire::Type expected, Clock::time_point deadline, const char* peer,
+                               wire::FrameSeal* seal)
 {
     std::array<std::uint8_t, wire::header_size> head{};
     if (auto r = read_exact(fd, head.data(), head.size(), deadline, peer); !r)
@@ -88,7 +89,25 @@ Result<wire::Bytes> read_frame(int fd, wire::Type expected, Clock::time_point de
     wire::Bytes body(h->length);
     if (auto r = read_exact(fd, body.data(), body.size(), deadline, peer); !r)
         return Result<wire::Bytes>::fail(r.error());
+    if (seal) {
+        wire::Tag tag{};
+        if (auto r = read_exact(fd, tag.data(), tag.size(), deadline, peer); !r)
+            return Result<wire::Bytes>::fail(r.error());
+        wire::Bytes frame(head.begin(), head.end());
+        frame.insert(frame.end(), body.begin(), body.end());
+        if (!seal->open(frame, tag))
+            return Result<wire::Bytes>::fail(std::string("a frame from ") + peer + " failed its integrity check");
+    }
     return Result<wire::Bytes>::ok(std::move(body));
+}
+
+Result<bool> write_sealed(int fd, const wire::Bytes& frame, wire::FrameSeal& seal, Clock::time_point deadline,
+                          const char* peer)
+{
+    const wire::Tag tag = seal.seal(frame);
+    wire::Bytes out(frame);
+    out.insert(out.end(), tag.begin(), tag.end());
+    return write_all(fd, out, deadline, peer);
 }
 
 }  // namespace exitpolicy::plugin::io

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "exitpolicy/result.hpp"
+#include "protocol/auth.hpp"
 #include "protocol/wire.hpp"
 
 #include <chrono>
@@ -16,7 +17,12 @@ int remaining_ms(Clock::time_point deadline);
 bool wait_fd(int fd, short events, Clock::time_point deadline);
 Result<bool> write_all(int fd, const wire::Bytes& data, Clock::time_point deadline, const char* peer);
 Result<bool> read_exact(int fd, std::uint8_t* out, std::size_t size, Clock::time_point deadline, const char* peer);
-// One frame of the expected type.
-Result<wire::Bytes> read_frame(int fd, wire::Type expected, Clock::time_point deadline, const char* peer);
+// One frame of the expected type; with a seal (an authenticated
+// connection), followed by its tag, which must be the one expected.
+Result<wire::Bytes> read_frame(int fd, wire::Type expected, Clock::time_point deadline, const char* peer,
+                               wire::FrameSeal* seal = nullptr);
+// A frame and its tag.
+Result<bool> write_sealed(int fd, const wire::Bytes& frame, wire::FrameSeal& seal, Clock::time_point deadline,
+                          const char* peer);
 
 }  // namespace exitpolicy::plugin::io

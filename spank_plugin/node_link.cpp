@@ -73,7 +73,7 @@ NodeLink::~NodeLink()
     close();
 }
 
-NodeLink::NodeLink(NodeLink&& other) noexcept : fd_(other.fd_)
+NodeLink::NodeLink(NodeLink&& other) noexcept : fd_(other.fd_), seal_(other.seal_)
 {
     other.fd_ = -1;
 }
@@ -83,6 +83,7 @@ NodeLink& NodeLink::operator=(NodeLink&& other) noexcept
     if (this != &other) {
         close();
         fd_ = other.fd_;
+        seal_ = other.seal_;
         other.fd_ = -1;
     }
     return *this;
@@ -135,6 +136,7 @@ Result<NodeLink> NodeLink::connect(const LinkSetup& setup, std::chrono::millisec
         return R::fail(welcome.error());
     if (!wire::proofs_equal(welcome->mac, wire::server_proof(setup.secret, challenge->nonce, hello.nonce)))
         return R::fail("the front end failed authentication");
+    link.seal_ = wire::FrameSeal(wire::session_key(setup.secret, challenge->nonce, hello.nonce), false);
     return R::ok(std::move(link));
 }
 
@@ -147,9 +149,9 @@ Result<bool> NodeLink::send_outcome(const wire::Outcome& outcome, std::chrono::m
         close();
         return Result<bool>::fail(why);
     };
-    if (auto w = write_all(fd_, outcome.encode(), deadline, fe); !w)
+    if (auto w = write_sealed(fd_, outcome.encode(), seal_, deadline, fe); !w)
         return fail(w.error());
-    auto body = read_frame(fd_, wire::Type::ack, deadline, fe);
+    auto body = read_frame(fd_, wire::Type::ack, deadline, fe, &seal_);
     if (!body)
         return fail(body.error());
     auto ack = wire::Ack::decode(*body);
@@ -166,7 +168,7 @@ Result<bool> NodeLink::post_notice(const std::string& text, std::chrono::millise
     if (fd_ < 0)
         return Result<bool>::fail("not connected to the front end");
     // The FE knows the node from the handshake.
-    if (auto w = write_all(fd_, wire::Notice{0, text}.encode(), Clock::now() + timeout, fe); !w) {
+    if (auto w = write_sealed(fd_, wire::Notice{0, text}.encode(), seal_, Clock::now() + timeout, fe); !w) {
         close();
         return w;
     }
@@ -177,7 +179,7 @@ Result<bool> NodeLink::post_outcome(const wire::Outcome& outcome, std::chrono::m
 {
     if (fd_ < 0)
         return Result<bool>::fail("not connected to the front end");
-    if (auto w = write_all(fd_, outcome.encode(), Clock::now() + timeout, fe); !w) {
+    if (auto w = write_sealed(fd_, outcome.encode(), seal_, Clock::now() + timeout, fe); !w) {
         close();
         return w;
     }
@@ -191,7 +193,8 @@ Result<std::vector<wire::Ack>> NodeLink::read_acks(std::size_t want, std::chrono
     const auto deadline = Clock::now() + wait;
     while (fd_ >= 0 && acks.size() < want && wait_fd(fd_, POLLIN, deadline)) {
         // Something is there: the rest of its frame follows at once.
-        auto body = read_frame(fd_, wire::Type::ack, std::max(deadline, Clock::now() + std::chrono::seconds(1)), fe);
+        auto body = read_frame(fd_, wire::Type::ack, std::max(deadline, Clock::now() + std::chrono::seconds(1)), fe,
+                               &seal_);
         auto ack = body ? wire::Ack::decode(*body) : Result<wire::Ack>::fail(body.error());
         if (!ack) {
             close();

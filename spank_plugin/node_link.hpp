@@ -59,6 +59,7 @@ public:
 private:
     explicit NodeLink(int fd) : fd_(fd) {}
     int fd_ = -1;
+    wire::FrameSeal seal_;  // every frame after the handshake is tagged
 };
 
 }  // namespace exitpolicy::plugin

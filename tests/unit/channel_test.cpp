@@ -78,9 +78,12 @@ protected:
         return true;
     }
 
+    // What a peer on the path does to the frames after the Hello.
+    enum class Tamper { none, alter_fifth, replay_first, untagged };
+
     // The peer reads the channel's Challenge and answers it: its Hello (with
     // a wrong proof if `forged`), then `tail`, in one write.
-    void handshake_and_send(const Bytes& tail, bool forged = false)
+    void handshake_and_send(const Bytes& tail, bool forged = false, Tamper tamper = Tamper::none)
     {
         Bytes in;
         std::uint8_t buf[256];
@@ -103,7 +106,28 @@ protected:
         if (forged)
             hello.mac[0] ^= 1;
         Bytes out = hello.encode();
-        out.insert(out.end(), tail.begin(), tail.end());
+        // After the Hello every frame carries its tag, as a real client's
+        // would; from the first thing that is no frame on, bytes go as they are.
+        FrameSeal seal(session_key(secret_, challenge->nonce, hello.nonce), false);
+        std::size_t at = 0;
+        while (at + header_size <= tail.size()) {
+            const auto h = decode_header(std::span<const std::uint8_t, header_size>(tail.data() + at, header_size),
+                                         max_body_trusted);
+            if (!h || at + header_size + h->length > tail.size())
+                break;
+            const std::span<const std::uint8_t> frame(tail.data() + at, header_size + h->length);
+            const Tag tag = seal.seal(frame);
+            const std::size_t start = out.size();
+            out.insert(out.end(), frame.begin(), frame.end());
+            if (tamper != Tamper::untagged)
+                out.insert(out.end(), tag.begin(), tag.end());
+            if (tamper == Tamper::alter_fifth && at == 4 * frame.size())
+                out[start + header_size] ^= 1;  // the body's first byte
+            if (tamper == Tamper::replay_first && at == 0)
+                out.insert(out.end(), out.begin() + static_cast<std::ptrdiff_t>(start), out.end());
+            at += frame.size();
+        }
+        out.insert(out.end(), tail.begin() + static_cast<std::ptrdiff_t>(at), tail.end());
         ASSERT_EQ(::send(peer_, out.data(), out.size(), MSG_NOSIGNAL), static_cast<ssize_t>(out.size()));
     }
 
@@ -312,6 +336,66 @@ TEST_F(ChannelBurstTest, AClosedHandlerThatThrowsOnceTheChannelIsGoneHarmsNothin
     EXPECT_EQ(why, "enough");
     EXPECT_FALSE(channel);
     EXPECT_EQ(frames, upto(10));
+}
+
+// After the handshake every frame is tagged: one altered, replayed or sent
+// without its tag (by someone on the path, who has no secret) closes the
+// channel with auth_failed, and nothing from it on reaches the owner.
+TEST_F(ChannelBurstTest, AFrameAlteredReplayedOrUntaggedAfterTheHandshakeIsRefused)
+{
+    const std::pair<Tamper, std::size_t> cases[] = {
+        {Tamper::alter_fifth, 4}, {Tamper::replay_first, 1}, {Tamper::untagged, 0}};
+    for (const auto& [tamper, delivered] : cases) {
+        SCOPED_TRACE(static_cast<int>(tamper));
+        frames.clear();
+        closed = 0;
+        if (peer_ >= 0)
+            ::close(peer_);
+        peer_ = -1;
+        auto h = recording([](Channel&, std::uint32_t) { return Result<bool>::ok(true); });
+        h.closed = [this](Channel&, Channel::Reason r, const std::string& text) {
+            ++closed;
+            reason = r;
+            why = text;
+            channel.reset();
+        };
+        open(std::move(h));
+        handshake_and_send(acks(0, 8), false, tamper);
+        ASSERT_TRUE(run_until([&] { return closed != 0; }));
+        run_until([] { return false; }, 50ms);
+        EXPECT_EQ(closed, 1);
+        EXPECT_EQ(reason, Channel::Reason::auth_failed);
+        EXPECT_EQ(why, "a frame failed its integrity check");
+        std::vector<std::uint32_t> first;  // ranks 0 .. delivered - 1
+        for (std::uint32_t r = 0; r < delivered; ++r)
+            first.push_back(r);
+        EXPECT_EQ(frames, first);
+    }
+}
+
+TEST(FrameTagTest, TagsBindKeyDirectionSequenceAndEveryByte)
+{
+    const Secret secret{1, 2, 3};
+    const Nonce a{4}, b{5};
+    const SessionKey key = session_key(secret, a, b);
+    EXPECT_NE(key, session_key(secret, b, a));
+    const Bytes frame = Ack{3, 1}.encode();
+    const Tag t = frame_tag(key, Direction::to_server, 0, frame);
+    EXPECT_NE(t, frame_tag(key, Direction::to_client, 0, frame));
+    EXPECT_NE(t, frame_tag(key, Direction::to_server, 1, frame));
+    EXPECT_NE(t, frame_tag(session_key(Secret{9}, a, b), Direction::to_server, 0, frame));
+    Bytes changed = frame;
+    changed.back() ^= 0x80;
+    EXPECT_NE(t, frame_tag(key, Direction::to_server, 0, changed));
+    // A client's seal and a server's open agree, in order only.
+    FrameSeal client(key, false), server(key, true);
+    const Tag first = client.seal(frame);
+    const Tag second = client.seal(frame);
+    EXPECT_FALSE(server.open(frame, second));  // out of order: the server expected #0
+    FrameSeal fresh(key, true);
+    EXPECT_TRUE(fresh.open(frame, first));
+    EXPECT_TRUE(fresh.open(frame, second));
+    EXPECT_FALSE(fresh.open(frame, second));  // replayed
 }
 
 TEST_F(ChannelBurstTest, ThePeersCloseIsToldApartFromAFailedProof)
