@@ -443,6 +443,79 @@ def test_a_local_peer_with_a_bad_header_is_closed(cluster, workdir, pmix):
         f"bad-header {name} closed=True" for name in ("length", "magic", "type", "version")], out + err
 
 
+# Anyone on the network may connect to a node daemon's port for its
+# children. 300 connections that never authenticate must not cost it a
+# descriptor each (at most 64 wait for their handshake; a new one closes the
+# oldest), and the step goes on.
+IDLE = r"""
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.connect(("127.0.0.1", int(sys.argv[1])))
+    socks.append(s)
+print("connected", flush=True)
+sys.stdin.read()
+"""
+
+
+def listening_port(pid):
+    """The TCP port process pid listens on (the daemon's, for its children)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    with open(f"/proc/{pid}/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:
+                return int(fields[1].split(":")[1], 16)
+    return None
+
+
+def test_idle_connections_to_a_daemon_cost_it_no_descriptors(cluster, workdir, pmix):
+    before = set(daemons())
+    step = subprocess.Popen(
+        [str(cluster.SCRIPT), "exec", "srun", *N4N8, "sh", "-c", f"sleep 6; exec {client('ep_fence')} --data"],
+        env=cluster.env(), cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    holder = None
+    try:
+        deadline = time.monotonic() + 20
+        pid = port = None
+        while time.monotonic() < deadline and port is None:
+            fresh = [p for p in daemons() if p not in before]
+            for p in fresh:
+                try:
+                    port = listening_port(p)
+                except OSError:
+                    port = None
+                if port:
+                    pid = p
+                    break
+            time.sleep(0.1)
+        assert port, "no daemon listening"
+        script = workdir / "idle.py"
+        script.write_text(IDLE)
+        script.chmod(0o644)
+        holder = subprocess.Popen([str(cluster.SCRIPT), "exec", "/usr/bin/python3", str(script), str(port), "300"],
+                                  env=cluster.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline().strip() == "connected"
+        time.sleep(0.5)
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+        assert fds < 200, f"the daemon holds {fds} descriptors"
+    finally:
+        if holder:
+            holder.stdin.close()
+            holder.wait(timeout=30)
+        out, err = step.communicate(timeout=120)
+    assert step.returncode == 0, out + err
+    assert len(lines(out, "fence ok ")) == 8, out + err
+
+
 def test_a_task_that_hangs_up_on_its_daemon_does_not_kill_it(cluster, workdir, pmix):
     script = workdir / "hang_up.py"
     script.write_text(HANG_UP)
