@@ -225,6 +225,44 @@ TEST_F(DaemonLinkTest, TheStepDirectoryIsUnpredictableAndRemovedAsItsUser)
     EXPECT_FALSE(std::filesystem::exists(*b));
 }
 
+// Another user plants what the step's directory used to be called (a
+// directory of theirs, and a link to a directory of root's): the step gets a
+// private directory of its own all the same, and nothing planted is used,
+// followed or removed.
+TEST_F(DaemonLinkTest, WhatAnotherUserPlantsIsNeverTheStepsDirectory)
+{
+    if (::geteuid() != 0)
+        GTEST_SKIP() << "needs root to plant as another user";
+    const uid_t other = 65534, owner = 4242;
+    const std::string planted_dir = "/tmp/exitpolicy.9.2.node1";
+    const std::string planted_link = "/tmp/exitpolicy.9.2.node1.XXXXXX";
+    std::filesystem::remove_all(planted_dir);
+    std::filesystem::remove(planted_link);
+    ASSERT_EQ(::mkdir(planted_dir.c_str(), 0777), 0);
+    ASSERT_EQ(::chown(planted_dir.c_str(), other, other), 0);
+    ASSERT_EQ(::symlink(dir.c_str(), planted_link.c_str()), 0);
+    ASSERT_EQ(::lchown(planted_link.c_str(), other, other), 0);
+
+    auto made = make_step_dir(9, 2, "node1", owner, owner);
+    ASSERT_TRUE(made) << made.error();
+    EXPECT_NE(*made, planted_dir);
+    EXPECT_NE(*made, planted_link);
+    struct stat st {};
+    ASSERT_EQ(::lstat(made->c_str(), &st), 0);
+    EXPECT_TRUE(S_ISDIR(st.st_mode));
+    EXPECT_EQ(st.st_uid, owner);
+    remove_step_dir(*made, owner, owner, 2000ms);
+    EXPECT_FALSE(std::filesystem::exists(*made));
+    // The planted ones are as they were, and root's directory behind the link too.
+    ASSERT_EQ(::lstat(planted_dir.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, other);
+    ASSERT_EQ(::lstat(planted_link.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISLNK(st.st_mode));
+    EXPECT_TRUE(std::filesystem::is_directory(dir));
+    std::filesystem::remove_all(planted_dir);
+    std::filesystem::remove(planted_link);
+}
+
 TEST_F(DaemonLinkTest, OnlyAStepDirectoryIsEverRemoved)
 {
     remove_step_dir(dir, ::getuid(), ::getgid(), 2000ms);  // /tmp/ep-daemon-link.*: not a step's
