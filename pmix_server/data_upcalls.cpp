@@ -17,6 +17,16 @@ bool too_many(std::size_t keys)
     return keys > wire::max_ranks;
 }
 
+// Publish and unpublish: to the FE, whose reply's status is the answer.
+pmix_status_t to_front_end(Overlay& overlay, wire::DataRequest r, int timeout_s, OpCompletion& done)
+{
+    overlay.post([&overlay, r = std::move(r), timeout_s, done]() mutable {
+        overlay.data_request(std::move(r), timeout_s,
+                             [done](const wire::DataReply& reply) mutable { done.answer(reply.status); });
+    });
+    return PMIX_SUCCESS;
+}
+
 }  // namespace
 
 pmix_status_t on_publish(const pmix_proc_t* proc, const pmix_info_t info[], size_t ninfo, pmix_op_cbfunc_t cbfunc,
@@ -37,12 +47,7 @@ pmix_status_t on_publish(const pmix_proc_t* proc, const pmix_info_t info[], size
         }
         if (too_many(r.keys.size()))
             return done.returned(PMIX_ERR_BAD_PARAM);
-        const int timeout_s = timeout_of(info, ninfo);
-        overlay.post([&overlay, r = std::move(r), timeout_s, done]() mutable {
-            overlay.data_request(std::move(r), timeout_s,
-                                 [done](const wire::DataReply& reply) mutable { done.answer(reply.status); });
-        });
-        return PMIX_SUCCESS;
+        return to_front_end(overlay, std::move(r), timeout_of(info, ninfo), done);
     });
 }
 
@@ -80,12 +85,9 @@ pmix_status_t on_unpublish(const pmix_proc_t* proc, char** keys, const pmix_info
         r.op = wire::DataRequest::Op::unpublish;
         r.rank = proc->rank;
         r.keys = keys_of(keys);
-        const int timeout_s = timeout_of(info, ninfo);
-        overlay.post([&overlay, r = std::move(r), timeout_s, done]() mutable {
-            overlay.data_request(std::move(r), timeout_s,
-                                 [done](const wire::DataReply& reply) mutable { done.answer(reply.status); });
-        });
-        return PMIX_SUCCESS;
+        if (too_many(r.keys.size()))
+            return done.returned(PMIX_ERR_BAD_PARAM);
+        return to_front_end(overlay, std::move(r), timeout_of(info, ninfo), done);
     });
 }
 

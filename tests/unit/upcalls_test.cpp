@@ -417,6 +417,30 @@ TEST(Upcalls, RefusedRequestsAnswerByTheirReturnValue)
     EXPECT_EQ(a.calls, 0);
 }
 
+// A reply names each key's publisher in a bounded list: more keys in one
+// call are refused at once, never cut short on the way.
+TEST(Upcalls, MoreKeysThanAReplyCanNameAreRefused)
+{
+    overlay->begin(Way::answer);
+    std::vector<std::string> names(wire::max_ranks + 1);
+    std::vector<char*> many;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+        names[i] = "k" + std::to_string(i);
+        many.push_back(names[i].data());
+    }
+    many.push_back(nullptr);
+    auto p = rank_proc(1);
+    Answers lookup, unpublish;
+    lookup.returned = on_lookup(&p, many.data(), nullptr, 0, lookup_cb, &lookup);
+    unpublish.returned = on_unpublish(&p, many.data(), nullptr, 0, op_cb, &unpublish);
+    overlay->run();
+    for (const Answers* a : {&lookup, &unpublish}) {
+        EXPECT_EQ(a->returned, PMIX_ERR_BAD_PARAM);
+        EXPECT_EQ(a->calls, 0);
+    }
+    EXPECT_TRUE(overlay->calls.empty());
+}
+
 // notify_event's callback is never called (OpenPMIx 4.2.2 corrupts its
 // heap when it is called from another thread): the return value answers,
 // whatever the overlay does with the relay.
