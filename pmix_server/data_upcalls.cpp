@@ -17,6 +17,16 @@ bool too_many(std::size_t keys)
     return keys > wire::max_ranks;
 }
 
+// A lookup's or unpublish's request: the caller and its keys.
+wire::DataRequest by_keys(wire::DataRequest::Op op, const pmix_proc_t* proc, char** keys)
+{
+    wire::DataRequest r;
+    r.op = op;
+    r.rank = proc->rank;
+    r.keys = keys_of(keys);
+    return r;
+}
+
 // Publish and unpublish: to the FE, whose reply's status is the answer.
 pmix_status_t to_front_end(Overlay& overlay, wire::DataRequest r, int timeout_s, OpCompletion& done)
 {
@@ -55,10 +65,7 @@ pmix_status_t on_lookup(const pmix_proc_t* proc, char** keys, const pmix_info_t 
                         pmix_lookup_cbfunc_t cbfunc, void* cbdata) noexcept
 {
     return upcall("lookup", cbfunc, cbdata, [&](Overlay& overlay, LookupCompletion& done) {
-        wire::DataRequest r;
-        r.op = wire::DataRequest::Op::lookup;
-        r.rank = proc->rank;
-        r.keys = keys_of(keys);
+        wire::DataRequest r = by_keys(wire::DataRequest::Op::lookup, proc, keys);
         if (too_many(r.keys.size()))
             return done.returned(PMIX_ERR_BAD_PARAM);
         r.wait = wait_of(info, ninfo) ? 1 : 0;
@@ -81,10 +88,7 @@ pmix_status_t on_unpublish(const pmix_proc_t* proc, char** keys, const pmix_info
                            pmix_op_cbfunc_t cbfunc, void* cbdata) noexcept
 {
     return upcall("unpublish", cbfunc, cbdata, [&](Overlay& overlay, OpCompletion& done) {
-        wire::DataRequest r;
-        r.op = wire::DataRequest::Op::unpublish;
-        r.rank = proc->rank;
-        r.keys = keys_of(keys);
+        wire::DataRequest r = by_keys(wire::DataRequest::Op::unpublish, proc, keys);
         if (too_many(r.keys.size()))
             return done.returned(PMIX_ERR_BAD_PARAM);
         return to_front_end(overlay, std::move(r), timeout_of(info, ninfo), done);
