@@ -95,6 +95,8 @@ Daemon::~Daemon()
         evconnlistener_free(local_listener_);
     if (wake_)
         event_free(wake_);
+    for (event* e : signals_)
+        event_free(e);
     if (base_)
         event_base_free(base_);
 }
@@ -131,6 +133,22 @@ int Daemon::run()
                 });
             });
     });
+    // Told to end (by hand, or by a process tracker that reaches us): the
+    // same way out as at the step's end, so that the clients' cleanup runs.
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+        event* e = evsignal_new(
+            base_, sig,
+            [](evutil_socket_t sig, short, void* arg) {
+                auto* d = static_cast<Daemon*>(arg);
+                log::info("%s: stopping", strsignal(static_cast<int>(sig)));
+                d->drain();
+            },
+            this);
+        if (e && event_add(e, nullptr) == 0)
+            signals_.push_back(e);
+        else if (e)
+            event_free(e);
+    }
     listen_local();
     listen_children();
     start_fe_link();

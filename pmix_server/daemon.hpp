@@ -123,6 +123,7 @@ private:
     wire::Secret secret_;
     event_base* base_ = nullptr;
     event* wake_ = nullptr;
+    std::vector<event*> signals_;  // SIGTERM, SIGINT, SIGHUP: stop as at the step's end
     WorkQueue posted_;
 
     std::unique_ptr<wire::Channel> fe_;  // enrollment; the up-link when the FE is our parent

@@ -4,12 +4,14 @@
 #include "daemon.hpp"
 #include "info_array.hpp"
 #include "log.hpp"
+#include "pmix_host.hpp"
 
 #include <event2/event.h>
 #include <pmix.h>
 #include <pmix_server.h>
 
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <cstring>
@@ -19,6 +21,7 @@
 #include <mutex>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
@@ -50,6 +53,8 @@ EventAnchor::~EventAnchor()
 {
     release();
     reap();
+    if (registered_)
+        deregister_namespace(nspace_, {0}, std::chrono::milliseconds(200));
 }
 
 void EventAnchor::start(std::function<void(bool)> settled)
@@ -70,7 +75,10 @@ void EventAnchor::start(std::function<void(bool)> settled)
     const std::uint32_t one = 1;
     const pmix_rank_t leader = 0;
     const std::uint32_t node = args.node_id;
-    auto* info = new InfoArray(10);
+    // Its session files (OpenPMIx 5) go where the step's do.
+    const std::string nsdir = namespace_dir(args.dir, nspace_);
+    const bool have_nsdir = ::mkdir(nsdir.c_str(), 0700) == 0;
+    auto* info = new InfoArray(have_nsdir ? 11 : 10);
     PMIX_INFO_LOAD(&info->info[0], PMIX_UNIV_SIZE, &one, PMIX_UINT32);
     PMIX_INFO_LOAD(&info->info[1], PMIX_JOB_SIZE, &one, PMIX_UINT32);
     PMIX_INFO_LOAD(&info->info[2], PMIX_MAX_PROCS, &one, PMIX_UINT32);
@@ -81,6 +89,8 @@ void EventAnchor::start(std::function<void(bool)> settled)
     PMIX_INFO_LOAD(&info->info[7], PMIX_PROC_MAP, proc_map, PMIX_STRING);
     PMIX_INFO_LOAD(&info->info[8], PMIX_HOSTNAME, args.hostname.c_str(), PMIX_STRING);
     PMIX_INFO_LOAD(&info->info[9], PMIX_NODEID, &node, PMIX_UINT32);
+    if (have_nsdir)
+        PMIX_INFO_LOAD(&info->info[10], PMIX_NSDIR, nsdir.c_str(), PMIX_STRING);
     std::free(node_map);
     std::free(proc_map);
 
@@ -125,7 +135,9 @@ void EventAnchor::start(std::function<void(bool)> settled)
         delete info;
         delete call;
         settle(false, "its namespace was refused");
+        return;
     }
+    registered_ = true;
 }
 
 void EventAnchor::spawn()

@@ -49,7 +49,8 @@ public:
     // Loop thread, as the daemon stops: closes the anchor's stdin, so
     // that it finalizes (our server answers that at once) and exits.
     void release();
-    // Reaps it (the destructor does): a moment to exit, then SIGKILL.
+    // Reaps it (the destructor does, then deregisters its namespace): a
+    // moment to exit, then SIGKILL.
     void reap();
 
     // The namespace of the anchor, never the step's.
@@ -70,6 +71,7 @@ private:
     int from_child_ = -1;  // the anchor's stdout: "registered\n"
     event* reading_ = nullptr;
     long long started_us_ = 0;
+    bool registered_ = false;  // its namespace: deregistered at the end
 };
 
 // The anchor process itself (main.cpp runs it for --event-anchor).

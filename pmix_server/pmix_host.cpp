@@ -15,9 +15,13 @@
 #include <pmix_server.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace exitpolicy::pmixd {
@@ -49,7 +53,72 @@ std::string join(const std::vector<std::string>& parts, const char* sep)
     return out;
 }
 
+// Library calls whose callbacks the caller waits for, bounded. A callback
+// that comes after the wait gave up finds its state still alive.
+class Pending {
+public:
+    // cbdata for one call; `done` below is its callback.
+    void* expect()
+    {
+        std::lock_guard lock(state_->mu);
+        ++state_->waiting;
+        return lend(std::make_unique<std::shared_ptr<State>>(state_));
+    }
+    static void done(pmix_status_t, void* cbdata) noexcept
+    {
+        auto state = *reclaim<std::shared_ptr<State>>(cbdata);
+        std::lock_guard lock(state->mu);
+        --state->waiting;
+        state->cv.notify_all();
+    }
+    // True if every callback came by `deadline`.
+    bool wait_until(std::chrono::steady_clock::time_point deadline)
+    {
+        std::unique_lock lock(state_->mu);
+        return state_->cv.wait_until(lock, deadline, [&] { return state_->waiting == 0; });
+    }
+
+private:
+    struct State {
+        std::mutex mu;
+        std::condition_variable cv;
+        std::size_t waiting = 0;
+    };
+    std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
 }  // namespace
+
+void deregister_namespace(const std::string& nspace, const std::vector<std::uint32_t>& ranks,
+                          std::chrono::milliseconds bound)
+{
+    const auto started = std::chrono::steady_clock::now();
+    Pending clients;
+    for (std::uint32_t rank : ranks) {
+        pmix_proc_t proc;
+        PMIX_PROC_LOAD(&proc, nspace.c_str(), rank);
+        // The library answers every call through the callback, a refusal too.
+        PMIx_server_deregister_client(&proc, &Pending::done, clients.expect());
+    }
+    if (!clients.wait_until(std::chrono::steady_clock::now() + bound))
+        log::error("deregistering the clients of %s: no answer within %lld ms", nspace.c_str(),
+                   static_cast<long long>(bound.count()));
+    Pending space;
+    PMIx_server_deregister_nspace(nspace.c_str(), &Pending::done, space.expect());
+    if (!space.wait_until(std::chrono::steady_clock::now() + bound))
+        log::error("deregistering %s: no answer within %lld ms", nspace.c_str(),
+                   static_cast<long long>(bound.count()));
+    else
+        log::debug("deregistered %s and %zu clients in %lld us", nspace.c_str(), ranks.size(),
+                   static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                              std::chrono::steady_clock::now() - started)
+                                              .count()));
+}
+
+std::string namespace_dir(const std::string& server_dir, const std::string& nspace)
+{
+    return server_dir + "/" + nspace;
+}
 
 PmixHost::PmixHost(Overlay& overlay) : overlay_(overlay)
 {
@@ -60,6 +129,8 @@ PmixHost::~PmixHost()
 {
     if (topology_thread_.joinable())
         topology_thread_.join();
+    if (registered_)
+        deregister_namespace(nspace_, overlay_.args().ranks, std::chrono::milliseconds(500));
     if (initialized_)
         PMIx_server_finalize();
     set_overlay(nullptr);
@@ -129,7 +200,15 @@ Result<bool> PmixHost::register_namespace(const wire::StepMap& map, std::functio
     if (topology_thread_.joinable())
         topology_thread_.join();
     const bool recoverable = map.recoverable;
-    const std::size_t njob = 13 + (topology_xml_.empty() ? 0 : 1) + (recoverable ? 1 : 0);
+    // The namespace's session directory (namespace_dir): without it the
+    // clients fall back to /tmp, where nobody removes what a failed step
+    // leaves.
+    const std::string nsdir = namespace_dir(args.dir, nspace_);
+    const bool have_nsdir = ::mkdir(nsdir.c_str(), 0700) == 0;
+    if (!have_nsdir)
+        log::error("cannot create %s (%s): the clients use /tmp for their session files", nsdir.c_str(),
+                   std::strerror(errno));
+    const std::size_t njob = 13 + (topology_xml_.empty() ? 0 : 1) + (recoverable ? 1 : 0) + (have_nsdir ? 3 : 0);
     auto info = std::make_unique<InfoArray>(njob + ntasks);
     pmix_info_t* i = info->info;
     PMIX_INFO_LOAD(&i[0], PMIX_UNIV_SIZE, &ntasks, PMIX_UINT32);
@@ -153,6 +232,12 @@ Result<bool> PmixHost::register_namespace(const wire::StepMap& map, std::functio
     // --enable-recovery); clients can see it.
     if (recoverable)
         PMIX_INFO_LOAD(&i[next++], PMIX_JOB_RECOVERABLE, &recoverable, PMIX_BOOL);
+    if (have_nsdir) {
+        const bool rm_clean = true;
+        PMIX_INFO_LOAD(&i[next++], PMIX_TMPDIR, args.dir.c_str(), PMIX_STRING);
+        PMIX_INFO_LOAD(&i[next++], PMIX_NSDIR, nsdir.c_str(), PMIX_STRING);
+        PMIX_INFO_LOAD(&i[next++], PMIX_TDIR_RMCLEAN, &rm_clean, PMIX_BOOL);
+    }
     std::free(node_regex);
     std::free(proc_regex);
     for (std::uint32_t r = 0; r < ntasks; ++r) {
@@ -185,6 +270,7 @@ Result<bool> PmixHost::register_namespace(const wire::StepMap& map, std::functio
         reclaim<Registration>(raw);
         return Result<bool>::fail(std::string("PMIx_server_register_nspace: ") + PMIx_Error_string(rc));
     }
+    registered_ = true;
     return Result<bool>::ok(true);
 }
 

@@ -17,6 +17,7 @@
 
 #include <pmix_common.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -27,10 +28,25 @@
 
 namespace exitpolicy::pmixd {
 
+// Deregisters `ranks` of `nspace`, then `nspace` itself, each call bounded
+// by `bound`: the cleanup its clients asked for through job control
+// (PMIX_REGISTER_CLEANUP, PMIX_REGISTER_CLEANUP_DIR) runs now, and the
+// library lets the namespace's files go (OpenPMIx 5's shared-memory
+// segments). Any thread but the library's; the daemon's loop need not run.
+void deregister_namespace(const std::string& nspace, const std::vector<std::uint32_t>& ranks,
+                          std::chrono::milliseconds bound);
+
+// The session directory of the step's namespace on this node, given to the
+// clients as PMIX_NSDIR under the server's own directory (PMIX_TMPDIR),
+// which slurmstepd removes at the step's end (PMIX_TDIR_RMCLEAN): Open MPI
+// puts its session directory there instead of /tmp/ompi.*, OpenPMIx 5 its
+// shared-memory segments.
+std::string namespace_dir(const std::string& server_dir, const std::string& nspace);
+
 class PmixHost {
 public:
-    // The upcalls serve `overlay` from now until this is destroyed, after
-    // PMIx_server_finalize.
+    // The upcalls serve `overlay` from now until this is destroyed: the
+    // step's namespace and clients deregistered, then PMIx_server_finalize.
     explicit PmixHost(Overlay& overlay);
     ~PmixHost();
     PmixHost(const PmixHost&) = delete;
@@ -88,6 +104,7 @@ private:
     std::string topology_xml_;  // hwloc XML of this node, given to the clients
     std::string nspace_;
     bool initialized_ = false;
+    bool registered_ = false;  // the namespace was handed to the library
 };
 
 }  // namespace exitpolicy::pmixd
