@@ -16,6 +16,11 @@
 #   bash bench/run.sh failure  an Open MPI rank dies in a barrier: from its death to
 #                              srun's exit, exitpolicy's teardown vs Slurm's mpi/pmix
 #                              (FAILURE_PAIRS=7, TEARDOWN_GRACE_MS=500)
+#   bash bench/run.sh soak     steps that succeed, fail, segfault, fence, run Open MPI and
+#                              abort it: SOAK_STEPS=150 in a row and SOAK_WAVES=3 waves of
+#                              4 at once; wrong codes, and whatever is left in /tmp,
+#                              /dev/shm or the process table; the MPI steps beside
+#                              Slurm's mpi/pmix (exit status 1 if anything was wrong)
 #
 # Figures are for comparison on one machine in one run, never thresholds.
 set -euo pipefail
@@ -33,8 +38,8 @@ case $what in
     echo "== policy core: deciding and reporting (bench/decide_bench.cpp)"
     "$build/bench/decide_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
       --benchmark_min_time=0.5 2>/dev/null | grep -E '^Benchmark|_median' ;;
-  srun|pmix|nodeloss|failure|seal) ;;
-  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, pmix, nodeloss, failure" >&2; exit 2 ;;
+  srun|pmix|nodeloss|failure|seal|soak) ;;
+  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, pmix, nodeloss, failure, soak" >&2; exit 2 ;;
 esac
 case $what in
   all|seal)
@@ -77,4 +82,11 @@ case $what in
     cd "$(mktemp -d /tmp/exitpolicy-bench.XXXXXX)"
     /usr/bin/python3 "$src/bench/nodeloss_bench.py" "$build/spank_plugin/exitpolicy.so" "$build/tests/clients" \
       "${NODELOSS_RUNS:-5}" ;;
+esac
+# Last: its exit status (1: a wrong code, or something left behind) is run.sh's.
+case $what in
+  all|soak)
+    echo "== steps of six kinds, in a row and in waves: wrong codes, anything left behind (bench/soak_bench.py)"
+    "$cluster" exec /usr/bin/python3 "$src/bench/soak_bench.py" "$build/spank_plugin/exitpolicy.so" \
+      "$build/tests/clients" "$EXITPOLICY_CLUSTER_DIR/etc/plugstack.d" "${SOAK_STEPS:-150}" "${SOAK_WAVES:-3}" ;;
 esac
