@@ -13,7 +13,8 @@ six kinds, each with the code srun must return:
 
 STEPS of them in a row (cycling through the kinds), then WAVES waves of four
 steps of four different kinds started together. Before and after: every
-entry at the top of /tmp and /dev/shm, everything under /tmp/ompi.*,
+entry in /dev/shm and what MPI, PMIx or exitpolicy make at the top of /tmp
+(ompi*, openmpi*, prte*, pmix*, spmix*, exitpolicy.*, core*), everything under /tmp/ompi.*,
 /tmp/exitpolicy.*, /tmp/pmix*, /tmp/spmix* and the nodes' TmpFS (where
 Slurm's mpi/pmix keeps its directories), and the cluster's processes that
 are exitpolicy-pmixd, orted, prted or a test program. What is new at the
@@ -80,6 +81,8 @@ SRUN_TIMEOUT = 300
 cluster_dir = os.path.dirname(os.path.dirname(os.path.abspath(plugstack_d)))
 ignored = {os.path.realpath(os.getcwd()), cluster_dir,
            os.path.abspath(os.environ.get("EXITPOLICY_CLUSTER_DIR", cluster_dir))}
+# At the top of /tmp: what a step's MPI, PMIx or exitpolicy could make there.
+TOP = ["/tmp/ompi*", "/tmp/openmpi*", "/tmp/prte*", "/tmp/pmix*", "/tmp/spmix*", "/tmp/exitpolicy.*", "/tmp/core*"]
 # Walked in full. The nodes' TmpFS is inside the cluster's directory, but it
 # is where Slurm's mpi/pmix puts its own directories.
 DEEP = ["/tmp/ompi.*", "/tmp/exitpolicy.*", "/tmp/pmix*", "/tmp/spmix*", os.path.join(cluster_dir, "nodes", "*", "tmp")]
@@ -131,11 +134,10 @@ def processes():
 
 def snapshot():
     """Everything a step could leave behind: (paths, processes)."""
-    paths = set()
-    for top in ("/tmp", "/dev/shm"):
-        for name in os.listdir(top):
-            if not is_ignored(os.path.join(top, name)):
-                paths.add(os.path.join(top, name))
+    paths = {os.path.join("/dev/shm", name) for name in os.listdir("/dev/shm")}
+    # In /tmp, what MPI, PMIx and exitpolicy make (this machine's other
+    # users of /tmp are not ours to count).
+    paths |= {p for pattern in TOP for p in glob.glob(pattern) if not is_ignored(p)}
     for root in sorted({r for pattern in DEEP for r in glob.glob(pattern)}):
         for parent, dirs, files in os.walk(root):
             paths.update(os.path.join(parent, n) for n in dirs + files)

@@ -138,9 +138,9 @@ int Daemon::run()
     for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
         event* e = evsignal_new(
             base_, sig,
-            [](evutil_socket_t sig, short, void* arg) {
+            [](evutil_socket_t signo, short, void* arg) {
                 auto* d = static_cast<Daemon*>(arg);
-                log::info("%s: stopping", strsignal(static_cast<int>(sig)));
+                log::info("%s: stopping", strsignal(static_cast<int>(signo)));
                 d->drain();
             },
             this);
