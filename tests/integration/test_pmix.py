@@ -484,18 +484,16 @@ def test_idle_connections_to_a_daemon_cost_it_no_descriptors(cluster, workdir, p
         env=cluster.env(), cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     holder = None
     try:
+        # node4 is a leaf of the tree (fanout=2): flooding its port for
+        # children keeps no other daemon from linking up meanwhile.
         deadline = time.monotonic() + 20
         pid = port = None
         while time.monotonic() < deadline and port is None:
-            fresh = [p for p in daemons() if p not in before]
-            for p in fresh:
-                try:
-                    port = listening_port(p)
-                except OSError:
-                    port = None
-                if port:
-                    pid = p
-                    break
+            pid = next((p for p in daemons() if p not in before and daemon_arg(p, b"--hostname") == "node4"), None)
+            try:
+                port = listening_port(pid) if pid else None
+            except OSError:
+                port = None
             time.sleep(0.1)
         assert port, "no daemon listening"
         script = workdir / "idle.py"
