@@ -39,7 +39,7 @@ public:
 
     void post(std::function<void()> fn) override { queue.push(std::move(fn)); }
     void fence(std::vector<std::uint32_t>, wire::Bytes data, int, Done done) override { done(0, std::move(data)); }
-    void direct_modex(std::uint32_t, int, Done done) override { done(-46 /* not found */, {}); }
+    void direct_modex(std::uint32_t, int, Done done) override { done(PMIX_ERR_NOT_FOUND, {}); }
     void abort(std::uint32_t, int, std::string) override {}
     void data_request(wire::DataRequest, int, DataDone) override {}
     void relay(int, std::uint32_t, wire::Bytes) override {}
