@@ -40,8 +40,10 @@ def snapshot():
     for pattern in ("ompi.*", "pmix*", "exitpolicy.*.*.*", "spmix*"):
         for top in pathlib.Path("/tmp").glob(pattern):
             found.add(str(top))
-            if top.is_dir():
-                found |= {str(p) for p in top.rglob("*")}
+            # The step's end removes these while we look: os.walk skips what
+            # went away under it, where Path.rglob raises.
+            for parent, dirs, files in os.walk(top):
+                found |= {os.path.join(parent, name) for name in dirs + files}
     found |= {str(p) for p in pathlib.Path("/dev/shm").iterdir()}
     return found
 
