@@ -76,8 +76,8 @@ void EventAnchor::start(std::function<void(bool)> settled)
     const pmix_rank_t leader = 0;
     const std::uint32_t node = args.node_id;
     // Its session files (OpenPMIx 5) go where the step's do.
-    const std::string nsdir = namespace_dir(args.dir, nspace_);
-    const bool have_nsdir = ::mkdir(nsdir.c_str(), 0700) == 0;
+    const std::string nsdir = make_namespace_dir(args.dir, nspace_);
+    const bool have_nsdir = !nsdir.empty();
     auto* info = new InfoArray(have_nsdir ? 11 : 10);
     PMIX_INFO_LOAD(&info->info[0], PMIX_UNIV_SIZE, &one, PMIX_UINT32);
     PMIX_INFO_LOAD(&info->info[1], PMIX_JOB_SIZE, &one, PMIX_UINT32);

@@ -120,6 +120,18 @@ std::string namespace_dir(const std::string& server_dir, const std::string& nspa
     return server_dir + "/" + nspace;
 }
 
+std::string make_namespace_dir(const std::string& server_dir, const std::string& nspace)
+{
+    if (server_dir.empty())
+        return {};
+    std::string dir = namespace_dir(server_dir, nspace);
+    if (::mkdir(dir.c_str(), 0700) == 0)
+        return dir;
+    log::error("cannot create %s (%s): the clients use /tmp for their session files", dir.c_str(),
+               std::strerror(errno));
+    return {};
+}
+
 PmixHost::PmixHost(Overlay& overlay) : overlay_(overlay)
 {
     set_overlay(&overlay);
@@ -203,11 +215,8 @@ Result<bool> PmixHost::register_namespace(const wire::StepMap& map, std::functio
     // The namespace's session directory (namespace_dir): without it the
     // clients fall back to /tmp, where nobody removes what a failed step
     // leaves.
-    const std::string nsdir = namespace_dir(args.dir, nspace_);
-    const bool have_nsdir = ::mkdir(nsdir.c_str(), 0700) == 0;
-    if (!have_nsdir)
-        log::error("cannot create %s (%s): the clients use /tmp for their session files", nsdir.c_str(),
-                   std::strerror(errno));
+    const std::string nsdir = make_namespace_dir(args.dir, nspace_);
+    const bool have_nsdir = !nsdir.empty();
     const std::size_t njob = 13 + (topology_xml_.empty() ? 0 : 1) + (recoverable ? 1 : 0) + (have_nsdir ? 3 : 0);
     auto info = std::make_unique<InfoArray>(njob + ntasks);
     pmix_info_t* i = info->info;

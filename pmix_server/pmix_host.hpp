@@ -43,6 +43,11 @@ void deregister_namespace(const std::string& nspace, const std::vector<std::uint
 // shared-memory segments.
 std::string namespace_dir(const std::string& server_dir, const std::string& nspace);
 
+// Creates namespace_dir() (0700) and returns it, or "" when the server has
+// no directory or it cannot be made (logged): the clients then fall back to
+// /tmp, as before (fail open).
+std::string make_namespace_dir(const std::string& server_dir, const std::string& nspace);
+
 class PmixHost {
 public:
     // The upcalls serve `overlay` from now until this is destroyed: the

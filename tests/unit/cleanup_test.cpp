@@ -169,6 +169,23 @@ TEST_P(Cleanup, WhatAClientRegisteredIsGoneWhenTheServerStops)
     EXPECT_TRUE(fs::is_directory(namespace_dir(server_dir_, "exitpolicy.7.0")));
 }
 
+// A server without a directory of its own makes none: the namespace's
+// directory once went to "/<namespace>".
+TEST(NamespaceDir, IsMadeOnlyUnderTheServersDirectory)
+{
+    const std::string nspace = "exitpolicy.nsdir-test." + std::to_string(::getpid());
+    EXPECT_EQ(make_namespace_dir("", nspace), "");
+    EXPECT_FALSE(fs::exists("/" + nspace));
+    char tmpl[] = "/tmp/exitpolicy-nsdir-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    const std::string made = make_namespace_dir(tmpl, nspace);
+    EXPECT_EQ(made, std::string(tmpl) + "/" + nspace);
+    EXPECT_EQ(fs::status(made).permissions(), fs::perms::owner_all);
+    // Twice is an error the caller hears about (it falls back to /tmp).
+    EXPECT_EQ(make_namespace_dir(tmpl, nspace), "");
+    fs::remove_all(tmpl);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ways, Cleanup,
                          ::testing::Values(Ending{"proc", "finalize"}, Ending{"proc", "exit:3"}, Ending{"proc", "segv"},
                                            Ending{"job", "finalize"}, Ending{"job", "exit:3"}),
