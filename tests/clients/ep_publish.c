@@ -2,7 +2,7 @@
  *
  * --missing T: every rank looks up "ep.never", which nobody publishes, with
  * PMIX_WAIT and PMIX_TIMEOUT = T seconds, and prints
- *   missing rank=R status=<PMIx_Error_string, blanks as '_'> seconds=<elapsed>
+ *   missing rank=R status=<PMIx_Error_string, blanks as '_'> code=<int> seconds=<elapsed>
  * exiting 0 when the lookup failed (as it must), 1 when it found something.
  *
  * Otherwise:
@@ -53,7 +53,7 @@ static int lookup_missing(const pmix_proc_t *me, int seconds) {
       *p = '_';
     }
   }
-  ep_out("missing rank=%u status=%s seconds=%.2f", me->rank, name, elapsed);
+  ep_out("missing rank=%u status=%s code=%d seconds=%.2f", me->rank, name, rc, elapsed);
   ep_pmix_finalize();
   return rc == PMIX_SUCCESS ? EP_EXIT_FAIL : EP_EXIT_OK;
 }
