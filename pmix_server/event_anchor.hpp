@@ -26,6 +26,7 @@
 // library's callbacks post back to it.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <sys/types.h>
