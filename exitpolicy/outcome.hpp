@@ -35,6 +35,7 @@ struct TaskOutcome {
     bool lost = false;                 // no report by the deadline
     int wait_status = 0;               // raw; meaningless when lost
     std::optional<int> abort_status;   // set when the task called PMIx_Abort
+    std::string abort_message;         // what it passed with it (MPI_Abort's banner), may be empty
     std::optional<bool> finalized;     // set for PMIx clients only
     std::int64_t end_time_us = 0;      // node wall clock, microseconds since 1970
     // Set by the node that reported the task when the task ended (or called

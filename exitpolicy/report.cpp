@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <tuple>
 
@@ -240,6 +241,46 @@ static std::string explain_impl(const StepOutcomes& step, const Settings& settin
 }
 
 // The public helpers never throw: out of memory gives an empty text.
+std::string one_line(std::string_view message, std::size_t width)
+{
+    try {
+        const auto says_something = [](std::string_view line) {
+            return std::any_of(line.begin(), line.end(),
+                               [](unsigned char c) { return std::isalnum(c) || c >= 0x80; });
+        };
+        std::string first;
+        std::size_t more = 0;
+        while (!message.empty()) {
+            const std::size_t eol = message.find('\n');
+            std::string_view line = message.substr(0, eol);
+            message = eol == std::string_view::npos ? std::string_view{} : message.substr(eol + 1);
+            if (!says_something(line))
+                continue;
+            if (!first.empty()) {
+                ++more;
+                continue;
+            }
+            const std::size_t begin = line.find_first_not_of(" \t\r");
+            const std::size_t end = line.find_last_not_of(" \t\r");
+            line = line.substr(begin, end - begin + 1);
+            for (unsigned char c : line)
+                first.push_back(c < 0x20 || c == 0x7f ? '?' : static_cast<char>(c));
+        }
+        if (width >= 4 && first.size() > width) {
+            std::size_t cut = width - 3;  // at a character's start, never inside UTF-8
+            while (cut > 0 && (static_cast<unsigned char>(first[cut]) & 0xC0) == 0x80)
+                --cut;
+            first.resize(cut);
+            first += "...";
+        }
+        if (more)
+            first += " (" + plural(more, "more line", "more lines") + ")";
+        return first;
+    } catch (...) {
+        return {};
+    }
+}
+
 std::string compress_ranks(std::vector<std::uint32_t> ranks)
 {
     try {
@@ -289,6 +330,11 @@ std::string render_summary(const StepOutcomes& step, const Settings& settings,
             out += pre + "first failure: rank " + std::to_string(first.rank) + " on " +
                    std::string(node_of(step, first)) + ", " + describe(first, settings.lost_code) +
                    "\n";
+        }
+        if (decision.first_abort) {
+            const TaskOutcome& aborted = step.tasks[*decision.first_abort];
+            if (const std::string said = one_line(aborted.abort_message); !said.empty())
+                out += pre + "rank " + std::to_string(aborted.rank) + "'s abort message: " + said + "\n";
         }
 
         struct Group {
@@ -359,7 +405,8 @@ std::string render_json(const StepOutcomes& step, const Settings& settings,
             {"first_failure_rank", opt_rank(decision.first_failure)},
             {"abort", decision.first_abort
                           ? json{{"rank", step.tasks[*decision.first_abort].rank},
-                                 {"status", *step.tasks[*decision.first_abort].abort_status}}
+                                 {"status", *step.tasks[*decision.first_abort].abort_status},
+                                 {"message", step.tasks[*decision.first_abort].abort_message}}
                           : json(nullptr)},
             {"counts", {{"tasks", step.tasks.size()},
                         {"nodes", node_count(step)},

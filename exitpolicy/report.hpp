@@ -30,7 +30,15 @@ struct ReportContext {
     std::string step_id;  // "0", may be empty
 };
 
-// The human summary: one line each, every line starting with prefix.
+// A task's message (an abort's, Open MPI's multi-line banner) as one line a
+// person reads: its first line that says something (not blank, not only
+// dashes or other punctuation), at most `width` characters, control
+// characters shown as '?', then "(N more lines)" for the other lines that
+// say something. Empty when nothing does.
+std::string one_line(std::string_view message, std::size_t width = 160);
+
+// The human summary: one line each, every line starting with prefix. An
+// abort's message follows the lines that give the verdict, as one_line().
 std::string render_summary(const StepOutcomes& step, const Settings& settings,
                            const Decision& decision, std::string_view prefix = "exitpolicy: ");
 

@@ -923,9 +923,9 @@ void Daemon::terminate_step(const std::string& why)
     send_up(wire::Terminate{why}.encode());
 }
 
-void Daemon::notice(const std::string& text)
+void Daemon::task_log(std::uint32_t rank, const std::string& text)
 {
-    send_up(wire::Notice{args_.node_id, text}.encode());
+    send_up(wire::Notice{args_.node_id, rank, text}.encode());
 }
 
 void Daemon::client_connected(std::uint32_t rank)

@@ -55,7 +55,7 @@ public:
     void data_request(wire::DataRequest request, int timeout_s, DataDone done) override;
     void relay(int code, std::uint32_t source_rank, wire::Bytes info) override;
     void terminate_step(const std::string& why) override;
-    void notice(const std::string& text) override;
+    void task_log(std::uint32_t rank, const std::string& text) override;
     void client_connected(std::uint32_t rank) override;
     void client_finalized(std::uint32_t rank) override;
     const Args& args() const noexcept override { return args_; }

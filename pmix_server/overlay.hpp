@@ -47,8 +47,9 @@ public:
     virtual void relay(int code, std::uint32_t source_rank, wire::Bytes info) = 0;
     // The whole step ends (PMIx_Job_control terminate): through the FE.
     virtual void terminate_step(const std::string& why) = 0;
-    // A line for srun's stderr.
-    virtual void notice(const std::string& text) = 0;
+    // What task `rank` logged (PMIx_Log to stderr or stdout): srun's stderr
+    // shows it as the task wrote it.
+    virtual void task_log(std::uint32_t rank, const std::string& text) = 0;
     virtual void client_connected(std::uint32_t rank) = 0;
     virtual void client_finalized(std::uint32_t rank) = 0;
 

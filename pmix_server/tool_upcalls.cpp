@@ -36,25 +36,28 @@ pmix_status_t on_job_control(const pmix_proc_t* requestor, const pmix_proc_t tar
     });
 }
 
-// PMIx_Log: stderr/stdout lines go to srun's stderr, the rest to our log.
+// PMIx_Log: stderr/stdout lines go to srun's stderr as the task wrote them
+// (Open MPI 5 sends its help messages, MPI_Abort's banner among them, this
+// way), the rest to our log.
 // The upcall returns nothing: its answer is always cbfunc's.
 void on_log(const pmix_proc_t* client, const pmix_info_t data[], size_t ndata, const pmix_info_t[], size_t,
             pmix_op_cbfunc_t cbfunc, void* cbdata) noexcept
 {
     const pmix_status_t rc = upcall("log", cbfunc, cbdata, [&](Overlay& overlay, OpCompletion& done) {
         std::vector<std::string> lines;
+        const std::uint32_t rank = client->rank;
         for (size_t i = 0; i < ndata; ++i) {
             if (data[i].value.type != PMIX_STRING || !data[i].value.data.string)
                 continue;
             const std::string text = data[i].value.data.string;
             if (PMIX_CHECK_KEY(&data[i], PMIX_LOG_STDERR) || PMIX_CHECK_KEY(&data[i], PMIX_LOG_STDOUT))
-                lines.push_back("rank " + std::to_string(client->rank) + ": " + text);
+                lines.push_back(text);
             else
                 log::info("rank %u logs %s: %s", client->rank, data[i].key, text.c_str());
         }
-        overlay.post([&overlay, lines = std::move(lines), done]() mutable {
+        overlay.post([&overlay, rank, lines = std::move(lines), done]() mutable {
             for (const auto& line : lines)
-                overlay.notice(line);
+                overlay.task_log(rank, line);
             done.answer(PMIX_SUCCESS);
         });
         return PMIX_SUCCESS;

@@ -718,7 +718,7 @@ Result<Stop> Stop::decode(std::span<const std::uint8_t> body)
 
 Bytes Notice::encode() const
 {
-    return Writer(Type::notice).u32(node).str(text).finish();
+    return Writer(Type::notice).u32(node).u32(rank).str(text).finish();
 }
 
 Result<Notice> Notice::decode(std::span<const std::uint8_t> body)
@@ -726,6 +726,7 @@ Result<Notice> Notice::decode(std::span<const std::uint8_t> body)
     Reader r(body);
     Notice m;
     m.node = r.u32();
+    m.rank = r.u32();
     m.text = r.str();
     return finish_decode(r, std::move(m), Type::notice);
 }

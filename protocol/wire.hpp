@@ -374,7 +374,12 @@ struct Stop {
 };
 
 struct Notice {
+    static constexpr std::uint32_t no_rank = 0xffffffffu;
     std::uint32_t node = 0;
+    // no_rank: the plugin's own words, printed as "exitpolicy: NODE: TEXT";
+    // else what task `rank` logged (PMIx_Log to stderr or stdout), printed
+    // as the task wrote it.
+    std::uint32_t rank = no_rank;
     std::string text;
     Bytes encode() const;
     static Result<Notice> decode(std::span<const std::uint8_t> body);

@@ -99,7 +99,11 @@ struct FrontEnd::Impl {
     std::uint32_t open_links = 0;  // authenticated links still open
     std::vector<std::uint32_t> node_of_rank;
     std::vector<std::string> problems;
-    std::map<std::uint32_t, int> aborts;  // rank -> PMIx_Abort status
+    struct Abort {
+        int status = 0;
+        std::string message;
+    };
+    std::map<std::uint32_t, Abort> aborts;  // rank -> its PMIx_Abort
 
     // The overlay root (FE thread only).
     std::vector<std::optional<std::pair<std::string, std::uint32_t>>> enrolled;  // address, port
@@ -548,7 +552,7 @@ struct FrontEnd::Impl {
             {
                 std::lock_guard lock(mu);
                 first = aborts.empty();
-                aborts.emplace(a->rank, a->status);
+                aborts.emplace(a->rank, Abort{a->status, a->message});
             }
             // An abort ends the step at once, recoverable or not.
             if (first)
@@ -559,9 +563,16 @@ struct FrontEnd::Impl {
             auto n = wire::Notice::decode(body);
             if (!n)
                 return Result<bool>::fail(n.error());
-            // Straight to srun's stderr, as it happens. A daemon's notice
-            // names its node (it may come up the tree); slurmstepd's comes
-            // on its own link.
+            // Straight to srun's stderr, as it happens. What a task logged
+            // reads as the task wrote it, as its own stderr would (it is not
+            // the plugin's to prefix: the report's lines stay the plugin's).
+            // A daemon's notice names its node (it may come up the tree);
+            // slurmstepd's comes on its own link.
+            if (n->rank != wire::Notice::no_rank && c->role != wire::Role::stepd) {
+                const bool newline = !n->text.empty() && n->text.back() == '\n';
+                std::fprintf(stderr, "%s%s", n->text.c_str(), newline ? "" : "\n");
+                return Result<bool>::ok(true);
+            }
             const std::uint32_t from = c->role == wire::Role::stepd ? *c->node : n->node;
             const std::string node = from < node_names.size() ? node_names[from] : "?";
             std::fprintf(stderr, "exitpolicy: %s: %s\n", node.c_str(), n->text.c_str());
@@ -846,8 +857,11 @@ Collected FrontEnd::finish(std::chrono::milliseconds grace)
     // An abort the daemons reported stands even when the task's outcome
     // came by the direct path, which cannot know it.
     for (auto& t : out.step.tasks)
-        if (auto a = impl_->aborts.find(t.rank); a != impl_->aborts.end() && !t.abort_status)
-            t.abort_status = a->second;
+        if (auto a = impl_->aborts.find(t.rank); a != impl_->aborts.end()) {
+            if (!t.abort_status)
+                t.abort_status = a->second.status;
+            t.abort_message = a->second.message;
+        }
     out.problems = impl_->problems;
     return out;
 }

@@ -168,7 +168,7 @@ Result<bool> NodeLink::post_notice(const std::string& text, std::chrono::millise
     if (fd_ < 0)
         return Result<bool>::fail("not connected to the front end");
     // The FE knows the node from the handshake.
-    if (auto w = write_sealed(fd_, wire::Notice{0, text}.encode(), seal_, Clock::now() + timeout, fe); !w) {
+    if (auto w = write_sealed(fd_, wire::Notice{0, wire::Notice::no_rank, text}.encode(), seal_, Clock::now() + timeout, fe); !w) {
         close();
         return w;
     }

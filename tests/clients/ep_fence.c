@@ -2,7 +2,7 @@
  *
  * Fence over the whole namespace. With --data every rank first puts
  * "ep.fence" = its rank (uint32, PMIX_GLOBAL) and the fence collects data;
- * then every rank reads every rank's "ep.fence" with PMIX_OPTIONAL (so the
+ * then every rank reads every rank's "ep.fence" with PMIX_IMMEDIATE (so the
  * value must have come with the fence, no direct modex) and checks it.
  * --fence-timeout T gives the fence PMIX_TIMEOUT = T (seconds).
  *

@@ -57,15 +57,15 @@ bool ep_value_int(const pmix_value_t *v, long long *out) {
   }
 }
 
-static pmix_status_t get_value(const pmix_proc_t *proc, const char *key, bool optional,
+static pmix_status_t get_value(const pmix_proc_t *proc, const char *key, bool immediate,
                                pmix_value_t **val) {
   pmix_info_t info;
   bool yes = true;
   PMIX_INFO_CONSTRUCT(&info);
-  PMIx_Info_load(&info, PMIX_OPTIONAL, &yes, PMIX_BOOL);
+  PMIx_Info_load(&info, PMIX_IMMEDIATE, &yes, PMIX_BOOL);
   *val = NULL;
-  ep_wait_begin(optional ? "get-optional" : "get");
-  pmix_status_t rc = PMIx_Get(proc, key, optional ? &info : NULL, optional ? 1 : 0, val);
+  ep_wait_begin(immediate ? "get-immediate" : "get");
+  pmix_status_t rc = PMIx_Get(proc, key, immediate ? &info : NULL, immediate ? 1 : 0, val);
   ep_wait_end();
   PMIX_INFO_DESTRUCT(&info);
   if (rc == PMIX_SUCCESS && *val == NULL) {
@@ -74,10 +74,10 @@ static pmix_status_t get_value(const pmix_proc_t *proc, const char *key, bool op
   return rc;
 }
 
-pmix_status_t ep_get_int(const pmix_proc_t *proc, const char *key, bool optional,
+pmix_status_t ep_get_int(const pmix_proc_t *proc, const char *key, bool immediate,
                          long long *out) {
   pmix_value_t *val = NULL;
-  pmix_status_t rc = get_value(proc, key, optional, &val);
+  pmix_status_t rc = get_value(proc, key, immediate, &val);
   if (rc != PMIX_SUCCESS) {
     return rc;
   }
@@ -88,11 +88,11 @@ pmix_status_t ep_get_int(const pmix_proc_t *proc, const char *key, bool optional
   return rc;
 }
 
-pmix_status_t ep_get_string(const pmix_proc_t *proc, const char *key, bool optional,
+pmix_status_t ep_get_string(const pmix_proc_t *proc, const char *key, bool immediate,
                             char **out) {
   pmix_value_t *val = NULL;
   *out = NULL;
-  pmix_status_t rc = get_value(proc, key, optional, &val);
+  pmix_status_t rc = get_value(proc, key, immediate, &val);
   if (rc != PMIX_SUCCESS) {
     return rc;
   }

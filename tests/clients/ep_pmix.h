@@ -24,11 +24,15 @@ _Noreturn void ep_pmix_fail(const char *call, pmix_status_t rc);
 pmix_proc_t ep_proc(const pmix_proc_t *me, pmix_rank_t rank);
 
 /* PMIx_Get of an integer value of any integer type. Returns PMIX_SUCCESS,
- * the PMIx_Get error, or PMIX_ERR_TYPE_MISMATCH. */
-pmix_status_t ep_get_int(const pmix_proc_t *proc, const char *key, bool optional,
+ * the PMIx_Get error, or PMIX_ERR_TYPE_MISMATCH. With `immediate`, the get
+ * carries PMIX_IMMEDIATE: the value must be in the client's or its server's
+ * store already; the server never asks its host (no direct modex).
+ * (PMIX_OPTIONAL would not do: under OpenPMIx 5 it keeps the get from the
+ * server too, and what a fence collected is held there, not in the client.) */
+pmix_status_t ep_get_int(const pmix_proc_t *proc, const char *key, bool immediate,
                          long long *out);
 /* PMIx_Get of a string value; *out is malloc'ed (free it). */
-pmix_status_t ep_get_string(const pmix_proc_t *proc, const char *key, bool optional,
+pmix_status_t ep_get_string(const pmix_proc_t *proc, const char *key, bool immediate,
                             char **out);
 /* Integer value of any integer type (or pmix_status_t / pmix_rank_t).
  * Returns false for non-integers. */

@@ -270,8 +270,12 @@ def test_pmix_abort_ends_the_step_promptly(cluster, workdir, pmix):
     # The others wait up to 60 s: only the abort can end the step this soon.
     assert elapsed < 30, f"the step took {elapsed:.1f} s"
     # The teardown's SIGTERM (the test client does not catch it).
+    report = lines(err, "exitpolicy:")
     assert "exitpolicy:   ranks 0-2,4-7 on node[1-4]: killed by SIGTERM (collateral: ended after rank 3 failed)" \
-        in lines(err, "exitpolicy:"), err
+        in report, err
+    # The verdict first; the abort's message (PMIx_Abort's) after it.
+    assert report[0].startswith("exitpolicy: exit code 42 under policy lowest-rank: "), err
+    assert "exitpolicy: rank 3's abort message: ep_abort" in report[1:], err
 
 
 def test_an_abort_in_two_calls_is_the_root_cause(cluster, workdir, pmix):

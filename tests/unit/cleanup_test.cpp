@@ -44,7 +44,7 @@ public:
     void data_request(wire::DataRequest, int, DataDone) override {}
     void relay(int, std::uint32_t, wire::Bytes) override {}
     void terminate_step(const std::string&) override {}
-    void notice(const std::string&) override {}
+    void task_log(std::uint32_t, const std::string&) override {}
     void client_connected(std::uint32_t) override {}
     void client_finalized(std::uint32_t) override {}
     const Args& args() const noexcept override { return args_; }

@@ -102,6 +102,55 @@ TEST(SummaryTest, AbortAndLostUnderMaxWithAnotherMainRank)
               ">   ranks 1-4 on node[1-3]: succeeded\n");
 }
 
+// Open MPI 5's MPI_Abort banner, as it passes it with PMIx_Abort.
+constexpr const char* ompi5_banner =
+    "--------------------------------------------------------------------------\n"
+    "MPI_ABORT was invoked on rank 5 in communicator MPI_COMM_WORLD\n"
+    "  Proc: [[1,0],5]\n"
+    "  Errorcode: 7\n"
+    "\n"
+    "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.\n"
+    "You may or may not see output from other processes, depending on\n"
+    "exactly when Open MPI kills them.\n"
+    "--------------------------------------------------------------------------\n";
+
+TEST(OneLineTest, TheFirstLineThatSaysSomething)
+{
+    EXPECT_EQ(one_line(ompi5_banner), "MPI_ABORT was invoked on rank 5 in communicator MPI_COMM_WORLD (5 more lines)");
+    EXPECT_EQ(one_line("  ep_abort  "), "ep_abort");
+    EXPECT_EQ(one_line("a\nb\n"), "a (1 more line)");
+    EXPECT_EQ(one_line(""), "");
+    EXPECT_EQ(one_line("----\n\n====\n"), "");
+    // A terminal's control sequences never reach srun's stderr.
+    EXPECT_EQ(one_line("\x1b[2Jgone\tx"), "?[2Jgone?x");
+    EXPECT_EQ(one_line(std::string(200, 'x'), 20), std::string(17, 'x') + "...");
+    // Cut at a character's start, never inside UTF-8 ("é" is two bytes).
+    EXPECT_EQ(one_line("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\xc3\xa9zzzz", 52),
+              std::string(48, 'a') + "...");
+}
+
+// The verdict comes first; the abort's message follows it, as one line.
+TEST(SummaryTest, AnAbortsMessageFollowsTheVerdict)
+{
+    T five = aborts(5, 7).at(100);
+    five.o.abort_message = ompi5_banner;
+    const StepOutcomes s = eight_on_four({ok(0), ok(1), ok(2), ok(3), ok(4), five, ok(6), ok(7)});
+    const Settings settings{Policy::main_rank, 0, 1};
+    const auto d = decide(s, settings);
+    ASSERT_TRUE(d);
+    EXPECT_EQ(render_summary(s, settings, *d, "> "),
+              "> exit code 7 under policy main-rank: rank 5 on node3 aborted with status 7, the first failure; its "
+              "abort decides the step's code\n"
+              "> Slurm's native exit code would be 137\n"
+              "> 8 tasks on 4 nodes: 7 succeeded, 1 failed\n"
+              "> first failure: rank 5 on node3, aborted with status 7\n"
+              "> rank 5's abort message: MPI_ABORT was invoked on rank 5 in communicator MPI_COMM_WORLD (5 more lines)\n"
+              ">   rank 5 on node3: aborted with status 7\n"
+              ">   ranks 0-4,6-7 on node[1-4]: succeeded\n");
+    const auto doc = nlohmann::json::parse(render_json(s, settings, *d));
+    EXPECT_EQ(doc["abort"]["message"], ompi5_banner);
+}
+
 // Rank 5 segfaults; every node learns of it and SIGTERMs its other tasks.
 TEST(SummaryTest, CollateralMainRankGivesTheRootCause)
 {
@@ -256,7 +305,7 @@ TEST(JsonTest, DocumentListsEveryTask)
     EXPECT_EQ(doc["explanation"], "main rank 0 on node1 exited with code 0");
     EXPECT_EQ(doc["deciding_rank"], 0);
     EXPECT_EQ(doc["first_failure_rank"], 3);
-    EXPECT_EQ(doc["abort"], (nlohmann::json{{"rank", 5}, {"status", 7}}));
+    EXPECT_EQ(doc["abort"], (nlohmann::json{{"rank", 5}, {"status", 7}, {"message", ""}}));
     EXPECT_EQ(doc["counts"], (nlohmann::json{{"tasks", 8}, {"nodes", 4}, {"succeeded", 3},
                                              {"failed", 4}, {"lost", 1}, {"collateral", 1}}));
 
@@ -308,7 +357,7 @@ TEST(JsonTest, RootCauseReasonAndNodeFlaggedCollateral)
                                   "the first failure's code: rank 5 on node3, killed by SIGSEGV (core dumped)");
     EXPECT_EQ(doc["deciding_rank"], 5);
     EXPECT_EQ(doc["first_failure_rank"], 5);
-    EXPECT_EQ(doc["abort"], (nlohmann::json{{"rank", 6}, {"status", 7}}));
+    EXPECT_EQ(doc["abort"], (nlohmann::json{{"rank", 6}, {"status", 7}, {"message", ""}}));
     EXPECT_EQ(doc["counts"]["collateral"], 3);
     std::vector<bool> collateral;
     for (const auto& t : doc["tasks"])

@@ -97,7 +97,7 @@ public:
     }
     void relay(int, std::uint32_t, wire::Bytes) override { event("relay"); }
     void terminate_step(const std::string&) override { event("terminate"); }
-    void notice(const std::string&) override { event("notice"); }
+    void task_log(std::uint32_t, const std::string&) override { event("task_log"); }
     void client_connected(std::uint32_t) override { event("connected"); }
     void client_finalized(std::uint32_t) override { event("finalized"); }
     const Args& args() const noexcept override { return args_; }
