@@ -28,6 +28,26 @@ SURVIVORS = 7
 # differently (TIMEOUT, PMIX_ERR_TIMEOUT); the numbers are the standard's.
 PMIX_ERR_TIMEOUT = -24
 
+
+def pmix_version():
+    """(major, minor) of the OpenPMIx the build used, from its CMake cache."""
+    cache = BUILD / "CMakeCache.txt"
+    for line in cache.read_text().splitlines() if cache.exists() else []:
+        if line.startswith("PMIX_VERSION:"):
+            numbers = re.findall(r"\d+", line.split("=", 1)[1])
+            return int(numbers[0]), int(numbers[1])
+    return 0, 0
+
+
+# OpenPMIx 5.0 to 6.1: when the host fails a fence, only the first of a
+# node's participants hears it; the library tells the others PMIX_SUCCESS
+# (_mdxcbfunc packs the status, then PMIX_GDS_MARK_MODEX_COMPLETE
+# overwrites it). A library defect no host can work around; see README.md,
+# "Supported versions".
+FAILED_FENCE_TOLD_TO_ONE_LOCAL_RANK = pytest.mark.xfail(
+    pmix_version() >= (5, 0), strict=True,
+    reason="OpenPMIx >= 5 tells a failed fence to one participant per node, the others PMIX_SUCCESS")
+
 # Open MPI on virtual nodes of one machine: TCP over loopback only (shared
 # memory segments of different "nodes" would collide).
 OMPI_ENV = {
@@ -203,6 +223,7 @@ def fence_failures(out):
     return failed
 
 
+@FAILED_FENCE_TOLD_TO_ONE_LOCAL_RANK
 def test_a_fence_a_rank_never_joins_ends_with_its_timeout(cluster, workdir, pmix):
     """PMIX_TIMEOUT=2 on the fence and rank 5 never calls it: every other
     rank's fence fails with PMIX_ERR_TIMEOUT after about those 2 s (rank 4,
@@ -220,6 +241,7 @@ def test_a_fence_a_rank_never_joins_ends_with_its_timeout(cluster, workdir, pmix
         assert float(fields["seconds"]) < 15, (rank, fields)  # its own bound, not the watchdog's 30 s
 
 
+@FAILED_FENCE_TOLD_TO_ONE_LOCAL_RANK
 def test_a_fence_over_a_rank_that_died_before_it_fails_at_once(cluster, workdir, pmix):
     """Rank 5 exits 3 after a first fence; once each survivor has heard of
     it, all fence over every rank: a fence no one can complete, known as
