@@ -41,6 +41,26 @@ bool ends_before(const TaskOutcome& a, const TaskOutcome& b) noexcept
     return a.rank < b.rank;
 }
 
+bool pmix_client(const TaskOutcome& t) noexcept
+{
+    return t.finalized.has_value();
+}
+
+// A PMIx client that failed by itself: it exited or died of a signal of its
+// own, without aborting.
+bool own_end(const TaskOutcome& t) noexcept
+{
+    return pmix_client(t) && !t.lost && !succeeded(t) && !t.abort_status && !killed_by_teardown(t);
+}
+
+// A PMIx client's abort that can be its runtime's reaction to cause, a
+// PMIx client's own end recorded at most reaction_window_us after it.
+bool may_react_to(const TaskOutcome& task, const TaskOutcome& cause) noexcept
+{
+    return pmix_client(task) && task.abort_status && own_end(cause) && cause.end_time_us >= task.end_time_us &&
+           cause.end_time_us - task.end_time_us <= reaction_window_us;
+}
+
 // task (not first itself) is collateral to the first failure first: see
 // is_collateral.
 bool collateral_to(const TaskOutcome& task, const TaskOutcome& first) noexcept
@@ -53,6 +73,12 @@ bool collateral_to(const TaskOutcome& task, const TaskOutcome& first) noexcept
     // first failure that was not itself lost or such a kill.
     if (first.lost || killed_by_teardown(first))
         return false;
+    // A PMIx client that failed after the first failure ended, or aborted
+    // just before it was on record: its runtime can learn of a dead peer on
+    // its own connections before any node tells it (Open MPI 5 aborts as
+    // soon as the peer's socket closes).
+    if (pmix_client(task) && (task.end_time_us > first.end_time_us || may_react_to(task, first)))
+        return true;
     return killed_by_teardown(task) && task.end_time_us >= first.end_time_us;
 }
 
@@ -172,6 +198,17 @@ Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noex
     // only when nothing else failed.
     if (!d.first_failure)
         d.first_failure = first_flagged ? first_flagged : first_lost;
+    // An abort on record first gives way to the own end it can be a
+    // reaction to.
+    else if (tasks[*d.first_failure].abort_status) {
+        std::optional<std::size_t> cause;
+        for (std::size_t i = 0; i < tasks.size(); ++i)
+            if (!tasks[i].collateral && may_react_to(tasks[*d.first_failure], tasks[i]) &&
+                (!cause || ends_before(tasks[i], tasks[*cause])))
+                cause = i;
+        if (cause)
+            d.first_failure = cause;
+    }
 
     auto take = [&](Reason reason, std::size_t index) {
         d.reason = reason;

@@ -76,14 +76,24 @@ struct Decision {
     std::optional<std::size_t> deciding;       // the task whose code was taken
     std::optional<std::size_t> main;           // the main rank
     // The root cause: the earliest end (ties: lowest rank) among the failed
-    // tasks their nodes did not report collateral; if all are, the earliest
-    // of them; if none failed, the lowest lost rank.
+    // tasks their nodes did not report collateral, except that a PMIx
+    // client's abort gives way to a PMIx client's own end recorded up to
+    // reaction_window_us after it; if all are collateral, the earliest of
+    // them; if none failed, the lowest lost rank.
     std::optional<std::size_t> first_failure;
     std::optional<std::size_t> first_abort;    // earliest abort (ties: lowest rank)
     std::size_t succeeded = 0;
     std::size_t failed = 0;  // reported and did not succeed
     std::size_t lost = 0;
 };
+
+// How much earlier than a task's recorded end its peers can have seen it
+// go: its sockets close before it has run its exit handlers and before its
+// node sees it end, and a runtime that aborts on a peer's closed socket
+// (Open MPI 5) can be on record first. A PMIx client's abort up to this long
+// before another PMIx client's own end (an exit or a signal of its own, not
+// an abort or a tear-down kill) is taken as a reaction to that end.
+inline constexpr std::int64_t reaction_window_us = 100'000;
 
 // Slurm's own rule over the reported wait statuses: any signal beats any
 // code, highest signal, else highest code. Lost tasks have no status.
@@ -94,9 +104,10 @@ Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noex
 
 // A task that ended because of another's failure: it did not succeed, is
 // not lost, is not the first failure, and either its node reported it
-// collateral (TaskOutcome::collateral) or, for steps without node daemons
-// (srun -K), it was killed by SIGTERM or SIGKILL without aborting no earlier
-// than a first failure that was not itself lost or such a kill. The report
+// collateral (TaskOutcome::collateral), or the first failure was not itself
+// lost or a SIGTERM or SIGKILL and the task was a PMIx client that ended
+// (or aborted) after it, or, for steps without node daemons (srun -K), it
+// was killed by SIGTERM or SIGKILL without aborting no earlier than it. The report
 // labels these so that a SIGTERM never hides the SIGSEGV that caused it, and
 // the policies look past them to the root cause.
 bool is_collateral(const StepOutcomes& step, const Decision& decision, std::size_t index) noexcept;

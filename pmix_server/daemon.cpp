@@ -4,6 +4,7 @@
 
 #include "event_anchor.hpp"
 #include "exitpolicy/outcome.hpp"
+#include "exitpolicy/policy.hpp"
 #include "log.hpp"
 #include "pmix_host.hpp"
 #include "protocol/events.hpp"
@@ -21,11 +22,14 @@
 #include <charconv>
 #include <fcntl.h>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
 #include <csignal>
 #include <cstring>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -39,6 +43,36 @@ std::int64_t now_us()
     timespec now{};
     ::clock_gettime(CLOCK_REALTIME, &now);
     return std::int64_t{now.tv_sec} * 1'000'000 + now.tv_nsec / 1000;
+}
+
+// The process has begun to exit (PF_EXITING in /proc/PID/stat's flags): a
+// signal can no longer change how it ends. Its sockets may be closed and
+// its peers told, while its pidfd turns readable only once it is gone.
+bool exiting(pid_t pid)
+{
+    constexpr unsigned long pf_exiting = 0x4;
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat;
+    if (!std::getline(in, stat))
+        return false;
+    const auto paren = stat.rfind(')');  // the name may hold anything
+    if (paren == std::string::npos)
+        return false;
+    std::istringstream fields(stat.substr(paren + 1));
+    std::string skip;
+    unsigned long flags = 0;
+    for (int i = 3; i < 9; ++i)  // state ppid pgrp session tty_nr tpgid
+        fields >> skip;
+    return fields >> flags && (flags & pf_exiting) != 0;
+}
+
+// A failure of the task's own: an exit or a signal, not an abort or the
+// SIGTERM or SIGKILL of a teardown.
+bool own_end(int wait_status, bool aborted)
+{
+    TaskOutcome t;
+    t.wait_status = wait_status;
+    return !aborted && !killed_by_teardown(t);
 }
 
 }  // namespace
@@ -71,6 +105,8 @@ Daemon::Daemon(Args args, wire::Secret secret) : args_(std::move(args)), secret_
 
 Daemon::Task::~Task()
 {
+    if (exit_watch)
+        event_free(exit_watch);
     if (pidfd >= 0)
         ::close(pidfd);
 }
@@ -97,6 +133,7 @@ Daemon::~Daemon()
         event_free(wake_);
     for (event* e : signals_)
         event_free(e);
+    tasks_.clear();  // their exit watches
     if (base_)
         event_base_free(base_);
 }
@@ -113,6 +150,9 @@ int Daemon::run()
     base_ = event_base_new();
     if (!base_)
         return 1;
+    // Two priorities: a task's exit (0) is seen before anything else that
+    // became ready with it (1, the default), such as another node's news.
+    event_base_priority_init(base_, 2);
     wake_ = event_new(
         base_, -1, EV_PERSIST,
         [](evutil_socket_t, short, void* arg) { static_cast<Daemon*>(arg)->posted_.run(); },
@@ -658,7 +698,7 @@ void Daemon::on_event(const wire::Event& e, bool from_above)
     }
     if (!events_seen_.insert(e.rank).second)
         return;  // a replay
-    failure_known(e.rank);
+    failure_known(e.rank, own_end(e.wait_status, e.code == wire::pmix::proc_requested_abort));
     const wire::Bytes frame = e.encode();
     history_.push_back(frame);
     send_down(std::nullopt, frame);
@@ -678,7 +718,7 @@ void Daemon::on_node_down(const wire::NodeDown& d)
     tree_->leave(d.node);
     std::vector<std::uint32_t> fresh;
     for (std::uint32_t r : d.ranks) {
-        failure_known(r);
+        failure_known(r, true);  // lost: nothing it did can be a reaction
         fail_fences_with(r);
         if (notified_.insert(r).second)
             fresh.push_back(r);
@@ -888,7 +928,7 @@ void Daemon::abort(std::uint32_t rank, int status, std::string message)
     // The first call is the failure's moment: Open MPI's MPI_Abort calls
     // PMIx_Abort twice (its peers, then everyone), the teardown in between.
     aborts_.try_emplace(rank, AbortCall{status, now_us()});
-    failure_known(rank);
+    failure_known(rank, false);
     log::info("rank %u called abort with status %d: %s", rank, status, message.c_str());
     send_up(wire::Abort{rank, status, std::move(message)}.encode());
 }
@@ -958,23 +998,29 @@ void Daemon::client_finalized(std::uint32_t rank)
     finalized_.insert(rank);
 }
 
-void Daemon::failure_known(std::uint32_t rank)
+void Daemon::failure_known(std::uint32_t rank, bool own_end)
 {
     if (!first_known_)
-        first_known_ = KnownFailure{rank, now_us()};
+        first_known_ = KnownFailure{rank, now_us(), own_end};
 }
 
 // Signalled by our own teardown, or a PMIx client (which can have been
 // told) that ended or aborted at `when_us`, after this node knew of another
 // task's failure. A task that never used PMIx heard of nothing: its failure
 // is its own.
-bool Daemon::collateral(std::uint32_t rank, std::int64_t when_us) const
+bool Daemon::collateral(std::uint32_t rank, std::int64_t when_us, bool own_end) const
 {
     // A task that called abort failed by itself when it did: the teardown
     // that abort started may still find it running.
     if (torn_down_.count(rank) && !aborts_.count(rank))
         return true;
-    return connected_.count(rank) && first_known_ && first_known_->rank != rank && when_us > first_known_->at_us;
+    if (!connected_.count(rank) || !first_known_ || first_known_->rank == rank)
+        return false;
+    // An abort, and the teardown it starts, can be a reaction to this
+    // task's own end, whose sockets closed before the end was seen: then
+    // the root cause decides (reaction_window_us in policy.hpp).
+    const std::int64_t margin = own_end && !first_known_->own_end ? reaction_window_us : 0;
+    return when_us > first_known_->at_us + margin;
 }
 
 void Daemon::terminate_local(const std::string& why, std::uint32_t kill_after_ms)
@@ -983,7 +1029,7 @@ void Daemon::terminate_local(const std::string& why, std::uint32_t kill_after_ms
         return;  // a teardown is under way here already
     std::set<std::uint32_t> running;
     for (const auto& [rank, task] : tasks_)
-        if (!ended_.count(rank))
+        if (!ended_.count(rank) && !exited(*task))
             running.insert(rank);
     log::info("terminating %zu local tasks: %s", running.size(), why.c_str());
     if (running.empty())
@@ -1001,6 +1047,41 @@ void Daemon::terminate_local(const std::string& why, std::uint32_t kill_after_ms
         log::info("%zu local tasks outlived SIGTERM: SIGKILL", left.size());
         signal_local(SIGKILL, left);
     });
+}
+
+// Asks the kernel, not the loop: an exit whose event is still queued
+// behind the one being handled counts, and so does one under way.
+bool Daemon::exited(Task& task)
+{
+    if (task.exited_at_us == 0 && task.pidfd >= 0) {
+        pollfd p{task.pidfd, POLLIN, 0};
+        // Should the pid be gone and taken by another process between the
+        // two looks, the task has exited all the same.
+        if ((::poll(&p, 1, 0) == 1 && (p.revents & POLLIN)) || exiting(task.pid))
+            task.exited_at_us = now_us();
+    }
+    return task.exited_at_us != 0;
+}
+
+void Daemon::watch_exit(Task& task)
+{
+    if (task.pidfd < 0)
+        return;  // no pidfds on this kernel: the outcome's own time stands
+    task.exit_watch = event_new(
+        base_, task.pidfd, EV_READ,
+        [](evutil_socket_t, short, void* arg) {
+            auto* t = static_cast<Task*>(arg);
+            if (t->exited_at_us == 0)
+                t->exited_at_us = now_us();
+        },
+        &task);
+    if (!task.exit_watch)
+        return;
+    event_priority_set(task.exit_watch, 0);
+    if (event_add(task.exit_watch, nullptr) != 0) {
+        event_free(task.exit_watch);
+        task.exit_watch = nullptr;
+    }
 }
 
 void Daemon::signal_local(int sig, const std::set<std::uint32_t>& ranks)
@@ -1027,6 +1108,8 @@ void Daemon::outcome(const wire::Outcome& in)
     log::debug("rank %u ended: wait status %d, at %lld us", o.rank, o.wait_status,
                static_cast<long long>(o.end_time_us));
     ended_.insert(o.rank);
+    if (const auto task = tasks_.find(o.rank); task != tasks_.end() && task->second->exited_at_us > 0)
+        o.end_time_us = std::min(o.end_time_us, task->second->exited_at_us);
     const auto aborted = aborts_.find(o.rank);
     if (aborted != aborts_.end()) {
         o.flags |= wire::Outcome::flag_aborted;
@@ -1040,10 +1123,12 @@ void Daemon::outcome(const wire::Outcome& in)
             o.flags |= wire::Outcome::flag_finalized;
     }
     if (const auto event = wire::pmix::termination_event(o, args_.node_id)) {
-        const std::int64_t when = aborted != aborts_.end() ? aborted->second.when_us : o.end_time_us;
-        if (collateral(o.rank, when))
+        const bool called_abort = aborted != aborts_.end();
+        const std::int64_t when = called_abort ? aborted->second.when_us : o.end_time_us;
+        const bool own = own_end(o.wait_status, called_abort);
+        if (collateral(o.rank, when, own))
             o.flags |= wire::Outcome::flag_collateral;
-        failure_known(o.rank);
+        failure_known(o.rank, own);
         // Our own clients first, then everyone else through the FE.
         if (notified_.insert(o.rank).second)
             pmix_->notify_terminated(o.rank, event->code, event->exit_code);
@@ -1210,6 +1295,7 @@ void Daemon::on_local_frame(Local& l, wire::Type type, std::span<const std::uint
             auto task = std::make_unique<Task>();
             task->pid = l.pid;
             task->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, l.pid, 0));
+            watch_exit(*task);
             tasks_[r->rank] = std::move(task);
             out.env = std::move(*env);
         }

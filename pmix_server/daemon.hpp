@@ -99,9 +99,11 @@ private:
     // Runs fn on the loop after `seconds`.
     void after(int seconds, std::function<void()> fn);
     // This node learned that `rank` ended abnormally (or called abort):
-    // a PMIx client that fails here after it is collateral.
-    void failure_known(std::uint32_t rank);
-    bool collateral(std::uint32_t rank, std::int64_t when_us) const;
+    // a PMIx client that fails here after it is collateral. An own end is
+    // an exit or a signal of the task's own, not an abort or a tear-down
+    // kill.
+    void failure_known(std::uint32_t rank, bool own_end);
+    bool collateral(std::uint32_t rank, std::int64_t when_us, bool own_end) const;
     void outcome(const wire::Outcome& o);
     void flush_outcomes();
     // Teardown: SIGTERM to every local task still running, SIGKILL to
@@ -169,17 +171,25 @@ private:
     struct Task {
         pid_t pid = -1;
         int pidfd = -1;
+        // The pidfd turns readable the moment the process exits, before
+        // slurmstepd reaps it and reports its outcome: that moment is its
+        // end (a peer's runtime may react to it before the report comes).
+        event* exit_watch = nullptr;
+        std::int64_t exited_at_us = 0;
         Task() = default;
         Task(const Task&) = delete;
         Task& operator=(const Task&) = delete;
         ~Task();
     };
     std::map<std::uint32_t, std::unique_ptr<Task>> tasks_;
+    void watch_exit(Task& task);
+    static bool exited(Task& task);
     // The first abnormal end this node learned of (its own tasks' or, by
     // an event, another node's), and when, on this node's clock.
     struct KnownFailure {
         std::uint32_t rank = 0;
         std::int64_t at_us = 0;
+        bool own_end = false;  // see failure_known
     };
     std::optional<KnownFailure> first_known_;
     std::set<std::uint32_t> torn_down_;  // local ranks our teardown signalled

@@ -279,6 +279,44 @@ TEST(RootCauseTest, EveryCaseUnderEveryPolicy)
          2, 1,
          {{{3, highest_code}, {9, main_rank}, {1, some_failed}, {9, main_rank_failed},
            {3, first_failure}, {3, lowest_rank}}}},
+        // Open MPI 5: ranks 0 and 7 see rank 5's sockets close and abort
+        // before any node could tell them; the others are torn down.
+        {"i: rank 5 exits 3, PMIx clients abort with 14 on their own before their nodes knew",
+         eight(exits(5, 3).unfinalized().at(100),
+               [](std::uint32_t r) {
+                   if (r == 0 || r == 7)
+                       return aborts(r, 14).unfinalized().at(100 + 10 * (8 - r));
+                   return flagged(killed(r, SIGTERM).unfinalized().at(600));
+               }),
+         0, 5,
+         {{{143, highest_signal}, {3, root_cause}, {1, some_failed}, {3, root_cause},
+           {3, first_failure}, {3, lowest_rank}}}},
+        // Open MPI 5 again: rank 5's sockets closed before its end was on
+        // record, and rank 7's abort on them was on record 3 ms earlier.
+        {"j: an abort on record just before the own end it reacted to",
+         eight(segv(5).unfinalized().at(10'000),
+               [](std::uint32_t r) {
+                   if (r == 7)
+                       return aborts(7, 14).unfinalized().at(7'000);
+                   return flagged(killed(r, SIGTERM).unfinalized().at(20'000));
+               }),
+         0, 5,
+         {{{143, highest_signal}, {139, root_cause}, {1, some_failed}, {139, root_cause},
+           {139, first_failure}, {139, lowest_rank}}}},
+        {"k: an abort longer than the reaction window before an own end is the root cause",
+         eight(aborts(7, 14).unfinalized().at(1'000),
+               [](std::uint32_t r) {
+                   if (r == 5)
+                       return exits(5, 3).unfinalized().at(1'000 + reaction_window_us + 1);
+                   return flagged(killed(r, SIGTERM).unfinalized().at(900'000));
+               }),
+         0, 7,
+         {{{14, aborted}, {14, aborted}, {1, some_failed}, {14, aborted}, {14, aborted}, {14, aborted}}}},
+        {"l: an abort gives way to no tear-down kill, no other abort and no task without PMIx",
+         {flagged(killed(0, SIGTERM).unfinalized().at(2'000)), aborts(1, 7).unfinalized().at(1'000),
+          aborts(2, 14).unfinalized().at(1'500), killed(3, SIGKILL).unfinalized().at(1'200), exits(4, 2).at(1'100)},
+         0, 1,
+         {{{7, aborted}, {7, aborted}, {1, some_failed}, {7, aborted}, {7, aborted}, {7, aborted}}}},
         {"a lost main rank is never collateral",
          {lost(0), segv(1).at(100), flagged(killed(2, SIGTERM).at(200)), ok(3)},
          0, 1,
@@ -429,6 +467,14 @@ TEST(PolicyTest, CollateralByNodeFlagOrByTheTeardownHeuristic)
           flagged(lost(8)),                 // lost: never
           exits(9, 2).at(300)},             // an independent failure
          {false, true, true, true, false, false, true, false, false, false}},
+        {"PMIx clients that failed after the first failure",
+         {segv(0).unfinalized().at(100),
+          aborts(1, 14).unfinalized().at(150),  // its runtime heard of it on its own
+          exits(2, 1).unfinalized().at(150),    // unfinalized, after it
+          exits(3, 1).at(150),                  // no PMIx client: its failure is its own
+          exits(4, 1).unfinalized().at(100),    // at the same moment: not after it
+          ok(5).unfinalized().at(200)},         // succeeded: never
+         {false, true, true, false, false, false}},
         {"a SIGKILL first: only the flag counts",
          {killed(0, SIGKILL).at(100), killed(1, SIGTERM).at(200), flagged(killed(2, SIGTERM).at(200))},
          {false, false, true}},
