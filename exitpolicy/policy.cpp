@@ -73,11 +73,13 @@ bool collateral_to(const TaskOutcome& task, const TaskOutcome& first) noexcept
     // first failure that was not itself lost or such a kill.
     if (first.lost || killed_by_teardown(first))
         return false;
-    // A PMIx client that failed after the first failure ended, or aborted
-    // just before it was on record: its runtime can learn of a dead peer on
-    // its own connections before any node tells it (Open MPI 5 aborts as
-    // soon as the peer's socket closes).
-    if (pmix_client(task) && (task.end_time_us > first.end_time_us || may_react_to(task, first)))
+    // A PMIx client that aborted after the first failure ended, or just
+    // before it was on record: its runtime can learn of a dead peer on its
+    // own connections before any node tells it (Open MPI 5 aborts as soon as
+    // the peer's socket closes). A failure of its own (an exit, a signal) is
+    // collateral only when its node says so.
+    if (pmix_client(task) && task.abort_status &&
+        (task.end_time_us > first.end_time_us || may_react_to(task, first)))
         return true;
     return killed_by_teardown(task) && task.end_time_us >= first.end_time_us;
 }

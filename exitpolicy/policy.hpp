@@ -105,8 +105,9 @@ Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noex
 // A task that ended because of another's failure: it did not succeed, is
 // not lost, is not the first failure, and either its node reported it
 // collateral (TaskOutcome::collateral), or the first failure was not itself
-// lost or a SIGTERM or SIGKILL and the task was a PMIx client that ended
-// (or aborted) after it, or, for steps without node daemons (srun -K), it
+// lost or a SIGTERM or SIGKILL and the task was a PMIx client that aborted
+// after it (or up to reaction_window_us before it, when it is a PMIx
+// client's own end), or, for steps without node daemons (srun -K), it
 // was killed by SIGTERM or SIGKILL without aborting no earlier than it. The report
 // labels these so that a SIGTERM never hides the SIGSEGV that caused it, and
 // the policies look past them to the root cause.

@@ -114,19 +114,25 @@ Result<std::string> make_step_dir(std::uint32_t job_id, std::uint32_t step_id, c
     return R::ok(std::move(path));
 }
 
-void remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::chrono::milliseconds timeout)
+Result<bool> remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::chrono::milliseconds timeout)
 {
+    using R = Result<bool>;
     if (dir.rfind("/tmp/exitpolicy.", 0) != 0 || dir.find("/..") != std::string::npos)
-        return;  // never anything else
+        return R::fail("refusing to remove " + dir + ": not a step directory");  // never anything else
     const char* argv[] = {"/bin/rm", "-rf", "--one-file-system", "--", dir.c_str(), nullptr};
     const pid_t child = ::fork();
     if (child < 0)
-        return;
+        return R::fail("cannot remove " + dir + ": fork: " + std::strerror(errno));
     if (child == 0) {
         const int devnull = ::open("/dev/null", O_RDWR);
         if (devnull >= 0)
             for (int fd : {0, 1, 2})
                 ::dup2(devnull, fd);
+        // Slurm 24.11's slurmstepd SIGTERMs the step's processes, this one
+        // too, while its SPANK exit hooks run: rm finishes first.
+        struct sigaction ignore {};
+        ignore.sa_handler = SIG_IGN;
+        ::sigaction(SIGTERM, &ignore, nullptr);
         if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0)
             ::_exit(126);
         ::execv(argv[0], const_cast<char* const*>(argv));
@@ -136,13 +142,20 @@ void remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::chrono::
     int status = 0;
     while (true) {
         const pid_t r = ::waitpid(child, &status, WNOHANG);
-        if (r == child || (r < 0 && errno != EINTR))
-            return;
+        if (r == child) {
+            if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+                return R::ok(true);
+            return R::fail("cannot remove " + dir + ": rm -rf as uid " + std::to_string(uid) + " ended with wait status " +
+                           std::to_string(status));
+        }
+        if (r < 0 && errno != EINTR)
+            return R::fail("cannot remove " + dir + ": waitpid: " + std::strerror(errno));
         if (Clock::now() >= deadline) {
             ::kill(child, SIGKILL);  // our own child, not yet reaped: its pid is still ours
             while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
             }
-            return;
+            return R::fail("cannot remove " + dir + ": rm -rf took longer than " +
+                           std::to_string(timeout.count()) + " ms");
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }

@@ -57,7 +57,7 @@ Result<std::string> make_step_dir(std::uint32_t job_id, std::uint32_t step_id, c
                                   gid_t gid);
 // Removes it as the job's user (rm -rf in a child that drops to uid/gid),
 // so that root never walks a tree its user could rearrange; bounded.
-void remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::chrono::milliseconds timeout);
+Result<bool> remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::chrono::milliseconds timeout);
 
 // The daemon's local socket in its private directory.
 std::string daemon_socket(const std::string& dir);

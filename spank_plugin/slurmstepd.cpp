@@ -112,7 +112,8 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
     auto launched = launch_daemon(launch);
     if (!launched) {
         failure = "PMIx service failed: " + launched.error();
-        remove_step_dir(dir, uid, gid, remove_timeout);
+        if (auto removed = remove_step_dir(dir, uid, gid, remove_timeout); !removed)
+            log::error("step %u.%u: %s", link.job_id, link.step_id, removed.error().c_str());
         return false;
     }
     remote.daemon_dir = dir;
@@ -284,7 +285,10 @@ int exit(spank_t)
     remote.sinks.clear();
     if (remote.daemon.pid > 0) {
         stop_daemon(remote.daemon, std::chrono::milliseconds(3000));
-        remove_step_dir(remote.daemon_dir, remote.uid, remote.gid, remove_timeout);
+        if (auto removed = remove_step_dir(remote.daemon_dir, remote.uid, remote.gid, remove_timeout); !removed)
+            log::error("step %u.%u: %s", remote.job_id, remote.step_id, removed.error().c_str());
+        else
+            log::debug("step %u.%u: removed %s", remote.job_id, remote.step_id, remote.daemon_dir.c_str());
     }
     return 0;
 }

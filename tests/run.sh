@@ -6,10 +6,16 @@
 # (unit, pmix, integration; integration brings up a real local Slurm cluster
 # and always tears it down), then builds again with ASan+UBSan and runs the
 # unit tests there, and fuzzes the frame codec for 30 s (tests/fuzz/run.sh).
-# Exits non-zero on any failure.
+# Then it does it all again on the other supported Debian release (13 on a
+# Debian 12 machine, 12 on a Debian 13 one), in a root file system made
+# with Debian's mmdebstrap and kept between runs (contrib/rootfs), without
+# the sanitizer build and the fuzzer, which run on this machine's release.
+# Exits non-zero on any failure, and says on which release it failed.
 #
 #   bash tests/run.sh            everything
 #   EXITPOLICY_SKIP_SANITIZE=1   skip the sanitizer build
+#   EXITPOLICY_SKIP_FUZZ=1       skip the fuzzer
+#   EXITPOLICY_SKIP_OTHER_RELEASE=1  test this machine's release only
 #   EXITPOLICY_BUILD_DIR=DIR     build tree (default: build under the source)
 set -euo pipefail
 
@@ -19,13 +25,31 @@ jobs=$(nproc)
 
 step() { printf '\n== %s\n' "$*"; }
 
+# Debian's major version here, and the other release tested beside it.
+release=$(cut -d. -f1 /etc/debian_version 2>/dev/null || echo unknown)
+case $release in
+  12) other=trixie other_release=13 ;;
+  13) other=bookworm other_release=12 ;;
+  *) other= other_release= ;;
+esac
+where="Debian $release"
+[ -n "${EXITPOLICY_IN_ROOTFS-}" ] && where+=" (root file system)"
+on_exit() {
+  local rc=$?
+  "$src/contrib/slurm/cluster" down >/dev/null 2>&1 || true
+  if [ $rc -ne 0 ]; then
+    echo "tests/run.sh: FAILED on $where" >&2
+  fi
+  exit $rc
+}
+
 step "dependencies"
 bash "$src/contrib/install-deps"
 
 # Whatever happens, leave no cluster behind (the pytest fixture tears its own
 # down; this catches an interrupted run).
 export EXITPOLICY_CLUSTER_DIR=${EXITPOLICY_CLUSTER_DIR:-/tmp/exitpolicy-test-cluster}
-trap '"$src/contrib/slurm/cluster" down >/dev/null 2>&1 || true' EXIT
+trap on_exit EXIT
 
 step "build ($build)"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXITPOLICY_WERROR=ON >/dev/null
@@ -49,16 +73,35 @@ if [ "${EXITPOLICY_SKIP_SANITIZE:-0}" != 1 ]; then
     ctest --test-dir "$build-sanitize" --output-on-failure -L unit
 fi
 
-step "the frame codec under libFuzzer (30 s)"
-fuzz_log=$(mktemp)
-if ! EXITPOLICY_FUZZ_BUILD_DIR="$build-fuzz" bash "$src/tests/fuzz/run.sh" 30 >"$fuzz_log" 2>&1; then
-  tail -n 80 "$fuzz_log"
-  echo "tests/run.sh: the codec fuzzer found something (see above)" >&2
-  exit 1
+if [ "${EXITPOLICY_SKIP_FUZZ:-0}" != 1 ]; then
+  step "the frame codec under libFuzzer (30 s)"
+  fuzz_log=$(mktemp)
+  if ! EXITPOLICY_FUZZ_BUILD_DIR="$build-fuzz" bash "$src/tests/fuzz/run.sh" 30 >"$fuzz_log" 2>&1; then
+    tail -n 80 "$fuzz_log"
+    echo "tests/run.sh: the codec fuzzer found something (see above)" >&2
+    exit 1
+  fi
+  tail -n 5 "$fuzz_log"
+  rm -f "$fuzz_log"
 fi
-tail -n 5 "$fuzz_log"
-rm -f "$fuzz_log"
 
 step "no cluster process left"
 "$src/contrib/slurm/cluster" down
-step "all tests passed"
+step "all tests passed on $where"
+
+if [ -n "${EXITPOLICY_IN_ROOTFS-}" ] || [ "${EXITPOLICY_SKIP_OTHER_RELEASE:-0}" = 1 ]; then
+  exit 0
+fi
+if [ -z "$other" ]; then
+  echo "tests/run.sh: $where is neither Debian 12 nor 13: the other release is not tested" >&2
+  exit 1
+fi
+# The same suite on the other release, built in a tmpfs (/build) from the
+# source mounted read-only (/src); its failure is that release's.
+where="Debian $other_release (root file system, contrib/rootfs --release $other)"
+step "the whole suite again on $where"
+bash "$src/contrib/rootfs" --release "$other" run \
+  env EXITPOLICY_IN_ROOTFS=1 EXITPOLICY_SKIP_SANITIZE=1 EXITPOLICY_SKIP_FUZZ=1 EXITPOLICY_BUILD_DIR=/build/b \
+  bash /src/tests/run.sh
+where="Debian $release and Debian $other_release"
+step "all tests passed on $where"

@@ -470,11 +470,11 @@ TEST(PolicyTest, CollateralByNodeFlagOrByTheTeardownHeuristic)
         {"PMIx clients that failed after the first failure",
          {segv(0).unfinalized().at(100),
           aborts(1, 14).unfinalized().at(150),  // its runtime heard of it on its own
-          exits(2, 1).unfinalized().at(150),    // unfinalized, after it
+          exits(2, 1).unfinalized().at(150),    // its own failure: only its node can say
           exits(3, 1).at(150),                  // no PMIx client: its failure is its own
           exits(4, 1).unfinalized().at(100),    // at the same moment: not after it
           ok(5).unfinalized().at(200)},         // succeeded: never
-         {false, true, true, false, false, false}},
+         {false, true, false, false, false, false}},
         {"a SIGKILL first: only the flag counts",
          {killed(0, SIGKILL).at(100), killed(1, SIGTERM).at(200), flagged(killed(2, SIGTERM).at(200))},
          {false, false, true}},
