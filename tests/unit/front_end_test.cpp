@@ -296,6 +296,43 @@ TEST(FrontEndTest, IdleConnectionsBeyondTheCapAreClosedAndANodeStillReports)
         ::close(fd);
 }
 
+// What this process writes to stderr (fd 2), from any thread, until said().
+class CapturedStderr {
+public:
+    CapturedStderr() : file_(std::tmpfile())
+    {
+        std::fflush(stderr);
+        saved_ = ::dup(2);
+        if (file_ && saved_ >= 0)
+            ::dup2(::fileno(file_), 2);
+    }
+    ~CapturedStderr() { said(); }
+    bool ok() const { return file_ && saved_ >= 0; }
+    // Restores stderr and returns what was written meanwhile.
+    std::string said()
+    {
+        std::string text;
+        std::fflush(stderr);
+        if (saved_ >= 0) {
+            ::dup2(saved_, 2);
+            ::close(saved_);
+            saved_ = -1;
+        }
+        if (file_) {
+            std::rewind(file_);
+            for (int ch; (ch = std::fgetc(file_)) != EOF;)
+                text.push_back(static_cast<char>(ch));
+            std::fclose(file_);
+            file_ = nullptr;
+        }
+        return text;
+    }
+
+private:
+    std::FILE* file_;
+    int saved_ = -1;
+};
+
 // accept() fails with EMFILE: one line on stderr for the whole episode
 // (libevent's own warning came once per attempt, thousands a second), and
 // once descriptors are free again the FE accepts and a node reports.
@@ -311,12 +348,8 @@ TEST(FrontEndTest, AcceptFailuresAreLoggedOnceAndTheListenerRecovers)
         ASSERT_GE(fd, 0);
         clients.push_back(fd);
     }
-    std::FILE* capture = std::tmpfile();
-    ASSERT_NE(capture, nullptr);
-    std::fflush(stderr);
-    const int saved_stderr = ::dup(2);
-    ASSERT_GE(saved_stderr, 0);
-    ASSERT_EQ(::dup2(::fileno(capture), 2), 2);
+    CapturedStderr capture;
+    ASSERT_TRUE(capture.ok());
 
     // No descriptor below the limit is free: accept() fails with EMFILE.
     rlimit lim{};
@@ -341,14 +374,7 @@ TEST(FrontEndTest, AcceptFailuresAreLoggedOnceAndTheListenerRecovers)
     ::setrlimit(RLIMIT_NOFILE, &lim);
     std::this_thread::sleep_for(300ms);  // the listener is back within its pause
 
-    std::fflush(stderr);
-    ::dup2(saved_stderr, 2);
-    ::close(saved_stderr);
-    std::string said;
-    std::rewind(capture);
-    for (int ch; (ch = std::fgetc(capture)) != EOF;)
-        said.push_back(static_cast<char>(ch));
-    std::fclose(capture);
+    const std::string said = capture.said();
     EXPECT_EQ(failed_fd, -1);
     EXPECT_EQ(connected, attempts);
     EXPECT_LE(std::count(said.begin(), said.end(), '\n'), 1) << said.substr(0, 1000);
@@ -684,6 +710,27 @@ TEST(FrontEndOverlayTest, TasksThatNeverUsedPmixTearNothingDown)
     ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(wire::Type::event) == 1; }));
     t->loop.run_until([] { return false; }, 300ms);
     EXPECT_EQ(t->d1->count(wire::Type::terminate), 0u);
+    t->fe->finish(0ms);
+}
+
+// What a task logs (PMIx_Log: Open MPI 5's help messages, MPI_Abort's
+// banner) reaches srun's stderr as the task wrote it; the plugin's own words
+// from a node carry the prefix and the node's name.
+TEST(FrontEndOverlayTest, ATasksLogLineIsPrintedAsTheTaskWroteIt)
+{
+    auto t = two_nodes(teardown_setup(false));
+    ASSERT_TRUE(t);
+    CapturedStderr capture;
+    ASSERT_TRUE(capture.ok());
+    t->d1->channel->send(wire::Notice{1, 1, "[node2:00000] *** An error occurred in Socket closed\n"}.encode());
+    t->d1->channel->send(wire::Notice{1, 1, "no newline of its own"}.encode());
+    t->d1->channel->send(wire::Notice{1, wire::Notice::no_rank, "the daemon's own words"}.encode());
+    t->loop.run_until([] { return false; }, 300ms);
+    const std::string said = capture.said();
+    EXPECT_EQ(said,
+              "[node2:00000] *** An error occurred in Socket closed\n"
+              "no newline of its own\n"
+              "exitpolicy: node2: the daemon's own words\n");
     t->fe->finish(0ms);
 }
 
