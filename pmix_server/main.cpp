@@ -6,6 +6,7 @@
 #include "daemon.hpp"
 #include "event_anchor.hpp"
 #include "log.hpp"
+#include "pmix_compat.hpp"
 
 #include "protocol/auth.hpp"
 
@@ -60,6 +61,7 @@ int main(int argc, char** argv)
     // sink gives up after its bound) must not end the node's PMIx server:
     // the write fails with EPIPE instead, and that connection closes.
     std::signal(SIGPIPE, SIG_IGN);
+    pmixd::compat::set_library_defaults();  // before any thread, before PMIx_server_init
 
     char hex[65] = {};
     std::size_t got = 0;

@@ -395,6 +395,21 @@ def test_fifty_steps_leave_nothing_behind(cluster, workdir, pmix):
     assert ours() == [], "temporary directories left behind"
 
 
+def test_clients_keep_job_data_where_the_library_is_reliable(cluster, workdir, pmix):
+    """OpenPMIx 5's gds/shmem2 maps the job data at the server's address in
+    every client, and PMIx_Init fails where that address is taken: on 5 the
+    server offers gds/hash only (pmix_server/pmix_compat.hpp); on 4.2 its
+    shared-memory store stays."""
+    rc, out, err = srun(cluster, workdir, "--mpi=none", "-N2", "-n2", "sh", "-c", 'echo "gds=$PMIX_GDS_MODULE"')
+    assert rc == 0, err
+    offered = lines(out, "gds=")
+    assert len(offered) == 2, out + err
+    if pmix_version() >= (5, 0):
+        assert offered == ["gds=hash"] * 2, out
+    else:
+        assert all("hash" in l and "ds21" in l for l in offered), out
+
+
 def test_steps_with_slurms_own_pmix_are_left_alone(cluster, workdir, pmix):
     rc, out, err = srun(cluster, workdir, "--mpi=pmix", "-N2", "-n2", "sh", "-c", 'echo "ns=$PMIX_NAMESPACE"')
     assert rc == 0, err
