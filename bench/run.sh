@@ -16,6 +16,12 @@
 #   bash bench/run.sh failure  an Open MPI rank dies in a barrier: from its death to
 #                              srun's exit, exitpolicy's teardown vs Slurm's mpi/pmix
 #                              (FAILURE_PAIRS=7, TEARDOWN_GRACE_MS=500)
+#   bash bench/run.sh scale    steps over SCALE_NODES="4 16 32 64" nodes (2 ranks each), a
+#                              fresh cluster per size, SCALE_ROUNDS=5 interleaved rounds: a
+#                              trivial step without the plugin, with a policy (pmix=never,
+#                              pmix=auto) and under Slurm's mpi/pmix; fence with data; the
+#                              failure event to the last survivor; last exit to srun's exit
+#                              (bench/scale_bench.py); not part of "all" (about 15 min)
 #   bash bench/run.sh soak     steps that succeed, fail, segfault, fence, run Open MPI and
 #                              abort it: SOAK_STEPS=150 in a row and SOAK_WAVES=3 waves of
 #                              4 at once; wrong codes, and whatever is left in /tmp,
@@ -38,8 +44,8 @@ case $what in
     echo "== policy core: deciding and reporting (bench/decide_bench.cpp)"
     "$build/bench/decide_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
       --benchmark_min_time=0.5 2>/dev/null | grep -E '^Benchmark|_median' ;;
-  srun|pmix|nodeloss|failure|seal|soak) ;;
-  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, pmix, nodeloss, failure, soak" >&2; exit 2 ;;
+  srun|pmix|nodeloss|failure|seal|soak|scale) ;;
+  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, pmix, nodeloss, failure, soak, scale" >&2; exit 2 ;;
 esac
 case $what in
   all|seal)
@@ -51,6 +57,20 @@ esac
 export EXITPOLICY_CLUSTER_DIR=${EXITPOLICY_CLUSTER_DIR:-/tmp/exitpolicy-bench-cluster}
 cluster=$src/contrib/slurm/cluster
 if [ "$what" = seal ]; then
+  exit 0
+fi
+if [ "$what" = scale ]; then
+  trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
+  cd "$(mktemp -d /tmp/exitpolicy-bench.XXXXXX)"
+  echo "== steps over N nodes, 2 ranks per node, ${SCALE_ROUNDS:-5} interleaved rounds each (bench/scale_bench.py)"
+  header=--header
+  for n in ${SCALE_NODES:-4 16 32 64}; do
+    "$cluster" up "$n" >/dev/null
+    "$cluster" exec /usr/bin/python3 "$src/bench/scale_bench.py" "$build/spank_plugin/exitpolicy.so" \
+      "$build/tests/clients" "$EXITPOLICY_CLUSTER_DIR/etc/plugstack.d" "$n" "${SCALE_ROUNDS:-5}" $header
+    header=
+    "$cluster" down >/dev/null
+  done
   exit 0
 fi
 if [ "$what" != decide ] && [ "$what" != nodeloss ]; then

@@ -15,7 +15,7 @@
  *                it and fence again, over every rank.
  * The others print the failure, finalize and exit 0 (1 if the fence passed).
  *
- * stdout: fence ok rank=R size=N data=0|1
+ * stdout: fence ok rank=R size=N data=0|1 us=<the fence call's microseconds>
  *         skipping rank=R | dying rank=R code=CODE
  *         fence failed rank=R status=<PMIx_Error_string, blanks as _> code=<int> seconds=<elapsed> */
 #include "ep_pmix.h"
@@ -288,7 +288,7 @@ int main(int argc, char **argv) {
     return EP_EXIT_FAIL;
   }
 
-  ep_out("fence ok rank=%u size=%u data=%d", me.rank, size, data ? 1 : 0);
+  ep_out("fence ok rank=%u size=%u data=%d us=%.0f", me.rank, size, data ? 1 : 0, elapsed * 1e6);
   ep_pmix_finalize();
   return EP_EXIT_OK;
 }
