@@ -258,6 +258,8 @@ void Daemon::listen_children()
                     c.tag = c.peer().node_id;
                     log::debug("child node %u connected", c.tag);
                     d->adopt(c);
+                    if (c.is_ready())  // adopt() may have refused it
+                        d->flush_down(c);
                 };
                 h.closed = [d](wire::Channel& c, wire::Channel::Reason, const std::string& why) {
                     log::debug("child link closed: %s", why.c_str());
@@ -337,14 +339,33 @@ void Daemon::flush_up(wire::Channel& up)
     up_queue_.clear();
 }
 
+// To every child (or the one whose subtree holds `to`) as the tree is now; a
+// child that has not linked yet gets it when it does: in a deep tree a
+// request can reach a relay before the relay's own children have linked.
 void Daemon::send_down(std::optional<std::uint32_t> to, const wire::Bytes& frame)
 {
-    for (auto& c : children_) {
-        if (!c->is_ready())
+    if (!tree_)
+        return;
+    for (std::uint32_t child : tree_->children(args_.node_id)) {
+        if (to && !tree_->in_subtree(*to, child))
             continue;
-        if (!to || tree_->in_subtree(*to, c->tag))
-            c->send(frame);
+        const auto linked = std::find_if(children_.begin(), children_.end(),
+                                         [child](const auto& c) { return c->is_ready() && c->tag == child; });
+        if (linked != children_.end())
+            (*linked)->send(frame);
+        else
+            down_queue_[child].push_back(frame);
     }
+}
+
+void Daemon::flush_down(wire::Channel& child)
+{
+    const auto waiting = down_queue_.find(child.tag);
+    if (waiting == down_queue_.end())
+        return;
+    for (const auto& frame : waiting->second)
+        child.send(frame);
+    down_queue_.erase(waiting);
 }
 
 void Daemon::route(std::uint32_t to, const wire::Bytes& frame)
@@ -503,6 +524,7 @@ void Daemon::node_left(std::uint32_t node)
     if (!tree_ || stopping_ || !tree_->leave(node))
         return;
     log::debug("node %u left the tree", node);
+    down_queue_.erase(node);
     send_up(wire::Gone{node}.encode());
     // Fences whose contributions may have been on their way through it.
     const auto through = fences_.affected([&](const std::vector<std::uint32_t>& ranks) {

@@ -75,6 +75,7 @@ private:
     void on_map(const wire::StepMap& map);
     void send_up(const wire::Bytes& frame);
     void flush_up(wire::Channel& up);
+    void flush_down(wire::Channel& child);
     void send_down(std::optional<std::uint32_t> to, const wire::Bytes& frame);  // none: every child
     wire::Channel::Handlers overlay_handlers();
     Result<bool> on_overlay_frame(wire::Channel& from, wire::Type type, std::span<const std::uint8_t> body);
@@ -158,6 +159,8 @@ private:
     bool namespace_ready_ = false;
     // Frames for the parent while its link is still being set up.
     std::vector<wire::Bytes> up_queue_;
+    // Frames for children that have not linked yet, by the child's node.
+    std::map<std::uint32_t, std::vector<wire::Bytes>> down_queue_;
     // Frames from children that came before our own step map.
     std::vector<std::pair<wire::Type, wire::Bytes>> early_;
     bool stopping_ = false;
