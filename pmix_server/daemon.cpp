@@ -270,6 +270,7 @@ void Daemon::listen_children()
                         std::erase_if(d->children_, [gone](const auto& p) { return p.get() == gone; });
                         if (was_child)
                             d->node_left(node);
+                        d->drained();
                     });
                 };
                 if (auto c = wire::Channel::accept(d->base_, fd, d->secret_, d->args_.job_id, d->args_.step_id, h))
@@ -380,8 +381,6 @@ void Daemon::on_map(const wire::StepMap& map)
 {
     map_ = map;
     tree_.emplace(static_cast<std::uint32_t>(map.hostnames.size()), map.fanout);
-    for (auto& [type, body] : std::exchange(early_, {}))
-        (void)dispatch(false, nullptr, type, body);
     if (const auto parent = tree_->parent(args_.node_id)) {
         wire::Hello me;
         me.role = wire::Role::daemon;
@@ -428,7 +427,15 @@ void Daemon::on_map(const wire::StepMap& map)
     if (!registered) {
         log::error("%s", registered.error().c_str());
         stop(1);
+        return;
     }
+    // What children sent before we had the map goes now, not before: a
+    // direct-modex request needs the PMIx server up (the library queues it
+    // until the namespace is registered and the rank has committed), and a
+    // frame on its way up must take the link to the parent, not the one to
+    // the front end.
+    for (auto& [type, body] : std::exchange(early_, {}))
+        (void)dispatch(false, nullptr, type, body);
 }
 
 void Daemon::parent_lost(const std::string& why)
@@ -581,8 +588,7 @@ Result<bool> Daemon::dispatch(bool from_above, wire::Channel* from, wire::Type t
         if (!a)
             return R::fail(a.error());
         std::erase_if(unacked_, [&](const wire::Outcome& o) { return o.rank == a->rank && o.epoch == a->epoch; });
-        if (draining_ && unacked_.empty())
-            stop(0);
+        drained();
         return R::ok(true);
     }
     case wire::Type::outcome: {  // from a child, on its way to the FE
@@ -1169,22 +1175,47 @@ void Daemon::flush_outcomes()
 
 void Daemon::drain()
 {
-    // Every outcome acknowledged upstream first, within a bound.
-    draining_ = true;
-    if (unacked_.empty()) {
-        stop(0);
+    // Every outcome acknowledged upstream first, and the links of the
+    // children this node relays for closed (their own tasks are done too):
+    // a relay that left as soon as its own tasks ended would lose what was
+    // on its way through it (a direct-modex request, a fence's share) and
+    // fail its subtree's fences. Both within one bound, under slurmstepd's
+    // patience for the daemon's end.
+    if (draining_)
         return;
-    }
-    const timeval limit{2, 0};
+    draining_ = true;
+    if (drained())
+        return;
+    const timeval limit{static_cast<time_t>(drain_limit.count() / 1000),
+                        static_cast<suseconds_t>(drain_limit.count() % 1000 * 1000)};
     event_base_once(
         base_, -1, EV_TIMEOUT,
         [](evutil_socket_t, short, void* arg) {
             auto* d = static_cast<Daemon*>(arg);
+            if (d->stopping_)
+                return;
             if (!d->unacked_.empty())
                 log::error("%zu outcomes not acknowledged at exit", d->unacked_.size());
+            if (const auto n = d->linked_children(); n > 0)
+                log::info("leaving the tree with %zu child daemons still linked; they link further up", n);
             d->stop(0);
         },
         this, &limit);
+}
+
+// Whether a drain is done (then it stops the daemon).
+bool Daemon::drained()
+{
+    if (!draining_ || stopping_ || !unacked_.empty() || linked_children() > 0)
+        return stopping_;
+    stop(0);
+    return true;
+}
+
+std::size_t Daemon::linked_children() const
+{
+    return static_cast<std::size_t>(std::count_if(children_.begin(), children_.end(),
+                                                  [](const auto& c) { return c->is_ready() && !c->is_closed(); }));
 }
 
 void Daemon::stop(int code)

@@ -15,6 +15,7 @@
 #include "protocol/fences.hpp"
 #include "protocol/tree.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <sys/types.h>
@@ -119,8 +120,14 @@ private:
     void ready();
     void parent_lost(const std::string& why);
     void connect_up();
+    // The step's end on this node: stop once every outcome is acknowledged
+    // and no child daemon is linked below, or after drain_limit.
     void drain();
+    bool drained();
+    std::size_t linked_children() const;
     void stop(int code);
+    // Under slurmstepd's wait for the daemon's end (3 s, slurmstepd.cpp).
+    static constexpr std::chrono::milliseconds drain_limit{2000};
 
     Args args_;
     wire::Secret secret_;
