@@ -207,9 +207,9 @@ Result<Config> parse_config(const std::vector<std::string_view>& args)
             (known->id == SiteArg::daemon ? c.daemon : c.log_dir) = std::string(value);
             break;
         case SiteArg::topology:
-            if (value != "discover" && value != "none" && (value.empty() || value.front() != '/'))
+            if (value != "slurmd" && value != "discover" && value != "none" && (value.empty() || value.front() != '/'))
                 return Result<Config>::fail(
-                    bad(key, value, "expected discover, none, or the absolute path of an hwloc XML file"));
+                    bad(key, value, "expected slurmd, discover, none, or the absolute path of an hwloc XML file"));
             c.topology = std::string(value);
             break;
         case SiteArg::recoverable: {

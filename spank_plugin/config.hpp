@@ -38,10 +38,10 @@ struct Config {
     int debug = 0;                           // 0..3
     std::string log_dir;
     // What the node daemon gives its PMIx clients as the node's hardware
-    // topology: "discover" (hwloc, once per node and step), "none", or an
-    // absolute path of an hwloc XML file, %n standing for the node's name
-    // (e.g. slurmd's own <SlurmdSpoolDir>/hwloc_topo_whole.xml).
-    std::string topology = "discover";
+    // topology: "slurmd" (slurmd's own <SlurmdSpoolDir>/hwloc_topo_whole.xml,
+    // else discover), "discover" (hwloc, once per node and step), "none", or
+    // an absolute path of an hwloc XML file, %n standing for the node's name.
+    std::string topology = "slurmd";
     // Failures in a PMIx step: run-through (recoverable) or teardown after
     // teardown_grace_ms (the default).
     bool recoverable = false;

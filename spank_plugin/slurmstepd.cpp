@@ -12,6 +12,7 @@
 #include "log.hpp"
 #include "daemon_link.hpp"
 #include "outcome_sink.hpp"
+#include "slurmd_spool.hpp"
 #include "plugin.hpp"
 
 #include <slurm/slurm.h>
@@ -106,6 +107,11 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
     if (!config.log_dir.empty())
         launch.args.insert(launch.args.end(), {"--log-dir", config.log_dir});
     std::string topology = config.topology;
+    if (topology == "slurmd") {
+        const auto xml = slurmd_topology_xml(link.job_id, link.step_id);
+        topology = xml ? *xml : "discover";
+        log::debug("step %u.%u: the clients' topology: %s", link.job_id, link.step_id, topology.c_str());
+    }
     for (auto at = topology.find("%n"); at != std::string::npos; at = topology.find("%n", at + link.hostname.size()))
         topology.replace(at, 2, link.hostname);
     launch.args.insert(launch.args.end(), {"--topology", topology});

@@ -170,6 +170,37 @@ def test_the_site_chooses_where_the_topology_comes_from(cluster, workdir, plugst
             assert f"topology_pus={expect(node)}" in line, f"{setting}: {line}"
 
 
+def test_by_default_the_topology_is_slurmds_own(cluster, workdir, plugstack):
+    """Without topology= (and with topology=slurmd) the clients get the XML
+    slurmd wrote in its SlurmdSpoolDir, found from slurmstepd's own step
+    socket; where it is missing, the daemon discovers the topology."""
+    saved = {}
+    for k in range(1, 5):
+        xml = cluster.dir / "nodes" / f"node{k}" / "spool" / "hwloc_topo_whole.xml"
+        assert xml.is_file(), f"slurmd wrote no {xml}"
+        saved[xml] = xml.read_bytes()
+    try:
+        for xml in saved:
+            k = int(xml.parent.parent.name[4:])
+            if k == 4:
+                xml.unlink()
+            else:
+                xml.write_text(hwloc_xml(k))  # node K: K PUs
+        for setting in [(), ("topology=slurmd",)]:
+            plugstack.enable("fanout=2", "grace_ms=3000", *setting)
+            rc, out, err = srun(cluster, workdir, *N4N8, client("ep_hello"))
+            assert rc == 0, f"{setting}: {err}"
+            hello = lines(out, "hello ")
+            assert len(hello) == 8, f"{setting}: {out}{err}"
+            for line in hello:
+                node = int(re.search(r"hostname=node(\d)", line).group(1))
+                want = str(node) if node != 4 else str(os.cpu_count())
+                assert f"topology_pus={want}" in line, f"{setting}: {line}"
+    finally:
+        for xml, text in saved.items():
+            xml.write_bytes(text)
+
+
 @pytest.mark.parametrize("args", [["--data"], []], ids=["with-data", "without-data"])
 def test_fence_across_nodes(cluster, workdir, pmix, args):
     rc, out, err = srun(cluster, workdir, *N4N8, client("ep_fence"), *args)

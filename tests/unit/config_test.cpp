@@ -27,7 +27,7 @@ TEST(ConfigTest, DefaultsWithoutArguments)
     EXPECT_EQ(c->fanout, 32u);
     EXPECT_FALSE(c->port_range);
     EXPECT_EQ(c->debug, 0);
-    EXPECT_EQ(c->topology, "discover");
+    EXPECT_EQ(c->topology, "slurmd");
     EXPECT_FALSE(c->recoverable);
     EXPECT_EQ(c->teardown_grace_ms, 500u);
     EXPECT_TRUE(c->allows(Policy::lowest_rank));
@@ -59,6 +59,7 @@ TEST(ConfigTest, EveryArgument)
     EXPECT_EQ(c->log_dir, "/var/log/exitpolicy");
     EXPECT_EQ(c->topology, "/var/spool/slurmd/%n/hwloc_topo_whole.xml");
     EXPECT_EQ(parse({"topology=none"})->topology, "none");
+    EXPECT_EQ(parse({"topology=discover"})->topology, "discover");
     EXPECT_TRUE(c->recoverable);
     EXPECT_EQ(c->teardown_grace_ms, 0u);
     EXPECT_FALSE(parse({"recoverable=No"})->recoverable);
@@ -70,7 +71,7 @@ TEST(ConfigTest, BadArgumentsAreOneClearError)
     const std::string usage =
         "valid arguments: default_policy=POLICY allowed_policies=POLICY[,POLICY...] report=auto|always|never "
         "lost_code=0..255 grace_ms=0..600000 pmix=auto|never fanout=2..1024 port_range=FIRST-LAST "
-        "daemon=/PATH debug=0..3 log_dir=/PATH topology=discover|none|/PATH recoverable=yes|no "
+        "daemon=/PATH debug=0..3 log_dir=/PATH topology=slurmd|discover|none|/PATH recoverable=yes|no "
         "teardown_grace_ms=0..60000";
     const std::pair<std::vector<std::string_view>, std::string> cases[] = {
         {{"policy=max"}, "unknown plugstack.conf argument 'policy'; " + usage},
@@ -111,7 +112,7 @@ TEST(ConfigTest, BadArgumentsAreOneClearError)
         {{"log_dir="}, "plugstack.conf argument log_dir= is invalid: expected an absolute path"},
         {{"debug=4"}, "plugstack.conf argument debug=4 is invalid: expected a level, 0 to 3"},
         {{"topology=hwloc.xml"},
-         "plugstack.conf argument topology=hwloc.xml is invalid: expected discover, none, or the absolute path of "
+         "plugstack.conf argument topology=hwloc.xml is invalid: expected slurmd, discover, none, or the absolute path of "
          "an hwloc XML file"},
     };
     for (const auto& [args, message] : cases) {

@@ -1,0 +1,125 @@
+// slurmd_spool_test.cpp - finding SlurmdSpoolDir from the step's own socket
+// (spank_plugin/slurmd_spool.hpp) with real sockets: one this process
+// holds, as slurmstepd holds its step's, and one of the same name that
+// another process holds, as another user could bind.
+#include "spank_plugin/slurmd_spool.hpp"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+namespace exitpolicy::plugin {
+namespace {
+
+// A listening unix socket bound at `path`; the fd, or -1.
+int listen_at(const std::string& path)
+{
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (fd < 0 || path.size() >= sizeof(addr.sun_path))
+        return -1;
+    path.copy(addr.sun_path, path.size());
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 1) != 0) {
+        ::close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+class SlurmdSpoolTest : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        char tmpl[] = "/tmp/ep-spool.XXXXXX";
+        ASSERT_NE(::mkdtemp(tmpl), nullptr);
+        dir = tmpl;
+    }
+    void TearDown() override
+    {
+        for (int fd : fds)
+            ::close(fd);
+        std::filesystem::remove_all(dir);
+    }
+    void hold(const std::string& name)
+    {
+        const int fd = listen_at(dir + "/" + name);
+        ASSERT_GE(fd, 0) << name;
+        fds.push_back(fd);
+    }
+    std::string dir;
+    std::vector<int> fds;
+};
+
+TEST_F(SlurmdSpoolTest, TheStepsOwnSocketNamesTheSpoolDirectory)
+{
+    hold("node7_123.4");
+    EXPECT_EQ(slurmd_spool_dir(123, 4), dir);
+    EXPECT_EQ(slurmd_spool_dir(123, 5), std::nullopt);
+    EXPECT_EQ(slurmd_spool_dir(23, 4), std::nullopt);   // "_23.4" is not "_123.4"
+    EXPECT_EQ(slurmd_spool_dir(123, 40), std::nullopt);
+}
+
+TEST_F(SlurmdSpoolTest, AHeterogeneousComponentsSocketCountsAndANodeNameMayHoldUnderscores)
+{
+    hold("rack_2_node_9_77.3.1");
+    EXPECT_EQ(slurmd_spool_dir(77, 3), dir);
+}
+
+TEST_F(SlurmdSpoolTest, ASocketOfTheSameNameHeldByAnotherProcessDoesNotCount)
+{
+    int ready[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        const int fd = listen_at(dir + "/node1_55.0");
+        char byte = fd >= 0 ? 'y' : 'n';
+        (void)!::write(ready[1], &byte, 1);
+        ::pause();
+        ::_exit(0);
+    }
+    ::close(ready[1]);
+    char byte = 0;
+    ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+    ::close(ready[0]);
+    EXPECT_EQ(byte, 'y');
+    EXPECT_EQ(slurmd_spool_dir(55, 0), std::nullopt);
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+}
+
+TEST_F(SlurmdSpoolTest, TheTopologyIsSlurmdsXmlWhenItIsThere)
+{
+    hold("node2_9.0");
+    EXPECT_EQ(slurmd_topology_xml(9, 0), std::nullopt);
+    std::ofstream(dir + "/hwloc_topo_whole.xml") << "<topology/>\n";
+    EXPECT_EQ(slurmd_topology_xml(9, 0), dir + "/hwloc_topo_whole.xml");
+}
+
+TEST(SlurmdSpoolTextTest, OnlyBoundPathsOfHeldSocketsAreRead)
+{
+    const std::string text =
+        "Num       RefCount Protocol Flags    Type St Inode Path\n"
+        "0000000000000000: 00000002 00000000 00010000 0001 01 100 @abstract_8.0\n"
+        "0000000000000000: 00000002 00000000 00010000 0001 01 101\n"
+        "0000000000000000: 00000002 00000000 00010000 0001 01 102 /other/n_8.0\n"
+        "0000000000000000: 00000002 00000000 00010000 0001 01 103 /var/spool/slurmd/n_8.0\n"
+        "garbage\n";
+    EXPECT_EQ(spool_dir_from(text, {100, 101, 103}, 8, 0), "/var/spool/slurmd");
+    EXPECT_EQ(spool_dir_from(text, {100, 101}, 8, 0), std::nullopt);
+    EXPECT_EQ(spool_dir_from(text, {102, 103}, 8, 0), "/other");  // the first held one
+    EXPECT_EQ(spool_dir_from("", {103}, 8, 0), std::nullopt);
+}
+
+}  // namespace
+}  // namespace exitpolicy::plugin
