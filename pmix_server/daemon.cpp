@@ -161,9 +161,10 @@ int Daemon::run()
     pmix_->discover_topology();
     anchor_ = std::make_unique<EventAnchor>(*this);
     pmix_init_ = std::thread([this] {
-        pmix_init_result_ = pmix_->init(args_.dir);
-        if (*pmix_init_result_)
-            post([this] {
+        auto started = pmix_->init(args_.dir);
+        post([this, started = std::move(started)] {
+            pmix_init_result_ = started;
+            if (started)
                 anchor_->start([this](bool) {
                     anchor_settled_ = true;
                     // The tasks that asked meanwhile get their environment.
@@ -171,7 +172,8 @@ int Daemon::run()
                         if (std::any_of(locals_.begin(), locals_.end(), [&](const auto& l) { return l.get() == local; }))
                             on_local_frame(*local, wire::Type::env_request, frame);
                 });
-            });
+            serve();
+        });
     });
     // Told to end (by hand, or by a process tracker that reaches us): the
     // same way out as at the step's end, so that the clients' cleanup runs.
@@ -409,7 +411,17 @@ void Daemon::on_map(const wire::StepMap& map)
         up_ = std::move(*c);
         up_node_ = parent;
     }
-    pmix_init_.join();
+    serve();
+}
+
+// Once both the step map and the PMIx server are there (in either order,
+// on the loop): the namespace is registered, and the frames held until
+// then are dispatched. The loop never waits for PMIx_server_init.
+void Daemon::serve()
+{
+    if (!map_ || !pmix_init_result_ || serving_ || stopping_)
+        return;
+    serving_ = true;
     if (!*pmix_init_result_) {
         log::error("PMIx server: %s", pmix_init_result_->error().c_str());
         stop(1);
@@ -429,13 +441,13 @@ void Daemon::on_map(const wire::StepMap& map)
         stop(1);
         return;
     }
-    // What children sent before we had the map goes now, not before: a
-    // direct-modex request needs the PMIx server up (the library queues it
-    // until the namespace is registered and the rank has committed), and a
-    // frame on its way up must take the link to the parent, not the one to
-    // the front end.
-    for (auto& [type, body] : std::exchange(early_, {}))
-        (void)dispatch(false, nullptr, type, body);
+    // What came before goes now, in the order it came: a direct-modex
+    // request needs the PMIx server up (the library queues it until the
+    // namespace is registered and the rank has committed), an event needs
+    // it to notify the clients, and a frame on its way up must take the
+    // link to the parent, not the one to the front end.
+    for (auto& held : std::exchange(early_, {}))
+        (void)dispatch(held.from_above, nullptr, held.type, held.body);
 }
 
 void Daemon::parent_lost(const std::string& why)
@@ -562,9 +574,14 @@ void Daemon::ready()
 Result<bool> Daemon::on_overlay_frame(wire::Channel& from, wire::Type type, std::span<const std::uint8_t> body)
 {
     const bool from_above = &from == fe_.get() || &from == up_.get();
-    if (!map_ && !from_above && type != wire::Type::outcome) {
-        // A child got the step map before we did: keep its frame for then.
-        early_.emplace_back(type, wire::Bytes(body.begin(), body.end()));
+    // Until this node serves (the step map is here and the PMIx server up),
+    // frames wait: a child's, which may have the map before us, and what
+    // comes from above after the map. Outcomes and their acks only pass
+    // through, and the map itself is what we wait for.
+    const bool passes = type == wire::Type::outcome || type == wire::Type::ack ||
+                        (from_above && type == wire::Type::step_map);
+    if (!serving_ && !passes) {
+        early_.push_back(Held{from_above, type, wire::Bytes(body.begin(), body.end())});
         return Result<bool>::ok(true);
     }
     return dispatch(from_above, &from, type, body);

@@ -74,6 +74,7 @@ private:
 
     void start_fe_link();
     void on_map(const wire::StepMap& map);
+    void serve();
     void send_up(const wire::Bytes& frame);
     void flush_up(wire::Channel& up);
     void flush_down(wire::Channel& child);
@@ -158,18 +159,25 @@ private:
     std::unique_ptr<EventAnchor> anchor_;
     bool anchor_settled_ = false;
     std::vector<std::pair<Local*, wire::Bytes>> env_waiting_;
-    // PMIx_server_init takes ~20 ms: it runs on its own thread while the
-    // daemon enrolls, and is joined when the step map arrives.
+    // PMIx_server_init takes ~20 ms, more on a loaded machine: it runs on
+    // its own thread while the daemon enrolls, and posts its result to the
+    // loop (serve()).
     std::thread pmix_init_;
     std::optional<Result<bool>> pmix_init_result_;
+    bool serving_ = false;
     bool ready_sent_ = false;
     bool namespace_ready_ = false;
     // Frames for the parent while its link is still being set up.
     std::vector<wire::Bytes> up_queue_;
     // Frames for children that have not linked yet, by the child's node.
     std::map<std::uint32_t, std::vector<wire::Bytes>> down_queue_;
-    // Frames from children that came before our own step map.
-    std::vector<std::pair<wire::Type, wire::Bytes>> early_;
+    // Frames that came before this node serves (serve()).
+    struct Held {
+        bool from_above;
+        wire::Type type;
+        wire::Bytes body;
+    };
+    std::vector<Held> early_;
     bool stopping_ = false;
     bool draining_ = false;
     int exit_code_ = 0;
