@@ -1203,30 +1203,24 @@ void Daemon::drain()
     draining_ = true;
     if (drained())
         return;
-    const timeval limit{static_cast<time_t>(drain_limit.count() / 1000),
-                        static_cast<suseconds_t>(drain_limit.count() % 1000 * 1000)};
-    event_base_once(
-        base_, -1, EV_TIMEOUT,
-        [](evutil_socket_t, short, void* arg) {
-            auto* d = static_cast<Daemon*>(arg);
-            if (d->stopping_)
-                return;
-            if (!d->unacked_.empty())
-                log::error("%zu outcomes not acknowledged at exit", d->unacked_.size());
-            if (const auto n = d->linked_children(); n > 0)
-                log::info("leaving the tree with %zu child daemons still linked; they link further up", n);
-            d->stop(0);
-        },
-        this, &limit);
+    after_ms(static_cast<std::uint32_t>(drain_limit.count()), [this] {
+        if (stopping_)
+            return;
+        if (!unacked_.empty())
+            log::error("%zu outcomes not acknowledged at exit", unacked_.size());
+        if (const auto n = linked_children(); n > 0)
+            log::info("leaving the tree with %zu child daemons still linked; they link further up", n);
+        stop(0);
+    });
 }
 
-// Whether a drain is done (then it stops the daemon).
+// A drain is done once nothing waits for an ack and no child is linked
+// below: the daemon stops. Whether it is stopping.
 bool Daemon::drained()
 {
-    if (!draining_ || stopping_ || !unacked_.empty() || linked_children() > 0)
-        return stopping_;
-    stop(0);
-    return true;
+    if (draining_ && !stopping_ && unacked_.empty() && linked_children() == 0)
+        stop(0);
+    return stopping_;
 }
 
 std::size_t Daemon::linked_children() const
