@@ -28,6 +28,7 @@ namespace exitpolicy::pmixd {
 
 // The overlay's copies of PMIx codes (protocol/events.hpp) are the library's.
 static_assert(wire::pmix::success == PMIX_SUCCESS);
+static_assert(wire::pmix::error == PMIX_ERROR);
 static_assert(wire::pmix::proc_aborted == PMIX_ERR_PROC_ABORTED);
 static_assert(wire::pmix::proc_requested_abort == PMIX_ERR_PROC_REQUESTED_ABORT);
 static_assert(wire::pmix::timeout == PMIX_ERR_TIMEOUT);

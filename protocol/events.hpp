@@ -15,6 +15,7 @@
 namespace exitpolicy::wire::pmix {
 
 inline constexpr int success = 0;                  // PMIX_SUCCESS
+inline constexpr int error = -1;                   // PMIX_ERROR
 inline constexpr int proc_aborted = -7;            // PMIX_ERR_PROC_ABORTED (legacy, generic)
 inline constexpr int proc_requested_abort = -8;    // PMIX_ERR_PROC_REQUESTED_ABORT
 inline constexpr int timeout = -24;                // PMIX_ERR_TIMEOUT

@@ -1,0 +1,225 @@
+// agent.hpp - a node's agent in the step's overlay tree, without PMIx.
+//
+// The agent enrolls with srun's front end (FE), gets the step map, links to
+// its parent in the k-ary tree over the step's nodes (protocol/tree.hpp)
+// and takes its children's links; it routes what goes up to the FE and
+// down to a node or to every node, and it runs the tree's side of the
+// step: fences with data (the subtree's contributions go up as one), direct
+// modex requests and answers, publish/lookup requests, failure events and
+// lost nodes (broadcast down, replayed to a child adopted later), task
+// outcomes (kept until acknowledged), the adoption of a child whose parent
+// left, and the drain at the step's end.
+//
+// What it needs of its node it asks through Agent::Node: the node daemon's
+// PMIx side (daemon.hpp) gives one, and so does the overlay simulation
+// (bench/overlay_sim.cpp), which runs hundreds of agents without Slurm or
+// PMIx. Everything runs on one libevent loop thread; several agents may
+// share a loop.
+#pragma once
+
+#include "timers.hpp"
+
+#include "exitpolicy/result.hpp"
+#include "protocol/channel.hpp"
+#include "protocol/fences.hpp"
+#include "protocol/tree.hpp"
+#include "protocol/wire.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+struct event_base;
+struct evconnlistener;
+
+namespace exitpolicy::pmixd {
+
+struct AgentSetup {
+    std::uint32_t job_id = 0;
+    std::uint32_t step_id = 0;
+    std::uint32_t node_id = 0;
+    std::string hostname;              // this node's name
+    std::vector<std::uint32_t> ranks;  // this node's tasks
+    std::string fe_host;
+    std::uint16_t fe_port = 0;
+};
+
+class Agent {
+public:
+    using Done = std::function<void(int status, wire::Bytes data)>;
+    using DataDone = std::function<void(const wire::DataReply& reply)>;
+
+    // What the agent asks of its node; every call on the loop thread.
+    class Node {
+    public:
+        virtual ~Node() = default;
+        // The step map came (map() has it): the node gets ready to serve,
+        // and calls serving() when it does.
+        virtual void mapped() = 0;
+        // The way up is open (linked_up()): the parent linked, or adopted us.
+        virtual void linked_up() = 0;
+        // From above, once each: another node's task ended abnormally; a
+        // node was lost; an event a client raised for the step; the step
+        // ends (every local task still running is to be ended).
+        virtual void peer_failed(const wire::Event& e) = 0;
+        virtual void node_lost(const wire::NodeDown& d) = 0;
+        virtual void relayed(const wire::Relay& r) = 0;
+        virtual void terminate(const wire::Terminate& t) = 0;
+        // Another node asks for what local `rank` committed; done at most once.
+        virtual void dmodex(std::uint32_t rank, Done done) = 0;
+        // The agent is through (drained, or its way up is gone for good).
+        virtual void stop(int code) = 0;
+    };
+
+    // Requests to other nodes fail with PMIX_ERR_TIMEOUT after the caller's
+    // timeout, or after this many seconds when it gave none.
+    static constexpr int default_timeout_s = 30;
+    // Under slurmstepd's wait for the daemon's end (3 s, slurmstepd.cpp).
+    static constexpr std::chrono::milliseconds drain_limit{2000};
+
+    Agent(event_base* base, AgentSetup setup, wire::Secret secret, Node& node);
+    // Closes every link: a child reroutes what it has not had confirmed as
+    // soon as it sees its link close.
+    ~Agent();
+    Agent(const Agent&) = delete;
+    Agent& operator=(const Agent&) = delete;
+
+    // Listens for children and enrolls with the FE (the node is told to
+    // stop when it cannot reach the FE).
+    void start();
+    // The node serves now: frames held until then (a child's, which may
+    // have had the map before us, and what came from above after the map)
+    // are dispatched in the order they came.
+    void serving();
+    // The node stops: the agent does nothing more of its own.
+    void stop() noexcept { stopping_ = true; }
+
+    const wire::StepMap* map() const noexcept { return map_ ? &*map_ : nullptr; }
+    bool linked_up() const;
+    std::uint16_t child_port() const noexcept { return child_port_; }
+    std::size_t unacked() const noexcept { return unacked_.size(); }
+
+    // ---- what the node asks (loop thread) ----
+    // A fence over `ranks` (empty: all) with this node's data: the next
+    // instance over that set. It fails at once when a participant is known
+    // dead; with timeout_s > 0 an instance still pending here after that
+    // long fails everywhere with PMIX_ERR_TIMEOUT.
+    void fence(std::vector<std::uint32_t> ranks, wire::Bytes data, int timeout_s, Done done);
+    // The data `rank` committed, from the node that owns it.
+    void direct_modex(std::uint32_t rank, int timeout_s, Done done);
+    // Publish, lookup, unpublish: to the FE and back. A lookup that waits
+    // for publication (wait) with no timeout waits as long as it takes.
+    void data_request(wire::DataRequest request, int timeout_s, DataDone done);
+    // A local task ended abnormally: fences over it fail, and the event
+    // goes to the FE, which tells every node.
+    void task_failed(const wire::Event& e);
+    // A local task's outcome, up to the FE; sent again after a new link up
+    // until acknowledged.
+    void report(const wire::Outcome& o);
+    // Up to the FE as it is (an abort, a relayed event, a teardown request,
+    // a task's log line).
+    void to_root(const wire::Bytes& frame) { send_up(frame); }
+    // The step's end on this node: the node is told to stop once every
+    // outcome is acknowledged and no child is linked below, or after
+    // drain_limit.
+    void drain();
+
+private:
+    using Fences = wire::FenceTable<std::optional<Done>>;  // the local caller's
+
+    void quit(int code);
+    void start_fe_link();
+    bool listen_children();
+    void make_room_for_child();
+    wire::Channel::Handlers overlay_handlers();
+    void on_map(const wire::StepMap& map);
+    void send_up(const wire::Bytes& frame);
+    void flush_up(wire::Channel& up);
+    void send_down(std::optional<std::uint32_t> to, const wire::Bytes& frame);  // none: every child
+    void flush_down(wire::Channel& child);
+    void route(std::uint32_t to, const wire::Bytes& frame);
+    Result<bool> on_frame(wire::Channel& from, wire::Type type, std::span<const std::uint8_t> body);
+    Result<bool> dispatch(bool from_above, wire::Channel* from, wire::Type type, std::span<const std::uint8_t> body);
+    void on_event(const wire::Event& e, bool from_above);
+    void on_node_down(const wire::NodeDown& d);
+    // Run-through: a daemon left the tree (its link closed, or a child
+    // adopted here skipped it): report it, fail the fences it carried.
+    void node_left(std::uint32_t node);
+    void adopt(wire::Channel& child);
+    void parent_lost(const std::string& why);
+    void connect_up();
+    Fences::Instance& open_fence(const std::string& key, const wire::FenceKey& id);
+    void on_fence_up(const wire::FenceUp& f);
+    void on_fence_down(const wire::FenceDown& f);
+    void pass_fence_up(const std::string& key, Fences::Instance& f);
+    void finish_fence(const std::string& key, const wire::FenceKey& id, int status, const wire::Bytes& data);
+    void fence_timed_out(const std::string& key);
+    void fail_fences_with(std::uint32_t rank);
+    void fail_fence(std::string key, int status);
+    void on_dmodex_req(const wire::DmodexReq& r);
+    void on_dmodex_resp(const wire::DmodexResp& r);
+    void flush_outcomes();
+    // A drain is done once nothing waits for an ack and no child is linked
+    // below: the node is told to stop. Whether the agent is stopping.
+    bool drained();
+    std::size_t linked_children() const;
+
+    event_base* base_;
+    AgentSetup setup_;
+    wire::Secret secret_;
+    Node& node_;
+    Timers timers_;  // before the links: freed after them
+
+    std::unique_ptr<wire::Channel> fe_;     // enrollment; the up-link when the FE is our parent
+    std::unique_ptr<wire::Channel> up_;     // the parent daemon, when there is one
+    std::optional<std::uint32_t> up_node_;  // whom up_ leads to (none: the FE, after a run-through)
+    std::vector<std::unique_ptr<wire::Channel>> children_;
+    evconnlistener* child_listener_ = nullptr;
+    std::unique_ptr<wire::AcceptBackoff> child_backoff_;
+    bool told_over_cap_ = false;
+    std::uint16_t child_port_ = 0;
+    std::optional<wire::StepMap> map_;
+    std::optional<wire::Tree> tree_;
+    bool serving_ = false;
+    bool stopping_ = false;
+    bool draining_ = false;
+
+    // Frames for the parent while its link is still being set up.
+    std::vector<wire::Bytes> up_queue_;
+    // Frames for children that have not linked yet, by the child's node.
+    std::map<std::uint32_t, std::vector<wire::Bytes>> down_queue_;
+    // Frames that came before the node serves (serving()).
+    struct Held {
+        bool from_above;
+        wire::Type type;
+        wire::Bytes body;
+    };
+    std::vector<Held> early_;
+
+    std::deque<wire::Outcome> unacked_;  // sent up, not yet acknowledged
+    Fences fences_;  // instances in progress here, and those finished
+    std::map<std::string, std::uint64_t> fence_calls_;  // local fence calls per participant set
+    // Instances that failed here before the local call came (their status):
+    // that call fails at once.
+    std::map<std::string, int> failed_ahead_;
+    std::set<std::uint32_t> dead_;  // ranks known to have ended abnormally or been lost
+    // Events and node losses that came from above, in order: replayed to a
+    // child adopted later, which may have missed them while it reconnected.
+    std::vector<wire::Bytes> history_;
+    std::set<std::uint32_t> events_seen_;  // ranks whose event came from above
+    std::set<std::uint32_t> nodes_down_;
+    std::uint64_t next_dmodex_ = 1;
+    std::map<std::uint64_t, Done> dmodex_waiting_;
+    std::uint64_t next_data_ = 1;
+    std::map<std::uint64_t, DataDone> data_waiting_;
+};
+
+}  // namespace exitpolicy::pmixd

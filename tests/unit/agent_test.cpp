@@ -1,0 +1,303 @@
+// agent_test.cpp - the overlay agents (pmix_server/agent.hpp) under srun's
+// real front end, over real loopback sockets with the real handshake: the
+// tree's fences, routing, events, a lost relay and its adoption, frames held
+// until a node serves, and the drain. The node side is the test's own (the
+// agent's adapter boundary, Agent::Node); no PMIx.
+#include "agent.hpp"
+
+#include "protocol/events.hpp"
+#include "spank_plugin/front_end.hpp"
+
+#include <event2/event.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace exitpolicy::pmixd {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::uint32_t job = 7;
+constexpr std::uint32_t step = 3;
+constexpr std::uint32_t ranks_per_node = 2;
+
+class Loop {
+public:
+    Loop() : base_(event_base_new()) {}
+    ~Loop() { event_base_free(base_); }
+    event_base* base() const { return base_; }
+    bool run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = 5s)
+    {
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        while (!done()) {
+            if (std::chrono::steady_clock::now() > deadline)
+                return false;
+            event_base_loop(base_, EVLOOP_NONBLOCK);
+            std::this_thread::sleep_for(1ms);
+        }
+        return true;
+    }
+
+private:
+    event_base* base_;
+};
+
+// A node as its agent sees it: records what the agent tells it.
+struct TestNode final : Agent::Node {
+    std::uint32_t id = 0;
+    std::unique_ptr<Agent> agent;
+    bool serve_when_mapped = true;
+    int linked = 0;  // linked_up() calls
+    std::vector<wire::Event> events;
+    std::vector<wire::NodeDown> lost;
+    std::optional<int> stopped;
+
+    void mapped() override
+    {
+        if (serve_when_mapped)
+            agent->serving();
+    }
+    void linked_up() override { ++linked; }
+    void peer_failed(const wire::Event& e) override { events.push_back(e); }
+    void node_lost(const wire::NodeDown& d) override { lost.push_back(d); }
+    void relayed(const wire::Relay&) override {}
+    void terminate(const wire::Terminate&) override {}
+    // What a local rank committed: its number.
+    void dmodex(std::uint32_t rank, Agent::Done done) override
+    {
+        done(wire::pmix::success, wire::Bytes{static_cast<std::uint8_t>(rank)});
+    }
+    void stop(int code) override
+    {
+        if (!stopped)
+            stopped = code;
+    }
+    bool ready() const { return agent && agent->map() && agent->linked_up(); }
+};
+
+// A step of `nnodes` agents with ranks_per_node ranks each, in a k-ary tree
+// of fan-out 2 below srun's FE: FE -> 0, 1; 0 -> 2, 3; 1 -> 4, 5; ...
+class AgentTest : public ::testing::Test {
+protected:
+    void start(std::uint32_t nnodes, const std::function<void(TestNode&)>& setup = {})
+    {
+        plugin::FrontEndSetup s;
+        s.job_id = job;
+        s.step_id = step;
+        s.nnodes = nnodes;
+        s.ntasks = nnodes * ranks_per_node;
+        s.fanout = 2;
+        s.recoverable = true;
+        auto started = plugin::FrontEnd::start(s);
+        ASSERT_TRUE(started) << started.error();
+        fe = std::move(*started);
+        for (std::uint32_t i = 0; i < nnodes; ++i) {
+            auto n = std::make_unique<TestNode>();
+            n->id = i;
+            AgentSetup a;
+            a.job_id = job;
+            a.step_id = step;
+            a.node_id = i;
+            a.hostname = "node" + std::to_string(i + 1);
+            for (std::uint32_t r = 0; r < ranks_per_node; ++r)
+                a.ranks.push_back(i * ranks_per_node + r);
+            a.fe_host = "127.0.0.1";
+            a.fe_port = fe->port();
+            n->agent = std::make_unique<Agent>(loop.base(), std::move(a), fe->secret(), *n);
+            if (setup)
+                setup(*n);
+            nodes.push_back(std::move(n));
+        }
+        for (auto& n : nodes)
+            n->agent->start();
+        ASSERT_TRUE(loop.run_until([&] {
+            return std::all_of(nodes.begin(), nodes.end(), [](const auto& n) { return n->ready(); });
+        })) << "the tree did not form";
+    }
+
+    void TearDown() override
+    {
+        if (fe)
+            fe->finish(0ms);
+        nodes.clear();
+    }
+
+    struct FenceResult {
+        std::optional<int> status;
+        wire::Bytes data;
+    };
+    // Every live node enters a fence over `ranks` with its node id as data.
+    std::vector<FenceResult> fence(const std::vector<std::uint32_t>& ranks)
+    {
+        std::vector<FenceResult> out(nodes.size());
+        for (std::size_t i = 0; i < nodes.size(); ++i)
+            if (nodes[i]->agent)
+                nodes[i]->agent->fence(ranks, wire::Bytes{static_cast<std::uint8_t>(i)}, 0,
+                                       [&out, i](int status, wire::Bytes data) {
+                                           out[i].status = status;
+                                           out[i].data = std::move(data);
+                                       });
+        EXPECT_TRUE(loop.run_until([&] {
+            for (std::size_t i = 0; i < nodes.size(); ++i)
+                if (nodes[i]->agent && !out[i].status)
+                    return false;
+            return true;
+        })) << "a fence did not end";
+        for (auto& r : out)
+            std::sort(r.data.begin(), r.data.end());
+        return out;
+    }
+
+    Loop loop;
+    std::unique_ptr<plugin::FrontEnd> fe;
+    std::vector<std::unique_ptr<TestNode>> nodes;
+};
+
+TEST_F(AgentTest, AFenceGathersEveryNodesDataThroughTheTreeToEveryNode)
+{
+    start(6);  // three levels
+    for (int instance = 1; instance <= 2; ++instance) {
+        const auto results = fence({});
+        for (std::size_t i = 0; i < nodes.size(); ++i) {
+            EXPECT_EQ(results[i].status, wire::pmix::success) << "node " << i << ", instance " << instance;
+            EXPECT_EQ(results[i].data, (wire::Bytes{0, 1, 2, 3, 4, 5})) << "node " << i;
+        }
+    }
+    // A fence over some ranks counts only the nodes that hold them.
+    const std::vector<std::uint32_t> some{0, 9};  // nodes 0 and 4
+    std::optional<int> status0, status4;
+    wire::Bytes data0;
+    nodes[0]->agent->fence(some, wire::Bytes{0}, 0, [&](int s, wire::Bytes d) {
+        status0 = s;
+        data0 = std::move(d);
+    });
+    nodes[4]->agent->fence(some, wire::Bytes{4}, 0, [&](int s, wire::Bytes) { status4 = s; });
+    ASSERT_TRUE(loop.run_until([&] { return status0 && status4; }));
+    EXPECT_EQ(*status0, wire::pmix::success);
+    std::sort(data0.begin(), data0.end());
+    EXPECT_EQ(data0, (wire::Bytes{0, 4}));
+}
+
+TEST_F(AgentTest, ARequestForOneRankIsRoutedToItsNodeAndAnsweredBack)
+{
+    start(6);
+    // Node 5 (below node 1) asks for rank 4 (node 2, below node 0): up to
+    // the FE and down the other branch, and back.
+    std::optional<int> status;
+    wire::Bytes data;
+    nodes[5]->agent->direct_modex(4, 0, [&](int s, wire::Bytes d) {
+        status = s;
+        data = std::move(d);
+    });
+    ASSERT_TRUE(loop.run_until([&] { return status.has_value(); }));
+    EXPECT_EQ(*status, wire::pmix::success);
+    EXPECT_EQ(data, wire::Bytes{4});
+    // A rank outside the step is not found, at once.
+    status.reset();
+    nodes[5]->agent->direct_modex(99, 0, [&](int s, wire::Bytes) { status = s; });
+    EXPECT_EQ(status, wire::pmix::not_found);
+}
+
+TEST_F(AgentTest, AFailedTaskIsHeardOnEveryNodeOnceAndFailsEveryFenceOverIt)
+{
+    start(6);
+    wire::Event e;
+    e.origin = 5;
+    e.rank = 11;
+    e.code = wire::pmix::proc_aborted_by_sig;
+    e.exit_code = 139;
+    e.wait_status = 11;
+    e.client = true;
+    nodes[5]->agent->task_failed(e);
+    ASSERT_TRUE(loop.run_until([&] {
+        return std::all_of(nodes.begin(), nodes.end(), [](const auto& n) { return !n->events.empty(); });
+    }));
+    loop.run_until([] { return false; }, 50ms);  // nothing more comes
+    for (const auto& n : nodes) {
+        ASSERT_EQ(n->events.size(), 1u) << "node " << n->id;
+        EXPECT_EQ(n->events[0].rank, 11u);
+        EXPECT_EQ(n->events[0].exit_code, 139);
+    }
+    // A fence over the dead rank fails everywhere, and never waits for it.
+    for (const auto& r : fence({}))
+        EXPECT_EQ(r.status, wire::pmix::proc_term_wo_sync);
+}
+
+TEST_F(AgentTest, ALostRelaysChildrenAreAdoptedHearOfItAndFenceOn)
+{
+    start(6);  // node 0 relays for nodes 2 and 3
+    nodes[0]->agent.reset();  // its links close, as when its process dies
+    auto survivors = [&] { return std::vector<TestNode*>{nodes[1].get(), nodes[2].get(), nodes[3].get(), nodes[4].get(), nodes[5].get()}; };
+    ASSERT_TRUE(loop.run_until([&] {
+        const auto s = survivors();
+        return std::all_of(s.begin(), s.end(), [](const TestNode* n) { return !n->lost.empty(); }) &&
+               nodes[2]->linked == 2 && nodes[3]->linked == 2;
+    })) << "the loss was not heard everywhere, or the orphans were not adopted";
+    for (const TestNode* n : survivors()) {
+        ASSERT_EQ(n->lost.size(), 1u) << "node " << n->id;
+        EXPECT_EQ(n->lost[0].node, 0u);
+        EXPECT_EQ(n->lost[0].ranks, (std::vector<std::uint32_t>{0, 1}));
+        EXPECT_FALSE(n->stopped) << "node " << n->id;
+    }
+    // The healed tree carries a fence over the survivors' ranks.
+    const std::vector<std::uint32_t> alive{2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    const auto results = fence(alive);
+    for (std::size_t i = 1; i < nodes.size(); ++i) {
+        EXPECT_EQ(results[i].status, wire::pmix::success) << "node " << i;
+        EXPECT_EQ(results[i].data, (wire::Bytes{1, 2, 3, 4, 5})) << "node " << i;
+    }
+}
+
+TEST_F(AgentTest, WhatComesBeforeTheNodeServesWaitsForIt)
+{
+    start(3, [](TestNode& n) { n.serve_when_mapped = n.id != 2; });
+    wire::Event e;
+    e.origin = 0;
+    e.rank = 0;
+    e.code = wire::pmix::exit_nonzero_term;
+    e.exit_code = 3;
+    e.wait_status = 3 << 8;
+    nodes[0]->agent->task_failed(e);
+    ASSERT_TRUE(loop.run_until([&] { return !nodes[1]->events.empty(); }));
+    loop.run_until([] { return false; }, 50ms);
+    EXPECT_TRUE(nodes[2]->events.empty()) << "told before it serves";
+    nodes[2]->agent->serving();
+    ASSERT_EQ(nodes[2]->events.size(), 1u);
+    EXPECT_EQ(nodes[2]->events[0].rank, 0u);
+}
+
+TEST_F(AgentTest, ARelayDrainsOnlyOnceItsOutcomesAreAcknowledgedAndItsChildrenHaveGone)
+{
+    start(4);  // node 0 relays for nodes 2 and 3
+    for (auto& n : nodes)
+        for (std::uint32_t r = 0; r < ranks_per_node; ++r) {
+            wire::Outcome o;
+            o.rank = n->id * ranks_per_node + r;
+            n->agent->report(o);
+        }
+    nodes[0]->agent->drain();
+    loop.run_until([] { return false; }, 100ms);
+    EXPECT_FALSE(nodes[0]->stopped) << "a relay left while its children were still linked";
+    for (std::size_t i : {2u, 3u})
+        nodes[i]->agent->drain();
+    ASSERT_TRUE(loop.run_until([&] { return nodes[2]->stopped && nodes[3]->stopped; }));
+    EXPECT_EQ(nodes[2]->agent->unacked(), 0u);
+    EXPECT_FALSE(nodes[0]->stopped);
+    nodes[2]->agent.reset();  // their processes end
+    loop.run_until([] { return false; }, 50ms);
+    EXPECT_FALSE(nodes[0]->stopped) << "node 4 is still linked below it";
+    nodes[3]->agent.reset();
+    ASSERT_TRUE(loop.run_until([&] { return nodes[0]->stopped.has_value(); }));
+    EXPECT_EQ(*nodes[0]->stopped, 0);
+    EXPECT_EQ(nodes[0]->agent->unacked(), 0u);
+}
+
+}  // namespace
+}  // namespace exitpolicy::pmixd
