@@ -158,7 +158,9 @@ bool Agent::listen_children()
                 log::error("could not accept a child's connection");
             }
         },
-        this, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE, 64,
+        // Its children connect at once, and the orphans of one that left:
+        // up to twice the fan-out (2 to 1024), before the map says which.
+        this, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE, 2048,
         reinterpret_cast<sockaddr*>(&sin), sizeof(sin));
     if (!child_listener_) {
         log::error("cannot listen for child daemons: %s", std::strerror(errno));
@@ -182,14 +184,16 @@ void Agent::make_room_for_child()
 {
     auto waiting = [](const auto& c) { return !c->is_ready() && !c->is_closed(); };
     auto count = static_cast<std::size_t>(std::count_if(children_.begin(), children_.end(), waiting));
-    if (count < wire::max_unauthenticated_channels)
+    // Its children, and as many orphans of a child that left.
+    const std::size_t cap = wire::unauthenticated_cap(map_ ? 2 * std::size_t{map_->fanout} : 0);
+    if (count < cap)
         return;
     if (!told_over_cap_) {
         told_over_cap_ = true;
         log::error("more than %zu connections from children were unauthenticated at once; the oldest are closed",
-                   wire::max_unauthenticated_channels);
+                   cap);
     }
-    for (auto it = children_.begin(); it != children_.end() && count >= wire::max_unauthenticated_channels;) {
+    for (auto it = children_.begin(); it != children_.end() && count >= cap;) {
         if (waiting(*it)) {
             it = children_.erase(it);
             --count;

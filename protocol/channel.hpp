@@ -18,7 +18,7 @@
 // has no deadline.
 //
 // Caps, kept by each owner that accepts (the front end, and each node
-// daemon for its children): at most max_unauthenticated_channels accepted
+// daemon for its children): at most unauthenticated_cap() accepted
 // channels not yet ready at once; a connection beyond that closes at once
 // the oldest of them, so that a flood of idle connections cannot lock out a
 // peer that authenticates promptly. Each such listener has an
@@ -60,8 +60,15 @@ namespace exitpolicy::wire {
 // bound, so that a peer that vanished without a word is noticed.
 void tune_socket(int fd) noexcept;
 
-// The most accepted channels not yet ready that an owner keeps at once.
+// The most accepted channels not yet ready that an owner keeps at once,
+// unless it expects more peers than that at once (the front end of a step
+// of many nodes, whose daemons and slurmstepds all connect as the step
+// starts): then as many as it expects.
 constexpr std::size_t max_unauthenticated_channels = 64;
+inline std::size_t unauthenticated_cap(std::size_t expected_peers) noexcept
+{
+    return expected_peers > max_unauthenticated_channels ? expected_peers : max_unauthenticated_channels;
+}
 
 // A listener's failed accept() (evconnlistener_set_error_cb): the listener
 // is disabled and enabled again after `pause`, and `log` is called once for

@@ -100,9 +100,9 @@ Writer& Writer::bytes(std::span<const std::uint8_t> v)
     return *this;
 }
 
-Writer& Writer::str(std::string_view v)
+Writer& Writer::str(std::string_view v, std::size_t limit)
 {
-    const std::size_t n = std::min(v.size(), max_string);
+    const std::size_t n = std::min(v.size(), limit);
     u32(static_cast<std::uint32_t>(n));
     buf_.insert(buf_.end(), v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n));
     return *this;
@@ -240,10 +240,10 @@ std::vector<Bytes> Reader::blobs()
     return v;
 }
 
-std::string Reader::str()
+std::string Reader::str(std::size_t limit)
 {
     const std::uint32_t n = u32();
-    if (failed_ || n > max_string || body_.size() - pos_ < n) {
+    if (failed_ || n > limit || body_.size() - pos_ < n) {
         failed_ = true;
         return {};
     }
@@ -469,8 +469,16 @@ std::string fence_set(const std::vector<std::uint32_t>& sorted_ranks)
     if (sorted_ranks.empty())
         return "*";
     std::string set;
-    for (std::uint32_t r : sorted_ranks)
-        set += std::to_string(r) + ",";
+    for (std::size_t i = 0; i < sorted_ranks.size();) {
+        std::size_t last = i;
+        while (last + 1 < sorted_ranks.size() && sorted_ranks[last + 1] == sorted_ranks[last] + 1)
+            ++last;
+        set += std::to_string(sorted_ranks[i]);
+        if (last > i)
+            set += "-" + std::to_string(sorted_ranks[last]);
+        set += ",";
+        i = last + 1;
+    }
     return set;
 }
 
@@ -496,13 +504,26 @@ std::optional<FenceKey> parse_fence_key(std::string_view key)
             return std::nullopt;
         for (std::size_t pos = 0; pos < set.size();) {
             const auto comma = set.find(',', pos);
-            std::uint32_t rank = 0;
-            const auto [ptr, err] = std::from_chars(set.data() + pos, set.data() + comma, rank);
-            if (err != std::errc() || ptr != set.data() + comma)
+            const char* at = set.data() + pos;
+            const char* end_of_run = set.data() + comma;
+            std::uint32_t first = 0;
+            auto [ptr, err] = std::from_chars(at, end_of_run, first);
+            if (err != std::errc())
                 return std::nullopt;
-            if (!id.ranks.empty() && rank <= id.ranks.back())
+            std::uint32_t last = first;
+            if (ptr != end_of_run) {
+                if (*ptr != '-')
+                    return std::nullopt;
+                const auto [ptr2, err2] = std::from_chars(ptr + 1, end_of_run, last);
+                if (err2 != std::errc() || ptr2 != end_of_run || last <= first)
+                    return std::nullopt;
+            }
+            if (!id.ranks.empty() && first <= id.ranks.back())
                 return std::nullopt;  // unsorted, or a repeat
-            id.ranks.push_back(rank);
+            if (last - first >= max_fence_ranks - id.ranks.size())
+                return std::nullopt;  // more ranks than any step has
+            for (std::uint64_t r = first; r <= last; ++r)
+                id.ranks.push_back(static_cast<std::uint32_t>(r));
             pos = comma + 1;
         }
     }
@@ -514,14 +535,14 @@ std::optional<FenceKey> parse_fence_key(std::string_view key)
 
 Bytes FenceUp::encode() const
 {
-    return Writer(Type::fence_up).str(key).i32(status).u32(contributors).blob(data).finish();
+    return Writer(Type::fence_up).str(key, max_fence_key).i32(status).u32(contributors).blob(data).finish();
 }
 
 Result<FenceUp> FenceUp::decode(std::span<const std::uint8_t> body)
 {
     Reader r(body);
     FenceUp m;
-    m.key = r.str();
+    m.key = r.str(max_fence_key);
     m.status = r.i32();
     m.contributors = r.u32();
     m.data = r.blob();
@@ -532,14 +553,14 @@ Result<FenceUp> FenceUp::decode(std::span<const std::uint8_t> body)
 
 Bytes FenceDown::encode() const
 {
-    return Writer(Type::fence_down).str(key).i32(status).blob(data).finish();
+    return Writer(Type::fence_down).str(key, max_fence_key).i32(status).blob(data).finish();
 }
 
 Result<FenceDown> FenceDown::decode(std::span<const std::uint8_t> body)
 {
     Reader r(body);
     FenceDown m;
-    m.key = r.str();
+    m.key = r.str(max_fence_key);
     m.status = r.i32();
     m.data = r.blob();
     if (!r.failed() && !parse_fence_key(m.key))

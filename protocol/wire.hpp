@@ -23,11 +23,14 @@
 
 namespace exitpolicy::wire {
 
-inline constexpr std::uint8_t protocol_version = 1;
+inline constexpr std::uint8_t protocol_version = 2;  // 2: fence keys name runs of ranks
 inline constexpr std::size_t header_size = 8;
 inline constexpr std::uint32_t max_body = 64 * 1024;           // before authentication
 inline constexpr std::uint32_t max_body_trusted = 256u << 20;  // after: fence data can be large
 inline constexpr std::size_t max_string = 4096;
+// A fence key names its participants (runs of ranks, as few as they come).
+inline constexpr std::size_t max_fence_key = 1u << 20;
+inline constexpr std::size_t max_fence_ranks = 1u << 22;
 inline constexpr std::size_t max_ranks = 8192;  // tasks on one node
 
 enum class Type : std::uint8_t {
@@ -82,7 +85,7 @@ public:
     Writer& i32(std::int32_t v) { return u32(static_cast<std::uint32_t>(v)); }
     Writer& i64(std::int64_t v) { return u64(static_cast<std::uint64_t>(v)); }
     Writer& bytes(std::span<const std::uint8_t> v);
-    Writer& str(std::string_view v);  // u32 length + bytes
+    Writer& str(std::string_view v, std::size_t limit = max_string);  // u32 length + bytes (at most limit)
     Writer& u32s(std::span<const std::uint32_t> v);  // u32 count + values
     Writer& blob(std::span<const std::uint8_t> v);    // u32 length + bytes, unbounded but by the frame
     Writer& strs(const std::vector<std::string>& v);  // u32 count + strings
@@ -110,7 +113,7 @@ public:
         take(a.data(), N);
         return a;
     }
-    std::string str();
+    std::string str(std::size_t limit = max_string);
     std::vector<std::uint32_t> u32s();
     Bytes blob();
     std::vector<std::string> strs();
@@ -241,17 +244,19 @@ struct NodeDown {
 };
 
 // A fence instance on the wire: its participant set, "*" for everyone, else
-// the sorted ranks, each followed by a comma ("0,3,"); then '#' and the
-// instance's number over that set, from 1 ("0,3,#7", "*#7"). Fences over one
+// the sorted ranks as runs, each followed by a comma ("0-3,7,"); then '#'
+// and the instance's number over that set, from 1 ("0-3,7,#7", "*#7"). Fences over one
 // set are ordered in PMIx, so the n-th over a set is the same instance on
 // every node. One format for every node; a key is canonical (sorted, no
-// repeats, no leading zeros), anything else is malformed.
+// repeats, runs as long as they go, no leading zeros), anything else is
+// malformed.
 struct FenceKey {
     std::vector<std::uint32_t> ranks;  // sorted; empty: everyone
-    std::string set;                   // the participant set part ("0,3," or "*")
+    std::string set;                   // the participant set part ("0-3,7," or "*")
     std::uint64_t instance = 0;        // 1, 2, ... per participant set
 };
-// The participant set part ("0,3," or "*").
+// The participant set part: its ranks as runs, each "FIRST-LAST," or
+// "RANK," ("0-3,7,"), or "*" for every rank. One spelling per set.
 std::string fence_set(const std::vector<std::uint32_t>& sorted_ranks);
 // The whole key of instance `instance` (>= 1) over a set.
 std::string fence_key(const std::vector<std::uint32_t>& sorted_ranks, std::uint64_t instance);

@@ -85,7 +85,7 @@ struct FrontEnd::Impl {
     std::map<wire::Channel*, std::unique_ptr<Conn>> conns;  // FE thread only
     std::vector<std::unique_ptr<Conn>> closed_conns;         // freed on the next loop turn
     // The connections not ready yet, oldest first (FE thread only): at most
-    // wire::max_unauthenticated_channels.
+    // wire::unauthenticated_cap() of the step's peers.
     std::list<Conn*> pending;
     bool told_over_cap = false;
     std::unique_ptr<wire::AcceptBackoff> accept_backoff;
@@ -195,14 +195,16 @@ struct FrontEnd::Impl {
     // callbacks).
     void make_room()
     {
-        if (pending.size() < wire::max_unauthenticated_channels)
+        // A slurmstepd and a daemon per node may come at once.
+        const std::size_t cap = wire::unauthenticated_cap(2 * std::size_t{setup.nnodes});
+        if (pending.size() < cap)
             return;
         if (!told_over_cap) {
             told_over_cap = true;
-            problem("more than " + std::to_string(wire::max_unauthenticated_channels) +
+            problem("more than " + std::to_string(cap) +
                     " connections were unauthenticated at once; the oldest were closed");
         }
-        while (pending.size() >= wire::max_unauthenticated_channels) {
+        while (pending.size() >= cap) {
             Conn* oldest = pending.front();
             unpend(oldest);
             conns.erase(oldest->channel.get());
@@ -728,9 +730,13 @@ struct FrontEnd::Impl {
         const unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE;
         const std::uint16_t first = setup.ports ? setup.ports->first : 0;
         const std::uint16_t last = setup.ports ? setup.ports->last : 0;
+        // Every node's slurmstepd and daemon connect as the step starts: a
+        // backlog shorter than that drops their SYNs, and each retries only
+        // after a second (the kernel caps it at net.core.somaxconn).
+        const int backlog = static_cast<int>(std::clamp<std::uint64_t>(2 * std::uint64_t{setup.nnodes}, 128, 65535));
         for (std::uint32_t p = first; p <= last; ++p) {
             sin.sin_port = htons(static_cast<std::uint16_t>(p));
-            listener.reset(evconnlistener_new_bind(base.get(), on_accept, this, flags, 128,
+            listener.reset(evconnlistener_new_bind(base.get(), on_accept, this, flags, backlog,
                                                    reinterpret_cast<sockaddr*>(&sin), sizeof(sin)));
             if (listener)
                 break;

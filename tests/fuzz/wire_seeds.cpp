@@ -44,7 +44,7 @@ int main(int argc, char** argv)
         {"enroll", Enroll{"127.0.0.1", 40000}.encode()},
         {"step_map", map.encode()},
         {"event", Event{1, 3, -402, 139, 11}.encode()},
-        {"fence_up", FenceUp{"0,1,#1", 0, 1, Bytes{9}}.encode()},
+        {"fence_up", FenceUp{"0-1,#1", 0, 1, Bytes{9}}.encode()},
         {"fence_up_failed", FenceUp{"*#2", -24, 0, {}}.encode()},
         {"fence_down", FenceDown{"*#1", 0, Bytes{9, 9}}.encode()},
         {"dmodex_req", DmodexReq{1, 0, 1, 3}.encode()},

@@ -580,8 +580,8 @@ TEST(FrontEndOverlayTest, ALostNodeIsAnnouncedAndTheDaemonBelowItAdoptedWithWhat
 
     // From now on it is the FE's child: events and fence results reach it,
     // and a fence of the survivors counts it.
-    d1->channel->send(wire::FenceUp{"1,2,#1", 0, 1, wire::Bytes{1}}.encode());
-    orphan->channel->send(wire::FenceUp{"1,2,#1", 0, 1, wire::Bytes{2}}.encode());
+    d1->channel->send(wire::FenceUp{"1-2,#1", 0, 1, wire::Bytes{1}}.encode());
+    orphan->channel->send(wire::FenceUp{"1-2,#1", 0, 1, wire::Bytes{2}}.encode());
     ASSERT_TRUE(loop.run_until([&] {
         return orphan->count(wire::Type::fence_down) == 1 && d1->count(wire::Type::fence_down) == 1;
     }));
@@ -830,13 +830,13 @@ TEST_F(FrontEndFenceTest, AContributionNamingADeadRankFailsTheInstanceAtOnce)
 
     // node2 fences over everyone: node1 will never contribute, and need not.
     up(*d1, "*#1", {2});
-    up(*d1, "0,1,#1", {2});
+    up(*d1, "0-1,#1", {2});
     ASSERT_TRUE(loop.run_until([&] {
         return results(*d0, "*#1").size() == 1 && results(*d1, "*#1").size() == 1 &&
-               results(*d0, "0,1,#1").size() == 1 && results(*d1, "0,1,#1").size() == 1;
+               results(*d0, "0-1,#1").size() == 1 && results(*d1, "0-1,#1").size() == 1;
     }));
     for (const auto* d : {d0.get(), d1.get()})
-        for (const char* key : {"*#1", "0,1,#1"}) {
+        for (const char* key : {"*#1", "0-1,#1"}) {
             EXPECT_EQ(results(*d, key)[0].status, -200) << key;  // PMIX_ERR_PROC_TERM_WO_SYNC
             EXPECT_TRUE(results(*d, key)[0].data.empty()) << key;
         }

@@ -132,9 +132,9 @@ TEST(WireTest, OverlayMessagesRoundTrip)
     EXPECT_EQ(failed->status, -24);
     EXPECT_EQ(failed->contributors, 0u);
     EXPECT_TRUE(failed->data.empty());
-    const auto result = FenceDown::decode(body(FenceDown{"0,1,#2", -1, Bytes{5}}.encode()));
+    const auto result = FenceDown::decode(body(FenceDown{"0-1,#2", -1, Bytes{5}}.encode()));
     ASSERT_TRUE(result) << result.error();
-    EXPECT_EQ(result->key, "0,1,#2");
+    EXPECT_EQ(result->key, "0-1,#2");
     EXPECT_EQ(result->status, -1);
     EXPECT_EQ(result->data, Bytes{5});
 
@@ -192,8 +192,32 @@ TEST(WireTest, FenceKeysNameTheParticipantsAndTheInstance)
 
     for (const char* bad : {"", "*", "0,3,", "#1", "*#", "*#0", "*#01", "*#-1", "*#+1", "*#1x", "*#1#2", "**#1",
                             "*,#1", "0,3#1", "0,,3,#1", "a,#1", "-1,#1", "99999999999,#1", "03,#1", "3,0,#1",
-                            "3,3,#1", "0,3,#18446744073709551616", " *#1", "*#1 "})
+                            "3,3,#1", "0,3,#18446744073709551616", " *#1", "*#1 ",
+                            // runs: one spelling each, ascending, apart
+                            "0,1,#1", "0-1-2,#1", "2-1,#1", "1-1,#1", "0-2,3,#1", "0-2,2-4,#1", "0-,#1", "-3,#1",
+                            "0-03,#1", "0-4294967295,#1"})
         EXPECT_FALSE(parse_fence_key(bad)) << bad;
+
+    // Consecutive ranks are one run: the key of a fence over all but one
+    // node of a large step stays short.
+    EXPECT_EQ(fence_set({0, 1, 2, 3, 7, 9, 10}), "0-3,7,9-10,");
+    std::vector<std::uint32_t> most;
+    for (std::uint32_t r = 0; r < 100000; ++r)
+        if (r / 16 != 5)
+            most.push_back(r);
+    EXPECT_EQ(fence_key(most, 1), "0-79,96-99999,#1");
+    const auto back = parse_fence_key("0-79,96-99999,#1");
+    ASSERT_TRUE(back);
+    EXPECT_EQ(back->ranks, most);
+    // A set with no runs at all still fits a frame, beyond a plain string.
+    std::vector<std::uint32_t> every_other;
+    for (std::uint32_t r = 0; r < 20000; r += 2)
+        every_other.push_back(r);
+    const FenceUp sparse{fence_key(every_other, 1), 0, 1, {}};
+    ASSERT_GT(sparse.key.size(), max_string);
+    const auto decoded = FenceUp::decode(body(sparse.encode()));
+    ASSERT_TRUE(decoded) << decoded.error();
+    EXPECT_EQ(decoded->key, sparse.key);
 
     // Decoding checks the key of both directions.
     EXPECT_EQ(FenceUp::decode(body(FenceUp{"0,x,#1", 0, 1, {}}.encode())).error(),
@@ -233,7 +257,7 @@ TEST(WireTest, BadHeadersAreErrors)
     Bytes frame = Ack{1, 0}.encode();
     const std::pair<std::function<void(Bytes&)>, std::string> cases[] = {
         {[](Bytes& f) { f[0] = 'X'; }, "not an exitpolicy frame (bad magic)"},
-        {[](Bytes& f) { f[2] = 9; }, "unsupported protocol version 9 (this side speaks 1)"},
+        {[](Bytes& f) { f[2] = 9; }, "unsupported protocol version 9 (this side speaks 2)"},
         {[](Bytes& f) { f[3] = 0; }, "unknown frame type 0"},
         {[](Bytes& f) { f[3] = 99; }, "unknown frame type 99"},
         {[](Bytes& f) { f[4] = 0x7f; }, "frame of 2130706440 bytes exceeds the bound of 65536"},
