@@ -22,6 +22,10 @@
 #                              pmix=auto) and under Slurm's mpi/pmix; fence with data; the
 #                              failure event to the last survivor; last exit to srun's exit
 #                              (bench/scale_bench.py); not part of "all" (about 15 min)
+#   bash bench/run.sh overlay  the overlay without Slurm or PMIx (bench/overlay_sim.cpp): srun's front
+#                              end and N agents with 16 simulated ranks each, N in OVERLAY_NODES=
+#                              "16 64 256 1024" (fan-out FANOUT=32, FENCE_BYTES=8 per rank); then the
+#                              fan-outs OVERLAY_FANOUTS="8 16 32 64 128" at the largest N
 #   bash bench/run.sh soak     steps that succeed, fail, segfault, fence, run Open MPI and
 #                              abort it: SOAK_STEPS=150 in a row and SOAK_WAVES=3 waves of
 #                              4 at once; wrong codes, and whatever is left in /tmp,
@@ -44,8 +48,8 @@ case $what in
     echo "== policy core: deciding and reporting (bench/decide_bench.cpp)"
     "$build/bench/decide_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
       --benchmark_min_time=0.5 2>/dev/null | grep -E '^Benchmark|_median' ;;
-  srun|pmix|nodeloss|failure|seal|soak|scale) ;;
-  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, pmix, nodeloss, failure, soak, scale" >&2; exit 2 ;;
+  srun|pmix|nodeloss|failure|seal|soak|scale|overlay) ;;
+  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, pmix, nodeloss, failure, soak, scale, overlay" >&2; exit 2 ;;
 esac
 case $what in
   all|seal)
@@ -53,6 +57,33 @@ case $what in
     "$build/bench/seal_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
       --benchmark_min_time=0.2 2>/dev/null | grep -E '^Benchmark|_median' ;;
 esac
+
+if [ "$what" = overlay ]; then
+  # One run per line; the figures as a table (milliseconds unless named).
+  table() {
+    awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+           printf "%6s %5s %6s %6s %9s %9s %9s %10s %9s %8s %7s %8s %9s %9s\n", v["nodes"], v["fanout"], v["depth"],
+             v["tasks"], v["startup_ms"], v["fence_ms"], v["event_ms"], v["decision_ms"], v["fe_bytes_per_task"],
+             v["fe_connections"], v["lost_heard_ms"], v["adopted_ms"], v["fence_after_loss_ms"], v["code"] }'
+  }
+  head="$(printf '%6s %5s %6s %6s %9s %9s %9s %10s %9s %8s %7s %8s %9s %9s' nodes fanout depth tasks startup \
+    fence event decision 'FE B/task' 'FE conns' lost adopted 'fence lost' code)"
+  echo "== the overlay without Slurm or PMIx: 16 ranks per node, ${FENCE_BYTES:-8} bytes per rank in each fence (bench/overlay_sim.cpp)"
+  echo "$head"
+  largest=16
+  for n in ${OVERLAY_NODES:-16 64 256 1024}; do
+    "$build/bench/overlay_sim" --nodes "$n" --ranks 16 --fanout "${FANOUT:-32}" --bytes "${FENCE_BYTES:-8}" \
+      2>/dev/null | table
+    largest=$n
+  done
+  echo "== fan-outs at $largest nodes"
+  echo "$head"
+  for k in ${OVERLAY_FANOUTS:-8 16 32 64 128}; do
+    "$build/bench/overlay_sim" --nodes "$largest" --ranks 16 --fanout "$k" --bytes "${FENCE_BYTES:-8}" \
+      2>/dev/null | table
+  done
+  exit 0
+fi
 
 export EXITPOLICY_CLUSTER_DIR=${EXITPOLICY_CLUSTER_DIR:-/tmp/exitpolicy-bench-cluster}
 cluster=$src/contrib/slurm/cluster
