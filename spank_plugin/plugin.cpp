@@ -63,9 +63,11 @@ std::string daemon_path(const Config& config)
 {
     if (!config.daemon.empty())
         return config.daemon;
+#ifdef EXITPOLICY_BUILD_DAEMON  // not in a package's plugin: it knows no daemon but the installed one
     for (const char* candidate : {EXITPOLICY_INSTALLED_DAEMON, EXITPOLICY_BUILD_DAEMON})
         if (::access(candidate, X_OK) == 0)
             return candidate;
+#endif
     return EXITPOLICY_INSTALLED_DAEMON;
 }
 

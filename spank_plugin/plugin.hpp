@@ -23,7 +23,8 @@ struct State {
 };
 
 // The daemon to start: the site's daemon=, else the installed one, else the
-// one of the build tree this plugin comes from.
+// one of the build tree this plugin comes from (unless it was built for a
+// package: EXITPOLICY_BUILD_TREE_DAEMON=OFF).
 std::string daemon_path(const Config& config);
 State& state() noexcept;
 

@@ -35,6 +35,7 @@ struct Document {
 constexpr Document documents[] = {
     {"README.md", srun_options | variables | site_args},
     {"contrib/slurm/plugstack.conf.example", site_args},
+    {"contrib/slurm/exitpolicy.conf.in", site_args},
 };
 
 void PrintTo(const Document& doc, std::ostream* out)
