@@ -3,7 +3,8 @@
 // texts, and the plugstack.conf arguments. The SPANK option table, the
 // environment's reading and forwarding, the help texts, the plugstack parser
 // and its list of valid arguments derive from these tables, and a unit test
-// (tests/unit/option_docs_test.cpp) checks that the README names every entry.
+// (tests/unit/option_docs_test.cpp) checks that the README, the manual pages
+// and the plugstack.conf files name every entry.
 //
 // Constant tables of string literals: nothing here allocates or runs at load
 // time (slurmstepd loads this too). No Slurm headers, so it is unit-tested.

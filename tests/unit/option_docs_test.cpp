@@ -30,12 +30,16 @@ struct Document {
     unsigned names;
 };
 
-// The documents that name the entries of the tables. The man pages join
-// this list when they exist (roff's \- and \fB...\fR are read as plain text).
+// The documents that name the entries of the tables (roff's \- and
+// \fB...\fR are read as plain text): the user's manual page the options and
+// variables, the site's and the plugstack.conf.d file the package installs
+// the arguments.
 constexpr Document documents[] = {
     {"README.md", srun_options | variables | site_args},
     {"contrib/slurm/plugstack.conf.example", site_args},
     {"contrib/slurm/exitpolicy.conf.in", site_args},
+    {"docs/exitpolicy.1", srun_options | variables},
+    {"docs/exitpolicy.8", site_args},
 };
 
 void PrintTo(const Document& doc, std::ostream* out)
