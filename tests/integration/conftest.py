@@ -284,7 +284,14 @@ class Plugstack:
 
     def enable(self, *args, control="required"):
         """Load the plugin with these plugstack arguments ("key=value")."""
-        line = " ".join([control, str(self.so), *args]) + "\n"
+        return self._write(" ".join([control, str(self.so), *args]) + "\n")
+
+    def include(self, pattern):
+        """Read the plugin stack of other files instead, as Debian's
+        /etc/slurm/plugstack.conf includes /etc/slurm/plugstack.conf.d/*.conf."""
+        return self._write(f"include {pattern}\n")
+
+    def _write(self, line):
         tmp = self.file.with_name(self.file.name + ".tmp")  # not *.conf
         tmp.write_text(line)
         os.chmod(tmp, 0o644)
