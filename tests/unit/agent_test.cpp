@@ -4,6 +4,7 @@
 // until a node serves, and the drain. The node side is the test's own (the
 // agent's adapter boundary, Agent::Node); no PMIx.
 #include "agent.hpp"
+#include "event_loop.hpp"
 
 #include "protocol/events.hpp"
 #include "spank_plugin/front_end.hpp"
@@ -28,26 +29,7 @@ constexpr std::uint32_t job = 7;
 constexpr std::uint32_t step = 3;
 constexpr std::uint32_t ranks_per_node = 2;
 
-class Loop {
-public:
-    Loop() : base_(event_base_new()) {}
-    ~Loop() { event_base_free(base_); }
-    event_base* base() const { return base_; }
-    bool run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = 5s)
-    {
-        const auto deadline = std::chrono::steady_clock::now() + timeout;
-        while (!done()) {
-            if (std::chrono::steady_clock::now() > deadline)
-                return false;
-            event_base_loop(base_, EVLOOP_NONBLOCK);
-            std::this_thread::sleep_for(1ms);
-        }
-        return true;
-    }
-
-private:
-    event_base* base_;
-};
+using test::Loop;
 
 // A node as its agent sees it: records what the agent tells it.
 struct TestNode final : Agent::Node {

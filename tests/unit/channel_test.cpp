@@ -3,6 +3,7 @@
 // inside `closed`, in the middle of a burst of frames. Meant for the
 // sanitizer build: a channel that touches itself once gone is a
 // heap-use-after-free there.
+#include "event_loop.hpp"
 #include "protocol/channel.hpp"
 
 #include <event2/event.h>
@@ -68,14 +69,7 @@ protected:
 
     bool run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = 5s)
     {
-        const auto deadline = std::chrono::steady_clock::now() + timeout;
-        while (!done()) {
-            if (std::chrono::steady_clock::now() > deadline)
-                return false;
-            event_base_loop(base_, EVLOOP_NONBLOCK);
-            std::this_thread::sleep_for(1ms);
-        }
-        return true;
+        return test::run_until(base_, done, timeout);
     }
 
     // What a peer on the path does to the frames after the Hello.

@@ -1,5 +1,6 @@
 // front_end_test.cpp - srun's front end and the node link, over real TCP
 // sockets on loopback: the same code srun and slurmstepd run, without Slurm.
+#include "event_loop.hpp"
 #include "spank_plugin/front_end.hpp"
 #include "spank_plugin/node_link.hpp"
 #include "spank_plugin/outcome_sink.hpp"
@@ -495,26 +496,7 @@ struct FakeDaemon {
     }
 };
 
-class Loop {
-public:
-    Loop() : base_(event_base_new()) {}
-    ~Loop() { event_base_free(base_); }
-    event_base* base() const { return base_; }
-    bool run_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = 5s)
-    {
-        const auto deadline = std::chrono::steady_clock::now() + timeout;
-        while (!done()) {
-            if (std::chrono::steady_clock::now() > deadline)
-                return false;
-            event_base_loop(base_, EVLOOP_NONBLOCK);
-            std::this_thread::sleep_for(1ms);
-        }
-        return true;
-    }
-
-private:
-    event_base* base_;
-};
+using test::Loop;
 
 std::unique_ptr<FakeDaemon> fake_daemon(Loop& loop, const FrontEnd& fe, std::uint32_t node,
                                         std::vector<std::uint32_t> ranks, wire::Role role = wire::Role::daemon)
