@@ -5,6 +5,7 @@
 #include <array>
 #include <cctype>
 #include <charconv>
+#include <limits>
 
 namespace exitpolicy {
 namespace {
@@ -323,22 +324,83 @@ bool should_report(ReportMode mode, bool policy_active, const Decision& decision
 
 OutcomeSet::OutcomeSet(std::uint32_t ntasks) : slots_(ntasks), missing_(ntasks) {}
 
-OutcomeSet::Recorded OutcomeSet::record(const TaskOutcome& outcome) noexcept
+void OutcomeSet::store(std::uint32_t rank, const TaskOutcome& o)
+{
+    Slot& s = slots_[rank];
+    s.end_time_us = o.end_time_us;
+    s.epoch = o.epoch;
+    s.node = o.node;
+    s.wait_status = o.wait_status;
+    s.abort_status = o.abort_status.value_or(0);
+    s.flags = Slot::present;
+    if (o.lost)
+        s.flags |= Slot::lost;
+    if (o.abort_status)
+        s.flags |= Slot::aborted;
+    if (o.finalized)
+        s.flags |= Slot::finalized_known;
+    if (o.finalized.value_or(false))
+        s.flags |= Slot::finalized;
+    if (o.collateral)
+        s.flags |= Slot::collateral;
+    const bool narrow = o.pid >= std::numeric_limits<std::int32_t>::min() &&
+                        o.pid <= std::numeric_limits<std::int32_t>::max();
+    s.pid = narrow ? static_cast<std::int32_t>(o.pid) : -1;
+    if (narrow && o.abort_message.empty()) {
+        wide_.erase(rank);
+        return;
+    }
+    s.flags |= Slot::wide;
+    wide_[rank] = Wide{o.pid, o.abort_message};
+}
+
+TaskOutcome OutcomeSet::load(std::uint32_t rank) const
+{
+    const Slot& s = slots_[rank];
+    TaskOutcome o;
+    o.rank = rank;
+    o.epoch = s.epoch;
+    o.node = s.node;
+    o.pid = s.pid;
+    o.lost = (s.flags & Slot::lost) != 0;
+    o.wait_status = s.wait_status;
+    if (s.flags & Slot::aborted)
+        o.abort_status = s.abort_status;
+    if (s.flags & Slot::finalized_known)
+        o.finalized = (s.flags & Slot::finalized) != 0;
+    o.end_time_us = s.end_time_us;
+    o.collateral = (s.flags & Slot::collateral) != 0;
+    if (s.flags & Slot::wide)
+        if (auto it = wide_.find(rank); it != wide_.end()) {
+            o.pid = it->second.pid;
+            o.abort_message = it->second.abort_message;
+        }
+    return o;
+}
+
+OutcomeSet::Recorded OutcomeSet::record(const TaskOutcome& outcome)
 {
     if (outcome.rank >= slots_.size())
         return Recorded::out_of_range;
-    auto& slot = slots_[outcome.rank];
-    if (!slot) {
-        slot = outcome;
+    const Slot& slot = slots_[outcome.rank];
+    if (!(slot.flags & Slot::present)) {
+        store(outcome.rank, outcome);
         --missing_;
         return Recorded::added;
     }
-    if (outcome.epoch == slot->epoch)
+    if (outcome.epoch == slot.epoch)
         return Recorded::duplicate;
-    if (outcome.epoch < slot->epoch)
+    if (outcome.epoch < slot.epoch)
         return Recorded::stale;
-    slot = outcome;
+    store(outcome.rank, outcome);
     return Recorded::replaced;
+}
+
+std::optional<TaskOutcome> OutcomeSet::get(std::uint32_t rank) const
+{
+    if (!has(rank))
+        return std::nullopt;
+    return load(rank);
 }
 
 std::vector<TaskOutcome> OutcomeSet::finish(const std::vector<std::uint32_t>& node_of_rank) const
@@ -346,8 +408,8 @@ std::vector<TaskOutcome> OutcomeSet::finish(const std::vector<std::uint32_t>& no
     std::vector<TaskOutcome> tasks;
     tasks.reserve(slots_.size());
     for (std::uint32_t rank = 0; rank < slots_.size(); ++rank) {
-        if (slots_[rank]) {
-            tasks.push_back(*slots_[rank]);
+        if (has(rank)) {
+            tasks.push_back(load(rank));
             continue;
         }
         TaskOutcome lost;

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -123,25 +124,53 @@ bool should_report(ReportMode mode, bool policy_active, const Decision& decision
 
 // Collects the outcomes of a step as they arrive (at least once, any order)
 // and keeps exactly one per rank: a repeat of a rank + epoch is a duplicate,
-// a higher epoch (a restarted task) replaces a lower one.
+// a higher epoch (a restarted task) replaces a lower one. What it gives back
+// is exactly what was recorded.
+//
+// Sized for srun's front end at thousands of nodes: a rank costs one 32-byte
+// slot; what few outcomes carry (an abort's message, a pid beyond 32 bits) is
+// kept beside the slots.
 class OutcomeSet {
 public:
     explicit OutcomeSet(std::uint32_t ntasks);
 
     enum class Recorded : std::uint8_t { added, replaced, duplicate, stale, out_of_range };
-    Recorded record(const TaskOutcome& outcome) noexcept;
+    Recorded record(const TaskOutcome& outcome);
 
     std::uint32_t ntasks() const noexcept { return static_cast<std::uint32_t>(slots_.size()); }
     std::uint32_t missing() const noexcept { return missing_; }
     bool complete() const noexcept { return missing_ == 0; }
-    bool has(std::uint32_t rank) const noexcept { return rank < slots_.size() && slots_[rank].has_value(); }
+    bool has(std::uint32_t rank) const noexcept { return rank < slots_.size() && (slots_[rank].flags & Slot::present); }
+    // The outcome recorded for a rank, if any.
+    std::optional<TaskOutcome> get(std::uint32_t rank) const;
 
     // One outcome per rank in rank order; ranks never reported are lost,
     // placed on node_of_rank[rank] when given.
     std::vector<TaskOutcome> finish(const std::vector<std::uint32_t>& node_of_rank = {}) const;
 
 private:
-    std::vector<std::optional<TaskOutcome>> slots_;
+    struct Slot {
+        static constexpr std::uint8_t present = 1, lost = 2, aborted = 4, finalized_known = 8, finalized = 16,
+                                      collateral = 32, wide = 64;  // wide: pid and message beside the slot
+        std::int64_t end_time_us = 0;
+        std::uint32_t epoch = 0;
+        std::uint32_t node = 0;
+        std::int32_t pid = -1;
+        std::int32_t wait_status = 0;
+        std::int32_t abort_status = 0;
+        std::uint8_t flags = 0;
+    };
+    static_assert(sizeof(Slot) == 32);
+    struct Wide {
+        std::int64_t pid = -1;
+        std::string abort_message;
+    };
+
+    void store(std::uint32_t rank, const TaskOutcome& outcome);
+    TaskOutcome load(std::uint32_t rank) const;
+
+    std::vector<Slot> slots_;
+    std::map<std::uint32_t, Wide> wide_;
     std::uint32_t missing_;
 };
 

@@ -615,5 +615,59 @@ TEST(OutcomeSetTest, KeepsOneOutcomePerRankAndEpoch)
     EXPECT_FALSE(set.finish()[2].lost);
 }
 
+TEST(OutcomeSetTest, GivesBackExactlyWhatWasRecorded)
+{
+    // Every field, including what is kept beside the compact slots: an
+    // abort's message and a pid beyond 32 bits.
+    TaskOutcome a;
+    a.rank = 0;
+    a.epoch = 3;
+    a.node = 7;
+    a.pid = 4194303;
+    a.wait_status = WaitStatus::signaled(9).raw();
+    a.abort_status = -2;
+    a.abort_message = "MPI_ABORT was invoked on rank 0";
+    a.finalized = false;
+    a.end_time_us = 1'790'000'000'123'456;
+    a.collateral = true;
+    TaskOutcome b;
+    b.rank = 1;
+    b.pid = std::int64_t{1} << 40;
+    b.finalized = true;
+    b.wait_status = WaitStatus::exited(3).raw();
+    TaskOutcome c;
+    c.rank = 2;
+    c.pid = -1;
+    c.lost = true;
+    OutcomeSet set(4);
+    for (const auto& t : {a, b, c})
+        ASSERT_EQ(set.record(t), OutcomeSet::Recorded::added);
+    const auto same = [](const TaskOutcome& x, const TaskOutcome& y) {
+        return x.rank == y.rank && x.epoch == y.epoch && x.node == y.node && x.pid == y.pid && x.lost == y.lost &&
+               x.wait_status == y.wait_status && x.abort_status == y.abort_status &&
+               x.abort_message == y.abort_message && x.finalized == y.finalized && x.end_time_us == y.end_time_us &&
+               x.collateral == y.collateral;
+    };
+    const auto tasks = set.finish({0, 0, 0, 5});
+    ASSERT_EQ(tasks.size(), 4u);
+    EXPECT_TRUE(same(tasks[0], a));
+    EXPECT_TRUE(same(tasks[1], b));
+    EXPECT_TRUE(same(tasks[2], c));
+    EXPECT_TRUE(tasks[3].lost);
+    EXPECT_EQ(tasks[3].node, 5u);
+    ASSERT_TRUE(set.get(0));
+    EXPECT_TRUE(same(*set.get(0), a));
+    EXPECT_FALSE(set.get(3));
+    EXPECT_FALSE(set.get(9));
+
+    // A restart replaces all of it, the message and the wide pid too.
+    TaskOutcome again;
+    again.rank = 0;
+    again.epoch = 4;
+    again.pid = 12;
+    ASSERT_EQ(set.record(again), OutcomeSet::Recorded::replaced);
+    EXPECT_TRUE(same(*set.get(0), again));
+}
+
 }  // namespace
 }  // namespace exitpolicy
