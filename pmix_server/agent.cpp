@@ -73,8 +73,37 @@ void Agent::task_failed(const wire::Event& e)
 
 void Agent::report(const wire::Outcome& o)
 {
-    unacked_.push_back(o);
-    send_up(o.encode());
+    pass_up(o);
+}
+
+void Agent::pass_up(const wire::Outcome& o)
+{
+    unacked_[{o.rank, o.epoch}] = o;
+    outgoing_.push_back(o);
+    schedule_outcomes();
+}
+
+void Agent::schedule_outcomes()
+{
+    if (!std::exchange(outgoing_scheduled_, true))
+        timers_.defer([this] { send_outcomes(); });
+}
+
+void Agent::send_outcomes()
+{
+    outgoing_scheduled_ = false;
+    const auto all = std::exchange(outgoing_, {});
+    for (std::size_t i = 0; i < all.size(); i += wire::max_ranks) {
+        wire::Outcomes batch;
+        batch.list.assign(all.begin() + static_cast<std::ptrdiff_t>(i),
+                          all.begin() + static_cast<std::ptrdiff_t>(std::min(all.size(), i + wire::max_ranks)));
+        send_up(batch.encode());
+    }
+}
+
+void Agent::acknowledged(std::uint32_t rank, std::uint32_t epoch)
+{
+    unacked_.erase({rank, epoch});
 }
 
 wire::Channel::Handlers Agent::overlay_handlers()
@@ -406,7 +435,8 @@ Result<bool> Agent::on_frame(wire::Channel& from, wire::Type type, std::span<con
     // frames wait: a child's, which may have the map before us, and what
     // comes from above after the map. Outcomes and their acks only pass
     // through, and the map itself is what we wait for.
-    const bool passes = type == wire::Type::outcome || type == wire::Type::ack ||
+    const bool passes = type == wire::Type::outcome || type == wire::Type::ack || type == wire::Type::outcomes ||
+                        type == wire::Type::acks ||
                         (from_above && type == wire::Type::step_map);
     if (!serving_ && !passes) {
         early_.push_back(Held{from_above, type, wire::Bytes(body.begin(), body.end())});
@@ -432,7 +462,16 @@ Result<bool> Agent::dispatch(bool from_above, wire::Channel* from, wire::Type ty
         auto a = wire::Ack::decode(body);
         if (!a)
             return R::fail(a.error());
-        std::erase_if(unacked_, [&](const wire::Outcome& o) { return o.rank == a->rank && o.epoch == a->epoch; });
+        acknowledged(a->rank, a->epoch);
+        drained();
+        return R::ok(true);
+    }
+    case wire::Type::acks: {
+        auto a = wire::Acks::decode(body);
+        if (!a)
+            return R::fail(a.error());
+        for (const auto& one : a->list)
+            acknowledged(one.rank, one.epoch);
         drained();
         return R::ok(true);
     }
@@ -442,8 +481,20 @@ Result<bool> Agent::dispatch(bool from_above, wire::Channel* from, wire::Type ty
             return R::fail(o.error());
         if (from)
             from->send(wire::Ack{o->rank, o->epoch}.encode());
-        unacked_.push_back(*o);
-        send_up(o->encode());
+        pass_up(*o);
+        return R::ok(true);
+    }
+    case wire::Type::outcomes: {
+        auto batch = wire::Outcomes::decode(body);
+        if (!batch)
+            return R::fail(batch.error());
+        wire::Acks acks;
+        for (const auto& o : batch->list) {
+            acks.list.push_back({o.rank, o.epoch});
+            pass_up(o);
+        }
+        if (from)
+            from->send(acks.encode());
         return R::ok(true);
     }
     case wire::Type::event: {
@@ -781,8 +832,13 @@ void Agent::data_request(wire::DataRequest request, int timeout_s, DataDone done
 
 void Agent::flush_outcomes()
 {
-    for (const auto& o : unacked_)
-        send_up(o.encode());
+    // Everything not acknowledged, once: what waited for the turn's end is
+    // among it.
+    outgoing_.clear();
+    for (const auto& [key, o] : unacked_)
+        outgoing_.push_back(o);
+    if (!outgoing_.empty())
+        schedule_outcomes();
 }
 
 void Agent::drain()

@@ -122,7 +122,8 @@ public:
     // goes to the FE, which tells every node.
     void task_failed(const wire::Event& e);
     // A local task's outcome, up to the FE; sent again after a new link up
-    // until acknowledged.
+    // until acknowledged. What is reported in one loop turn, and what
+    // children pass up, goes up in one frame.
     void report(const wire::Outcome& o);
     // Up to the FE as it is (an abort, a relayed event, a teardown request,
     // a task's log line).
@@ -166,7 +167,13 @@ private:
     void fail_fence(std::string key, int status);
     void on_dmodex_req(const wire::DmodexReq& r);
     void on_dmodex_resp(const wire::DmodexResp& r);
+    // An outcome on its way up: recorded until acknowledged, sent with
+    // the others of this loop turn.
+    void pass_up(const wire::Outcome& o);
+    void schedule_outcomes();
+    void send_outcomes();
     void flush_outcomes();
+    void acknowledged(std::uint32_t rank, std::uint32_t epoch);
     // A drain is done once nothing waits for an ack and no child is linked
     // below: the node is told to stop. Whether the agent is stopping.
     bool drained();
@@ -204,7 +211,11 @@ private:
     };
     std::vector<Held> early_;
 
-    std::deque<wire::Outcome> unacked_;  // sent up, not yet acknowledged
+    // Outcomes sent up and not yet acknowledged, by rank and epoch; those
+    // waiting for the end of the loop turn to go up together.
+    std::map<std::pair<std::uint32_t, std::uint32_t>, wire::Outcome> unacked_;
+    std::vector<wire::Outcome> outgoing_;
+    bool outgoing_scheduled_ = false;
     Fences fences_;  // instances in progress here, and those finished
     std::map<std::string, std::uint64_t> fence_calls_;  // local fence calls per participant set
     // Instances that failed here before the local call came (their status):

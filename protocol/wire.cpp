@@ -46,6 +46,8 @@ std::string_view type_name(Type type) noexcept
     case Type::relay: return "relay";
     case Type::gone: return "gone";
     case Type::node_down: return "node down";
+    case Type::outcomes: return "outcomes";
+    case Type::acks: return "acks";
     }
     return "unknown";
 }
@@ -308,22 +310,16 @@ Result<Welcome> Welcome::decode(std::span<const std::uint8_t> body)
     return finish_decode(r, m, Type::welcome);
 }
 
-Bytes Outcome::encode() const
+namespace {
+
+// An outcome's fields, alone or in a list.
+void put(Writer& w, const Outcome& m)
 {
-    return Writer(Type::outcome)
-        .u32(rank)
-        .u32(epoch)
-        .i64(pid)
-        .i32(wait_status)
-        .i64(end_time_us)
-        .u8(flags)
-        .i32(abort_status)
-        .finish();
+    w.u32(m.rank).u32(m.epoch).i64(m.pid).i32(m.wait_status).i64(m.end_time_us).u8(m.flags).i32(m.abort_status);
 }
 
-Result<Outcome> Outcome::decode(std::span<const std::uint8_t> body)
+Outcome get_outcome(Reader& r)
 {
-    Reader r(body);
     Outcome m;
     m.rank = r.u32();
     m.epoch = r.u32();
@@ -332,7 +328,35 @@ Result<Outcome> Outcome::decode(std::span<const std::uint8_t> body)
     m.end_time_us = r.i64();
     m.flags = r.u8();
     m.abort_status = r.i32();
-    return finish_decode(r, m, Type::outcome);
+    return m;
+}
+
+constexpr std::size_t outcome_size = 33;
+constexpr std::size_t ack_size = 8;
+
+// A list's count, checked against the bound and what is left of the body.
+std::uint32_t list_count(Reader& r, std::size_t left, std::size_t item)
+{
+    const std::uint32_t n = r.u32();
+    if (!r.failed() && n <= max_ranks && (left - 4) / item >= n)
+        return n;
+    r.fail();
+    return 0;
+}
+
+}  // namespace
+
+Bytes Outcome::encode() const
+{
+    Writer w(Type::outcome);
+    put(w, *this);
+    return w.finish();
+}
+
+Result<Outcome> Outcome::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    return finish_decode(r, get_outcome(r), Type::outcome);
 }
 
 Bytes Ack::encode() const
@@ -347,6 +371,50 @@ Result<Ack> Ack::decode(std::span<const std::uint8_t> body)
     m.rank = r.u32();
     m.epoch = r.u32();
     return finish_decode(r, m, Type::ack);
+}
+
+Bytes Outcomes::encode() const
+{
+    Writer w(Type::outcomes);
+    w.u32(static_cast<std::uint32_t>(list.size()));
+    for (const auto& o : list)
+        put(w, o);
+    return w.finish();
+}
+
+Result<Outcomes> Outcomes::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    Outcomes m;
+    const std::uint32_t n = list_count(r, body.size(), outcome_size);
+    m.list.reserve(n);
+    for (std::uint32_t i = 0; i < n; ++i)
+        m.list.push_back(get_outcome(r));
+    return finish_decode(r, std::move(m), Type::outcomes);
+}
+
+Bytes Acks::encode() const
+{
+    Writer w(Type::acks);
+    w.u32(static_cast<std::uint32_t>(list.size()));
+    for (const auto& a : list)
+        w.u32(a.rank).u32(a.epoch);
+    return w.finish();
+}
+
+Result<Acks> Acks::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    Acks m;
+    const std::uint32_t n = list_count(r, body.size(), ack_size);
+    m.list.reserve(n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+        Ack a;
+        a.rank = r.u32();
+        a.epoch = r.u32();
+        m.list.push_back(a);
+    }
+    return finish_decode(r, std::move(m), Type::acks);
 }
 
 // ---- overlay messages ---------------------------------------------------------

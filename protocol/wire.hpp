@@ -23,7 +23,7 @@
 
 namespace exitpolicy::wire {
 
-inline constexpr std::uint8_t protocol_version = 2;  // 2: fence keys name runs of ranks
+inline constexpr std::uint8_t protocol_version = 3;  // 2: fence keys name runs of ranks; 3: outcomes in bulk
 inline constexpr std::size_t header_size = 8;
 inline constexpr std::uint32_t max_body = 64 * 1024;           // before authentication
 inline constexpr std::uint32_t max_body_trusted = 256u << 20;  // after: fence data can be large
@@ -61,6 +61,10 @@ enum class Type : std::uint8_t {
     // Run-through (the tree loses a daemon).
     gone = 22,       // toward the FE: a node's daemon left the tree (its link closed)
     node_down = 23,  // FE -> every daemon: a node is lost with its tasks
+    // Outcomes in bulk: what a node daemon passes up in one loop turn (its
+    // own tasks' and its children's), acknowledged in one frame per hop.
+    outcomes = 24,
+    acks = 25,
 };
 std::string_view type_name(Type type) noexcept;
 
@@ -119,6 +123,8 @@ public:
     std::vector<std::string> strs();
     std::vector<Bytes> blobs();
     bool failed() const noexcept { return failed_; }
+    // A message's own check failed (a count beyond its bound, ...).
+    void fail() noexcept { failed_ = true; }
     // Everything read, nothing left over, nothing failed.
     bool complete() const noexcept { return !failed_ && pos_ == body_.size(); }
 
@@ -184,6 +190,19 @@ struct Ack {
     std::uint32_t epoch = 0;
     Bytes encode() const;
     static Result<Ack> decode(std::span<const std::uint8_t> body);
+};
+
+// At most max_ranks outcomes (or acks) a frame; a sender cuts longer lists.
+struct Outcomes {
+    std::vector<Outcome> list;
+    Bytes encode() const;
+    static Result<Outcomes> decode(std::span<const std::uint8_t> body);
+};
+
+struct Acks {
+    std::vector<Ack> list;
+    Bytes encode() const;
+    static Result<Acks> decode(std::span<const std::uint8_t> body);
 };
 
 // ---- overlay messages ---------------------------------------------------------

@@ -643,6 +643,18 @@ struct FrontEnd::Impl {
     {
         if (type == wire::Type::notice)  // from a daemon or slurmstepd itself
             return daemon_frame(c, type, body);
+        if (type == wire::Type::outcomes) {
+            auto batch = wire::Outcomes::decode(body);
+            if (!batch)
+                return Result<bool>::fail(batch.error());
+            wire::Acks acks;
+            for (const auto& o : batch->list) {
+                record(c, o);
+                acks.list.push_back({o.rank, o.epoch});
+            }
+            send(c, acks.encode());
+            return Result<bool>::ok(true);
+        }
         if (type != wire::Type::outcome) {
             if (c->role == wire::Role::daemon)
                 return daemon_frame(c, type, body);
@@ -651,23 +663,31 @@ struct FrontEnd::Impl {
         auto o = wire::Outcome::decode(body);
         if (!o)
             return Result<bool>::fail(o.error());
+        record(c, *o);
+        send(c, wire::Ack{o->rank, o->epoch}.encode());
+        return Result<bool>::ok(true);
+    }
+
+    // One task's end, from its node or relayed up the tree.
+    void record(Conn* c, const wire::Outcome& o)
+    {
         TaskOutcome t;
-        t.rank = o->rank;
-        t.epoch = o->epoch;
+        t.rank = o.rank;
+        t.epoch = o.epoch;
         t.node = *c->node;  // the sender: its own task, unless relayed up the tree
         {
             std::lock_guard lock(mu);
-            if (o->rank < node_of_rank.size() && node_of_rank[o->rank] < setup.nnodes)
-                t.node = node_of_rank[o->rank];
+            if (o.rank < node_of_rank.size() && node_of_rank[o.rank] < setup.nnodes)
+                t.node = node_of_rank[o.rank];
         }
-        t.pid = o->pid;
-        t.wait_status = o->wait_status;
-        t.end_time_us = o->end_time_us;
-        if (o->flags & wire::Outcome::flag_aborted)
-            t.abort_status = o->abort_status;
-        if (o->flags & wire::Outcome::flag_finalized_known)
-            t.finalized = (o->flags & wire::Outcome::flag_finalized) != 0;
-        t.collateral = (o->flags & wire::Outcome::flag_collateral) != 0;
+        t.pid = o.pid;
+        t.wait_status = o.wait_status;
+        t.end_time_us = o.end_time_us;
+        if (o.flags & wire::Outcome::flag_aborted)
+            t.abort_status = o.abort_status;
+        if (o.flags & wire::Outcome::flag_finalized_known)
+            t.finalized = (o.flags & wire::Outcome::flag_finalized) != 0;
+        t.collateral = (o.flags & wire::Outcome::flag_collateral) != 0;
         OutcomeSet::Recorded recorded;
         {
             std::lock_guard lock(mu);
@@ -677,14 +697,12 @@ struct FrontEnd::Impl {
             problem("node " + std::to_string(*c->node) + " reported rank " + std::to_string(t.rank) +
                     ", which is not a task of this step");
         cv.notify_all();
-        send(c, wire::Ack{o->rank, o->epoch}.encode());
         // A node whose daemon is gone cannot tell the others' clients of its
         // tasks' ends: the FE does, for what comes by the direct path.
         if (recorded == OutcomeSet::Recorded::added && c->role == wire::Role::stepd && map_sent &&
             t.node < setup.nnodes && daemon_gone[t.node])
-            if (const auto e = wire::pmix::termination_event(*o, t.node))
+            if (const auto e = wire::pmix::termination_event(o, t.node))
                 event(*e);
-        return Result<bool>::ok(true);
     }
 
     static void on_accept(evconnlistener*, evutil_socket_t fd, sockaddr* addr, int, void* arg) noexcept

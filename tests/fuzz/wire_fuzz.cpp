@@ -62,6 +62,8 @@ void decode(Type type, std::span<const std::uint8_t> body)
     case Type::relay: return round_trip<Relay>(body);
     case Type::gone: return round_trip<Gone>(body);
     case Type::node_down: return round_trip<NodeDown>(body);
+    case Type::outcomes: return round_trip<Outcomes>(body);
+    case Type::acks: return round_trip<Acks>(body);
     }
 }
 

@@ -257,7 +257,7 @@ TEST(WireTest, BadHeadersAreErrors)
     Bytes frame = Ack{1, 0}.encode();
     const std::pair<std::function<void(Bytes&)>, std::string> cases[] = {
         {[](Bytes& f) { f[0] = 'X'; }, "not an exitpolicy frame (bad magic)"},
-        {[](Bytes& f) { f[2] = 9; }, "unsupported protocol version 9 (this side speaks 2)"},
+        {[](Bytes& f) { f[2] = 9; }, "unsupported protocol version 9 (this side speaks 3)"},
         {[](Bytes& f) { f[3] = 0; }, "unknown frame type 0"},
         {[](Bytes& f) { f[3] = 99; }, "unknown frame type 99"},
         {[](Bytes& f) { f[4] = 0x7f; }, "frame of 2130706440 bytes exceeds the bound of 65536"},
@@ -322,6 +322,55 @@ TEST(WireTest, RankListsBeyondTheBoundAreRefusedNotTruncated)
     EXPECT_FALSE(NodeDown::decode(body(frame)));
 }
 
+TEST(WireTest, OutcomesAndAcksInBulk)
+{
+    Outcomes batch;
+    for (std::uint32_t r = 0; r < 3; ++r) {
+        Outcome o;
+        o.rank = 100 + r;
+        o.epoch = r;
+        o.pid = 4000 + r;
+        o.wait_status = r == 1 ? 139 : 0;
+        o.end_time_us = 1795258800000000 + r;
+        o.flags = r == 2 ? Outcome::flag_aborted : 0;
+        o.abort_status = r == 2 ? 7 : 0;
+        batch.list.push_back(o);
+    }
+    const Bytes frame = batch.encode();
+    EXPECT_EQ(decode_header(head(frame))->type, Type::outcomes);
+    // Each outcome takes the bytes it takes alone.
+    EXPECT_EQ(frame.size(), header_size + 4 + 3 * (Outcome{}.encode().size() - header_size));
+    const auto back = Outcomes::decode(body(frame));
+    ASSERT_TRUE(back);
+    ASSERT_EQ(back->list.size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i)
+        EXPECT_EQ(back->list[i].encode(), batch.list[i].encode());
+
+    const Acks acks{{{100, 0}, {101, 1}, {4000000000u, 9}}};
+    const auto acks2 = Acks::decode(body(acks.encode()));
+    ASSERT_TRUE(acks2);
+    ASSERT_EQ(acks2->list.size(), 3u);
+    EXPECT_EQ(acks2->list[2].rank, 4000000000u);
+    EXPECT_EQ(acks2->list[2].epoch, 9u);
+    EXPECT_TRUE(Acks::decode(body(Acks{}.encode())));
+
+    // A count the body does not hold, or beyond the bound, is malformed;
+    // so is a body cut anywhere or with a byte too many.
+    Bytes b = Acks{{{1, 2}}}.encode();
+    b[header_size + 3] = 2;
+    EXPECT_FALSE(Acks::decode(body(b)));
+    Bytes four = Writer(Type::acks).u32(5).finish();
+    EXPECT_FALSE(Acks::decode(body(four)));
+    Acks too_many;
+    too_many.list.resize(max_ranks + 1);
+    EXPECT_FALSE(Acks::decode(body(too_many.encode())));
+    for (std::size_t cut = 0; cut + header_size < frame.size(); ++cut)
+        EXPECT_FALSE(Outcomes::decode(body(frame).first(cut))) << cut;
+    Bytes longer = frame;
+    longer.push_back(0);
+    EXPECT_FALSE(Outcomes::decode(body(longer)));
+}
+
 TEST(WireTest, RandomBytesNeverCrashTheDecoders)
 {
     // Whatever a decoder accepts encodes back to exactly the same bytes:
@@ -344,6 +393,8 @@ TEST(WireTest, RandomBytesNeverCrashTheDecoders)
         check(junk, Welcome::decode(junk));
         check(junk, Outcome::decode(junk));
         check(junk, Ack::decode(junk));
+        check(junk, Outcomes::decode(junk));
+        check(junk, Acks::decode(junk));
         if (junk.size() >= header_size)
             (void)decode_header(std::span<const std::uint8_t, header_size>(junk.data(), header_size));
     }
