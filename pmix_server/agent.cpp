@@ -258,15 +258,19 @@ void Agent::send_down(std::optional<std::uint32_t> to, const wire::Bytes& frame)
 {
     if (!tree_)
         return;
+    std::optional<wire::FrameDigest> digest;  // hashed once for all children
     for (std::uint32_t child : tree_->children(setup_.node_id)) {
         if (to && !tree_->in_subtree(*to, child))
             continue;
         const auto linked = std::find_if(children_.begin(), children_.end(),
                                          [child](const auto& c) { return c->is_ready() && c->tag == child; });
-        if (linked != children_.end())
-            (*linked)->send(frame);
-        else
+        if (linked == children_.end()) {
             down_queue_[child].push_back(frame);
+            continue;
+        }
+        if (!digest)
+            digest = wire::frame_digest(frame);
+        (*linked)->send(frame, *digest);
     }
 }
 

@@ -1,8 +1,8 @@
 // auth.cpp - secrets, nonces and HMAC proofs (OpenSSL). See auth.hpp.
 #include "auth.hpp"
 
-#include <openssl/crypto.h>
 #include <algorithm>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
@@ -123,18 +123,31 @@ SessionKey session_key(const Secret& secret, const Nonce& server_nonce, const No
     return hmac(secret, covered(Writer(Type::welcome).str("exitpolicy frames").bytes(server_nonce).bytes(client_nonce)));
 }
 
-Tag frame_tag(const SessionKey& key, Direction direction, std::uint64_t seq, std::span<const std::uint8_t> frame)
+FrameDigest frame_digest(std::span<const std::uint8_t> frame)
+{
+    FrameDigest d{};
+    init_openssl();
+    EVP_Digest(frame.data(), frame.size(), d.data(), nullptr, EVP_sha256(), nullptr);
+    return d;
+}
+
+Tag frame_tag(const SessionKey& key, Direction direction, std::uint64_t seq, const FrameDigest& digest)
 {
     Bytes message;
-    message.reserve(9 + frame.size());
+    message.reserve(9 + digest.size());
     message.push_back(static_cast<std::uint8_t>(direction));
     for (int shift = 56; shift >= 0; shift -= 8)
         message.push_back(static_cast<std::uint8_t>(seq >> shift));
-    message.insert(message.end(), frame.begin(), frame.end());
+    message.insert(message.end(), digest.begin(), digest.end());
     const Mac mac = hmac(key, message);
     Tag tag{};
     std::copy_n(mac.begin(), tag_size, tag.begin());
     return tag;
+}
+
+Tag frame_tag(const SessionKey& key, Direction direction, std::uint64_t seq, std::span<const std::uint8_t> frame)
+{
+    return frame_tag(key, direction, seq, frame_digest(frame));
 }
 
 bool tags_equal(std::span<const std::uint8_t> a, const Tag& b) noexcept
@@ -144,7 +157,12 @@ bool tags_equal(std::span<const std::uint8_t> a, const Tag& b) noexcept
 
 Tag FrameSeal::seal(std::span<const std::uint8_t> frame)
 {
-    return frame_tag(key_, server_ ? Direction::to_client : Direction::to_server, sent_++, frame);
+    return seal(frame_digest(frame));
+}
+
+Tag FrameSeal::seal(const FrameDigest& digest)
+{
+    return frame_tag(key_, server_ ? Direction::to_client : Direction::to_server, sent_++, digest);
 }
 
 bool FrameSeal::open(std::span<const std::uint8_t> frame, std::span<const std::uint8_t> tag)

@@ -48,7 +48,13 @@ using Tag = std::array<std::uint8_t, tag_size>;
 enum class Direction : std::uint8_t { to_server = 0, to_client = 1 };
 
 SessionKey session_key(const Secret& secret, const Nonce& server_nonce, const Nonce& client_nonce);
-// `frame`: the whole frame, header and body.
+// A frame's tag is the HMAC of its direction, its number on the connection
+// and the SHA-256 digest of the whole frame (header and body): a frame sent
+// to many peers (a fence's result, an event) is hashed once, and each link
+// adds only a short HMAC of its own.
+using FrameDigest = std::array<std::uint8_t, 32>;
+FrameDigest frame_digest(std::span<const std::uint8_t> frame);
+Tag frame_tag(const SessionKey& key, Direction direction, std::uint64_t seq, const FrameDigest& digest);
 Tag frame_tag(const SessionKey& key, Direction direction, std::uint64_t seq, std::span<const std::uint8_t> frame);
 // Constant time.
 bool tags_equal(std::span<const std::uint8_t> a, const Tag& b) noexcept;
@@ -60,8 +66,9 @@ public:
     FrameSeal() = default;
     FrameSeal(const SessionKey& key, bool server) : key_(key), sealed_(true), server_(server) {}
     bool sealed() const noexcept { return sealed_; }
-    // The tag to send after `frame`.
+    // The tag to send after `frame`, or after the frame with that digest.
     Tag seal(std::span<const std::uint8_t> frame);
+    Tag seal(const FrameDigest& digest);
     // Whether `tag` is the one the peer's next frame must carry.
     bool open(std::span<const std::uint8_t> frame, std::span<const std::uint8_t> tag);
 

@@ -173,6 +173,14 @@ void Channel::send_raw(const Bytes& frame)
 
 void Channel::send(const Bytes& frame)
 {
+    if (ready_ && bev_ && !closing_)
+        send(frame, frame_digest(frame));
+    else if (!ready_ && !closing_)
+        held_.push_back(frame);
+}
+
+void Channel::send(const Bytes& frame, const FrameDigest& digest)
+{
     if (!ready_) {
         if (!closing_)
             held_.push_back(frame);
@@ -180,7 +188,7 @@ void Channel::send(const Bytes& frame)
     }
     if (!bev_ || closing_)
         return;
-    const Tag sealed = seal_.seal(frame);
+    const Tag sealed = seal_.seal(digest);
     bufferevent_write(bev_, frame.data(), frame.size());
     bufferevent_write(bev_, sealed.data(), sealed.size());
 }

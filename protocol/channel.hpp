@@ -141,6 +141,8 @@ public:
     // Once ready, each frame goes with its tag (auth.hpp); a frame the
     // owner sends before is held until then.
     void send(const Bytes& frame);
+    // The same frame to many channels: its digest (frame_digest) once.
+    void send(const Bytes& frame, const FrameDigest& digest);
     bool is_ready() const noexcept { return ready_; }
     bool is_closed() const noexcept { return closing_; }
     // Server side: who the peer proved to be.

@@ -7,7 +7,9 @@ bool names_dead(const std::vector<std::uint32_t>& ranks, const std::set<std::uin
 {
     if (ranks.empty())
         return !dead.empty();
-    return std::any_of(ranks.begin(), ranks.end(), [&](std::uint32_t r) { return dead.count(r) != 0; });
+    // Few are dead, a fence may name thousands: look the dead up.
+    return std::any_of(dead.begin(), dead.end(),
+                       [&](std::uint32_t r) { return std::binary_search(ranks.begin(), ranks.end(), r); });
 }
 
 std::uint32_t fence_expected(const Tree& tree, const std::vector<std::uint32_t>& rank_node,

@@ -31,7 +31,8 @@ inline bool takes_part(const std::vector<std::uint32_t>& ranks, std::uint32_t ra
     return ranks.empty() || std::binary_search(ranks.begin(), ranks.end(), rank);
 }
 
-// Whether any participant of a fence over `ranks` is in `dead`.
+// Whether any participant of a fence over `ranks` (sorted; empty: all) is
+// in `dead`.
 bool names_dead(const std::vector<std::uint32_t>& ranks, const std::set<std::uint32_t>& dead);
 
 // The contributions node `at` (none: the FE) awaits for a fence over

@@ -23,7 +23,7 @@
 
 namespace exitpolicy::wire {
 
-inline constexpr std::uint8_t protocol_version = 3;  // 2: fence keys name runs of ranks; 3: outcomes in bulk
+inline constexpr std::uint8_t protocol_version = 3;  // 2: fence keys name runs of ranks; 3: outcomes in bulk, tags over a digest
 inline constexpr std::size_t header_size = 8;
 inline constexpr std::uint32_t max_body = 64 * 1024;           // before authentication
 inline constexpr std::uint32_t max_body_trusted = 256u << 20;  // after: fence data can be large

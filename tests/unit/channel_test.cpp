@@ -381,6 +381,12 @@ TEST(FrameTagTest, TagsBindKeyDirectionSequenceAndEveryByte)
     Bytes changed = frame;
     changed.back() ^= 0x80;
     EXPECT_NE(t, frame_tag(key, Direction::to_server, 0, changed));
+    // The digest stands for the frame: hashed once, tagged per link.
+    EXPECT_EQ(t, frame_tag(key, Direction::to_server, 0, frame_digest(frame)));
+    EXPECT_NE(frame_digest(frame), frame_digest(changed));
+    Bytes header_changed = frame;
+    header_changed[3] ^= 1;
+    EXPECT_NE(t, frame_tag(key, Direction::to_server, 0, header_changed));
     // A client's seal and a server's open agree, in order only.
     FrameSeal client(key, false), server(key, true);
     const Tag first = client.seal(frame);
@@ -390,6 +396,11 @@ TEST(FrameTagTest, TagsBindKeyDirectionSequenceAndEveryByte)
     EXPECT_TRUE(fresh.open(frame, first));
     EXPECT_TRUE(fresh.open(frame, second));
     EXPECT_FALSE(fresh.open(frame, second));  // replayed
+    // Sealed by its digest, the frame opens as any other; a digest of
+    // another frame does not.
+    FrameSeal by_digest(key, false), opens(key, true);
+    EXPECT_TRUE(opens.open(frame, by_digest.seal(frame_digest(frame))));
+    EXPECT_FALSE(opens.open(frame, by_digest.seal(frame_digest(changed))));
 }
 
 TEST_F(ChannelBurstTest, ThePeersCloseIsToldApartFromAFailedProof)
