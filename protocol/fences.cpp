@@ -27,12 +27,17 @@ std::uint32_t fence_expected(const Tree& tree, const std::vector<std::uint32_t>&
     for (std::uint32_t r : ranks)
         hold(r);
     std::uint32_t n = at && *at < holds.size() && holds[*at] ? 1 : 0;
-    for (std::uint32_t child : tree.children(at))
-        for (std::uint32_t node = 0; node < holds.size(); ++node)
-            if (holds[node] && tree.in_subtree(node, child)) {
-                ++n;
-                break;
-            }
+    // Each child whose subtree holds one: the one next_hop leads through.
+    std::vector<bool> counted(holds.size(), false);
+    for (std::uint32_t node = 0; node < holds.size(); ++node) {
+        if (!holds[node] || node == at)
+            continue;
+        const auto child = tree.next_hop(at, node);
+        if (child && !counted[*child]) {
+            counted[*child] = true;
+            ++n;
+        }
+    }
     return n;
 }
 
