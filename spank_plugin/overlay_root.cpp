@@ -1,0 +1,449 @@
+// overlay_root.cpp - the root of the node daemons' tree, on the FE thread.
+// See overlay_root.hpp.
+#include "overlay_root.hpp"
+
+#include "option_table.hpp"
+
+#include "exitpolicy/report.hpp"
+#include "protocol/events.hpp"
+
+#include <event2/event.h>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace exitpolicy::plugin {
+namespace {
+
+// "was killed by SIGSEGV", "exited with code 3", ... for srun's user.
+std::string how_it_ended(const wire::Event& e)
+{
+    if (e.code == wire::pmix::proc_requested_abort)
+        return "called abort with status " + std::to_string(e.exit_code);
+    const WaitStatus s = WaitStatus::decode(e.wait_status);
+    if (s.kind == WaitStatus::Kind::signaled)
+        return "was killed by " + signal_name(s.signal);
+    if (s.kind == WaitStatus::Kind::exited && s.exit_code != 0)
+        return "exited with code " + std::to_string(s.exit_code);
+    return "exited without finalizing PMIx";
+}
+
+}  // namespace
+
+void OverlayRoot::EventDeleter::operator()(::event* e) const noexcept
+{
+    event_free(e);
+}
+
+OverlayRoot::OverlayRoot(const FrontEndSetup& step, event_base* loop, Links& fe_links, OutcomeCollector& collected)
+    : setup(step),
+      base(loop),
+      links(fe_links),
+      collector(collected),
+      enrolled(step.nnodes, std::nullopt),
+      stepd_links(step.nnodes, 0),
+      daemon_gone(step.nnodes, false),
+      declared_down(step.nnodes, false)
+{
+}
+
+OverlayRoot::~OverlayRoot() = default;
+
+// ---- what the links tell ----
+
+void OverlayRoot::stepd_opened(std::uint32_t node)
+{
+    ++stepd_links[node];
+}
+
+void OverlayRoot::stepd_closed(std::uint32_t node)
+{
+    --stepd_links[node];
+    check_lost(node);
+}
+
+void OverlayRoot::tree_link_closed(std::uint32_t node)
+{
+    // Its way up was this link (not just the enrollment): it left.
+    if (tree && !tree->parent(node))
+        node_left(node);
+}
+
+bool OverlayRoot::adopt(std::uint32_t node)
+{
+    if (!tree)
+        return false;
+    for (auto a = tree->static_parent(node); a; a = tree->static_parent(*a))
+        node_left(*a);
+    return true;
+}
+
+void OverlayRoot::direct_outcome(const wire::Outcome& o, std::uint32_t node)
+{
+    // A node whose daemon is gone cannot tell the others' clients of its
+    // tasks' ends: the FE does, for what comes by the direct path.
+    if (map_sent() && node < setup.nnodes && daemon_gone[node])
+        if (const auto e = wire::pmix::termination_event(o, node))
+            event(*e);
+}
+
+// The daemons linked to the FE that are its children in the tree now.
+std::vector<std::uint32_t> OverlayRoot::children()
+{
+    std::vector<std::uint32_t> out;
+    if (!tree)
+        return out;
+    for (std::uint32_t node : tree->children(std::nullopt))
+        if (links.tree_linked(node))
+            out.push_back(node);
+    return out;
+}
+
+// ---- run-through, lost nodes ----
+
+// A daemon left the tree (its link to us closed, its parent reported
+// it, or an orphan below it asked us to adopt it).
+void OverlayRoot::node_left(std::uint32_t node)
+{
+    if (!tree || node >= setup.nnodes)
+        return;
+    daemon_gone[node] = true;
+    if (tree->leave(node)) {
+        // Fences whose contributions may have been on their way through it.
+        fail_fences(wire::pmix::unreach, [&](const std::vector<std::uint32_t>& ranks) {
+            return collector.with_rank_nodes([&](const std::vector<std::uint32_t>& node_of_rank) {
+                return std::any_of(ranks.begin(), ranks.end(), [&](std::uint32_t r) {
+                    return r < node_of_rank.size() && tree->in_static_subtree(node_of_rank[r], node);
+                });
+            });
+        });
+    }
+    check_lost(node);
+}
+
+// A node is lost when its daemon left the tree and its slurmstepd's
+// link is closed while some of its ranks never reported an end: the
+// daemons tell their clients (PMIX_EVENT_NODE_DOWN, and a termination
+// event per lost rank).
+void OverlayRoot::check_lost(std::uint32_t node)
+{
+    if (!map_sent() || !daemon_gone[node] || stepd_links[node] != 0 || declared_down[node])
+        return;
+    wire::NodeDown down;
+    down.node = node;
+    down.exit_code = setup.lost_code;
+    down.hostname = collector.node_name(node);
+    down.ranks = collector.unreported(node);
+    if (down.ranks.empty())
+        return;
+    declared_down[node] = true;
+    dead.insert(down.ranks.begin(), down.ranks.end());
+    std::fprintf(stderr, "exitpolicy: %s: node lost (its node daemon and slurmstepd are gone) with rank%s %s\n",
+                 down.hostname.c_str(), down.ranks.size() == 1 ? "" : "s", compress_ranks(down.ranks).c_str());
+    fail_fences(wire::pmix::proc_term_wo_sync, [&](const std::vector<std::uint32_t>& ranks) {
+        return std::any_of(down.ranks.begin(), down.ranks.end(),
+                           [&](std::uint32_t r) { return std::binary_search(ranks.begin(), ranks.end(), r); });
+    });
+    const wire::Bytes frame = down.encode();
+    history_.push_back(frame);
+    broadcast(frame);
+    failure(down.hostname + " was lost");
+}
+
+void OverlayRoot::broadcast(const wire::Bytes& frame)
+{
+    links.send_tree(children(), frame);
+}
+
+// ---- teardown: failures end a step that is not recoverable ----
+
+// Every daemon ends its node's tasks that still run. Kept in the
+// history: a daemon adopted later must hear it too.
+void OverlayRoot::teardown(const std::string& reason)
+{
+    if (teardown_sent)
+        return;
+    teardown_sent = true;
+    wire::Terminate t;
+    t.reason = reason;
+    t.kill_after_ms = static_cast<std::uint32_t>(setup.kill_after.count());
+    const wire::Bytes frame = t.encode();
+    history_.push_back(frame);
+    broadcast(frame);
+}
+
+// A failure that ends the step unless it is recoverable: the survivors
+// have been told; they get teardown_grace to act on it first.
+void OverlayRoot::failure(const std::string& what)
+{
+    if (setup.recoverable || teardown_scheduled || teardown_sent)
+        return;
+    teardown_scheduled = true;
+    teardown_reason = what;
+    teardown_timer.reset(evtimer_new(
+        base,
+        [](evutil_socket_t, short, void* arg) {
+            auto* root = static_cast<OverlayRoot*>(arg);
+            try {
+                root->teardown_after(root->teardown_reason);
+            } catch (...) {
+                root->collector.problem("the teardown could not be sent");
+            }
+        },
+        this));
+    const auto ms = setup.teardown_grace.count();
+    const timeval grace{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000) * 1000};
+    if (!teardown_timer || evtimer_add(teardown_timer.get(), &grace) != 0)
+        teardown_after(what);
+}
+
+// The grace is over: unless every task has ended meanwhile, the rest go.
+void OverlayRoot::teardown_after(const std::string& what)
+{
+    if (collector.complete())
+        return;
+    std::fprintf(stderr, "exitpolicy: %s: ending the step (srun --%s lets the others run on)\n", what.c_str(),
+                 opt_recoverable.option);
+    teardown(what);
+}
+
+// ---- the tree's traffic: enrollment, routing, fences, events, data ----
+
+void OverlayRoot::route(std::uint32_t to, const wire::Bytes& frame)
+{
+    const auto hop = tree ? tree->next_hop(std::nullopt, to) : std::nullopt;
+    const auto linked = children();
+    if (hop && std::find(linked.begin(), linked.end(), *hop) != linked.end())
+        links.send_tree({*hop}, frame);
+}
+
+void OverlayRoot::enroll(const Peer& from, const wire::Enroll& e)
+{
+    auto& slot = enrolled[from.node];
+    if (!slot)
+        ++enrolled_count;
+    slot = std::make_pair(from.address, e.port);
+    if (enrolled_count < setup.nnodes || map_sent())
+        return;
+    wire::StepMap map;
+    map.nspace = "exitpolicy." + std::to_string(setup.job_id) + "." + std::to_string(setup.step_id);
+    map.fanout = setup.fanout;
+    map.hostnames = collector.hostnames();
+    map.rank_node = collector.rank_nodes();
+    map.recoverable = setup.recoverable;
+    for (const auto& slot_of : enrolled) {
+        map.hosts.push_back(slot_of->first);
+        map.ports.push_back(slot_of->second);
+    }
+    tree.emplace(setup.nnodes, setup.fanout);
+    collector.step_map_sent();  // finish() waits a moment more for the tree
+    links.send_daemons(map.encode());
+}
+
+void OverlayRoot::fence_up(const wire::FenceUp& up)
+{
+    const auto id = *wire::parse_fence_key(up.key);  // checked by decode
+    if (fences.finished(id))
+        return;  // late: that instance is over
+    // A subtree that failed it (a timeout), or a participant known
+    // dead: it fails for everyone at once.
+    if (up.status != wire::pmix::success || wire::names_dead(id.ranks, dead)) {
+        fail_fence(up.key, id, up.status != wire::pmix::success ? up.status : wire::pmix::proc_term_wo_sync);
+        return;
+    }
+    auto& f = fences.open(up.key, id, [&] {
+        return collector.with_rank_nodes([&](const std::vector<std::uint32_t>& node_of_rank) {
+            return wire::fence_expected(*tree, node_of_rank, std::nullopt, id.ranks);
+        });
+    });
+    if (!wire::FenceTable<>::add(f, up.data))
+        return;
+    wire::Bytes all = std::move(f.data);
+    fences.finish(up.key, id);
+    broadcast(wire::FenceDown{up.key, wire::pmix::success, std::move(all)}.encode());
+}
+
+// Fails an instance on every node (they drop what they already ended).
+void OverlayRoot::fail_fence(const std::string& key, const wire::FenceKey& id, int status)
+{
+    broadcast(wire::FenceDown{key, status, {}}.encode());
+    fences.finish(key, id);
+}
+
+void OverlayRoot::event(const wire::Event& e)
+{
+    dead.insert(e.rank);
+    const wire::Bytes frame = e.encode();
+    history_.push_back(frame);
+    broadcast(frame);
+    // Tasks that never used our PMIx keep Slurm's own rules (-K, ...).
+    if (e.client)
+        failure(collector.where(e.rank) + " " + how_it_ended(e));
+    // A fence that loses a participant fails everywhere.
+    fail_fences(wire::pmix::proc_term_wo_sync, [&](const std::vector<std::uint32_t>& ranks) {
+        return std::binary_search(ranks.begin(), ranks.end(), e.rank);
+    });
+}
+
+// Fails, on every node, each fence in progress at the root whose
+// participants (sorted ranks; every rank when empty) `hit` says are
+// affected.
+template <typename Hit>
+void OverlayRoot::fail_fences(int status, Hit hit)
+{
+    const auto failed =
+        fences.affected([&](const std::vector<std::uint32_t>& ranks) { return ranks.empty() || hit(ranks); });
+    for (const auto& key : failed)
+        fail_fence(key, *wire::parse_fence_key(key), status);
+}
+
+// Answers a lookup if it can: true when answered.
+bool OverlayRoot::try_lookup(const wire::DataRequest& r)
+{
+    wire::DataReply reply{r.id, r.node, 0, {}, {}, {}};
+    for (const auto& key : r.keys) {
+        auto it = published.find(key);
+        if (it == published.end())
+            continue;
+        reply.keys.push_back(key);
+        reply.ranks.push_back(it->second.first);
+        reply.values.push_back(it->second.second);
+    }
+    const bool all = reply.keys.size() == r.keys.size();
+    if (!all && r.wait)
+        return false;
+    if (reply.keys.empty())
+        reply.status = wire::pmix::not_found;
+    route(r.node, reply.encode());
+    return true;
+}
+
+void OverlayRoot::data_request(const wire::DataRequest& r)
+{
+    using Op = wire::DataRequest::Op;
+    wire::DataReply reply{r.id, r.node, 0, {}, {}, {}};
+    switch (r.op) {
+    case Op::publish:
+        for (std::size_t i = 0; i < r.keys.size(); ++i)
+            if (published.count(r.keys[i]))
+                reply.status = wire::pmix::duplicate_key;  // the first publication stands
+        if (reply.status == wire::pmix::success)
+            for (std::size_t i = 0; i < r.keys.size(); ++i)
+                published[r.keys[i]] = {r.rank, r.values[i]};
+        route(r.node, reply.encode());
+        std::erase_if(waiting_lookups, [this](const wire::DataRequest& w) { return try_lookup(w); });
+        return;
+    case Op::lookup:
+        if (!try_lookup(r))
+            waiting_lookups.push_back(r);
+        return;
+    case Op::unpublish:
+        std::erase_if(published, [&](const auto& kv) {
+            return kv.second.first == r.rank &&
+                   (r.keys.empty() || std::find(r.keys.begin(), r.keys.end(), kv.first) != r.keys.end());
+        });
+        route(r.node, reply.encode());
+        return;
+    }
+}
+
+Result<bool> OverlayRoot::daemon_frame(const Peer& from, wire::Type type, std::span<const std::uint8_t> body)
+{
+    switch (type) {
+    case wire::Type::data_request: {
+        auto r = wire::DataRequest::decode(body);
+        if (!r)
+            return Result<bool>::fail(r.error());
+        data_request(*r);
+        return Result<bool>::ok(true);
+    }
+    case wire::Type::gone: {
+        auto g = wire::Gone::decode(body);
+        if (!g)
+            return Result<bool>::fail(g.error());
+        node_left(g->node);
+        return Result<bool>::ok(true);
+    }
+    case wire::Type::enroll: {
+        auto e = wire::Enroll::decode(body);
+        if (!e)
+            return Result<bool>::fail(e.error());
+        enroll(from, *e);
+        return Result<bool>::ok(true);
+    }
+    case wire::Type::event: {
+        auto e = wire::Event::decode(body);
+        if (!e)
+            return Result<bool>::fail(e.error());
+        event(*e);
+        return Result<bool>::ok(true);
+    }
+    case wire::Type::fence_up: {
+        auto f = wire::FenceUp::decode(body);
+        if (!f || !tree)
+            return Result<bool>::fail(f ? std::string("a fence before the step map") : f.error());
+        fence_up(*f);
+        return Result<bool>::ok(true);
+    }
+    case wire::Type::dmodex_req: {
+        auto r = wire::DmodexReq::decode(body);
+        if (!r)
+            return Result<bool>::fail(r.error());
+        route(r->to, r->encode());
+        return Result<bool>::ok(true);
+    }
+    case wire::Type::dmodex_resp: {
+        auto r = wire::DmodexResp::decode(body);
+        if (!r)
+            return Result<bool>::fail(r.error());
+        route(r->to, r->encode());
+        return Result<bool>::ok(true);
+    }
+    case wire::Type::abort: {
+        auto a = wire::Abort::decode(body);
+        if (!a)
+            return Result<bool>::fail(a.error());
+        const bool first = collector.record_abort(a->rank, a->status, a->message);
+        // An abort ends the step at once, recoverable or not.
+        if (first)
+            teardown(collector.where(a->rank) + " called abort with status " + std::to_string(a->status));
+        return Result<bool>::ok(true);
+    }
+    case wire::Type::notice: {
+        auto n = wire::Notice::decode(body);
+        if (!n)
+            return Result<bool>::fail(n.error());
+        // Straight to srun's stderr, as it happens. What a task logged
+        // reads as the task wrote it, as its own stderr would (it is not
+        // the plugin's to prefix: the report's lines stay the plugin's).
+        // A daemon's notice names its node (it may come up the tree);
+        // slurmstepd's comes on its own link.
+        if (n->rank != wire::Notice::no_rank && from.role != wire::Role::stepd) {
+            const bool newline = !n->text.empty() && n->text.back() == '\n';
+            std::fprintf(stderr, "%s%s", n->text.c_str(), newline ? "" : "\n");
+            return Result<bool>::ok(true);
+        }
+        const std::uint32_t node = from.role == wire::Role::stepd ? from.node : n->node;
+        std::fprintf(stderr, "exitpolicy: %s: %s\n", collector.node_name(node).c_str(), n->text.c_str());
+        return Result<bool>::ok(true);
+    }
+    case wire::Type::relay: {
+        auto r = wire::Relay::decode(body);
+        if (!r)
+            return Result<bool>::fail(r.error());
+        broadcast(r->encode());
+        return Result<bool>::ok(true);
+    }
+    case wire::Type::terminate: {
+        auto t = wire::Terminate::decode(body);
+        if (!t)
+            return Result<bool>::fail(t.error());
+        teardown(t->reason);
+        return Result<bool>::ok(true);
+    }
+    default:
+        return Result<bool>::fail("unexpected " + std::string(wire::type_name(type)) + " frame");
+    }
+}
+
+}  // namespace exitpolicy::plugin

@@ -1,0 +1,145 @@
+// overlay_root.hpp - the front end as the root of the node daemons' tree.
+//
+// In a step with the PMIx service every node's daemon enrolls with the FE
+// (its address and the port it takes children on); once all have, each
+// gets the step map, and the FE is the root of the k-ary tree over the
+// step's nodes (protocol/tree.hpp). As the root it routes what comes up to
+// the node it is for, completes fences (the data goes down to every node),
+// keeps what is published for lookups, and tells every node of failures:
+// a task that ended abnormally (an event), a node lost (its daemon left the
+// tree and its slurmstepd's link is closed while some of its ranks never
+// reported). Events, losses and the teardown are kept in order and
+// replayed to a daemon adopted later. Unless the step is recoverable, a
+// failure tears the step down after teardown_grace; an abort at once.
+//
+// It reaches the daemons through Links, which the FE's connections give
+// (front_end.cpp), and keeps what srun's main thread reads (the nodes, the
+// outcomes, the aborts, problems) in the OutcomeCollector. Everything runs
+// on the FE thread; the teardown's grace is a timer on its loop.
+#pragma once
+
+#include "front_end.hpp"
+#include "outcome_collector.hpp"
+
+#include "exitpolicy/result.hpp"
+#include "protocol/fences.hpp"
+#include "protocol/tree.hpp"
+#include "protocol/wire.hpp"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+struct event;
+struct event_base;
+
+namespace exitpolicy::plugin {
+
+class OverlayRoot {
+public:
+    // What the root asks of the FE's connections.
+    class Links {
+    public:
+        virtual ~Links() = default;
+        // Node `node`'s daemon has a link to the FE open as its way up (the
+        // link it enrolled on, or the one it was adopted on).
+        virtual bool tree_linked(std::uint32_t node) const = 0;
+        // `frame` on that link of each of `nodes` (hashed once for all).
+        virtual void send_tree(const std::vector<std::uint32_t>& nodes, const wire::Bytes& frame) = 0;
+        // `frame` on every authenticated link of a daemon (the step map).
+        virtual void send_daemons(const wire::Bytes& frame) = 0;
+    };
+
+    // Who sent a frame: an authenticated link's node, its role (an adopted
+    // orphan's is daemon) and its numeric address.
+    struct Peer {
+        std::uint32_t node = 0;
+        wire::Role role = wire::Role::stepd;
+        const std::string& address;
+    };
+
+    OverlayRoot(const FrontEndSetup& step, event_base* loop, Links& fe_links, OutcomeCollector& collected);
+    ~OverlayRoot();
+    OverlayRoot(const OverlayRoot&) = delete;
+    OverlayRoot& operator=(const OverlayRoot&) = delete;
+
+    // A frame from a daemon, or a notice from slurmstepd; fails on a frame
+    // that does not decode, or that the root does not take.
+    Result<bool> daemon_frame(const Peer& from, wire::Type type, std::span<const std::uint8_t> body);
+
+    // ---- what the links tell ----
+    // Node `node`'s slurmstepd linked; its link closed.
+    void stepd_opened(std::uint32_t node);
+    void stepd_closed(std::uint32_t node);
+    // Node `node`'s link up closed (it is no longer tree_linked): unless it
+    // has a parent daemon now, it left the tree.
+    void tree_link_closed(std::uint32_t node);
+    // An orphan of node `node` asks to be adopted: every daemon between it
+    // and the root left the tree. False before the step map (no adoption);
+    // else what it may have missed (history()) is to be sent on its link
+    // before that link is its way up.
+    bool adopt(std::uint32_t node);
+    const std::vector<wire::Bytes>& history() const noexcept { return history_; }
+    // slurmstepd reported the end of one of node `node`'s tasks on its own
+    // link, the first for that rank + epoch: when that node's daemon is
+    // gone, the root tells the other nodes' clients.
+    void direct_outcome(const wire::Outcome& o, std::uint32_t node);
+
+private:
+    struct EventDeleter {
+        void operator()(::event* e) const noexcept;
+    };
+
+    bool map_sent() const noexcept { return tree.has_value(); }
+    std::vector<std::uint32_t> children();
+    void node_left(std::uint32_t node);
+    void check_lost(std::uint32_t node);
+    void broadcast(const wire::Bytes& frame);
+    void teardown(const std::string& reason);
+    void failure(const std::string& what);
+    void teardown_after(const std::string& what);
+    void route(std::uint32_t to, const wire::Bytes& frame);
+    void enroll(const Peer& from, const wire::Enroll& e);
+    void fence_up(const wire::FenceUp& up);
+    void fail_fence(const std::string& key, const wire::FenceKey& id, int status);
+    void event(const wire::Event& e);
+    template <typename Hit>
+    void fail_fences(int status, Hit hit);
+    bool try_lookup(const wire::DataRequest& r);
+    void data_request(const wire::DataRequest& r);
+
+    const FrontEndSetup setup;
+    event_base* base;
+    Links& links;
+    OutcomeCollector& collector;
+
+    std::vector<std::optional<std::pair<std::string, std::uint32_t>>> enrolled;  // address, port
+    std::uint32_t enrolled_count = 0;
+    std::optional<wire::Tree> tree;  // made as the step map goes out
+    // Fences at the root of the tree: in progress, and finished (a late
+    // contribution to one is dropped).
+    wire::FenceTable<> fences;
+    std::set<std::uint32_t> dead;  // ranks that ended abnormally or were lost
+    // Run-through and lost nodes, by node id.
+    std::vector<std::uint32_t> stepd_links;  // slurmstepd's open links
+    std::vector<bool> daemon_gone;           // left the tree
+    std::vector<bool> declared_down;
+    // Events and node losses as broadcast, replayed to a daemon adopted later.
+    std::vector<wire::Bytes> history_;
+    // Published data (PMIx_Publish), and lookups waiting for it.
+    std::map<std::string, std::pair<std::uint32_t, wire::Bytes>> published;
+    std::vector<wire::DataRequest> waiting_lookups;
+    // Teardown: scheduled after a failure, sent once.
+    bool teardown_scheduled = false;
+    bool teardown_sent = false;
+    std::string teardown_reason;
+    std::unique_ptr<::event, EventDeleter> teardown_timer;  // the grace
+};
+
+}  // namespace exitpolicy::plugin

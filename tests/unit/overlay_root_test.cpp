@@ -1,0 +1,270 @@
+// overlay_root_test.cpp - the root of the daemons' tree, alone: real frames
+// in, the frames it sends down taken at the links' boundary, the teardown's
+// grace on a real loop, what it keeps in a real OutcomeCollector.
+#include "event_loop.hpp"
+#include "spank_plugin/outcome_collector.hpp"
+#include "spank_plugin/overlay_root.hpp"
+
+#include "protocol/events.hpp"
+#include "protocol/wire.hpp"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace exitpolicy::plugin {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The FE's links as the root sees them: which node has its link up open,
+// and what went down each.
+struct RecordedLinks final : OverlayRoot::Links {
+    explicit RecordedLinks(std::uint32_t nnodes) : linked(nnodes, true) {}
+    bool tree_linked(std::uint32_t node) const override { return linked[node]; }
+    void send_tree(const std::vector<std::uint32_t>& nodes, const wire::Bytes& frame) override
+    {
+        for (std::uint32_t node : nodes)
+            sent[node].push_back(frame);
+    }
+    void send_daemons(const wire::Bytes& frame) override { to_daemons.push_back(frame); }
+
+    std::vector<bool> linked;
+    std::map<std::uint32_t, std::vector<wire::Bytes>> sent;
+    std::vector<wire::Bytes> to_daemons;
+};
+
+wire::Type type_of(const wire::Bytes& frame)
+{
+    return wire::decode_header(std::span<const std::uint8_t, wire::header_size>(frame.data(), wire::header_size))->type;
+}
+
+std::span<const std::uint8_t> body_of(const wire::Bytes& frame)
+{
+    return std::span<const std::uint8_t>(frame).subspan(wire::header_size);
+}
+
+std::vector<wire::Type> types(const std::vector<wire::Bytes>& frames)
+{
+    std::vector<wire::Type> out;
+    for (const auto& f : frames)
+        out.push_back(type_of(f));
+    return out;
+}
+
+// One rank per node, node i is "node<i+1>" at 10.0.0.<i+1>; fanout 2 over
+// three nodes: the FE -> node1, node2; node1 -> node3 (ids 0, 1, 2).
+struct Step {
+    explicit Step(bool recoverable = false, std::uint32_t nnodes = 3)
+        : setup{77, 3, nnodes, nnodes, std::nullopt, 2, 9}, collector(nnodes, nnodes), links(nnodes)
+    {
+        setup.recoverable = recoverable;
+        setup.teardown_grace = 20ms;
+        setup.kill_after = 1500ms;
+        root = std::make_unique<OverlayRoot>(setup, loop.base(), links, collector);
+        for (std::uint32_t n = 0; n < nnodes; ++n) {
+            addresses.push_back("10.0.0." + std::to_string(n + 1));
+            collector.node_ready(n, "node" + std::to_string(n + 1), {n});  // its daemon's hello
+        }
+    }
+
+    Result<bool> from(std::uint32_t node, const wire::Bytes& frame, wire::Role role = wire::Role::daemon)
+    {
+        return root->daemon_frame({node, role, addresses[node]}, type_of(frame), body_of(frame));
+    }
+
+    void enroll_all()
+    {
+        for (std::uint32_t n = 0; n < setup.nnodes; ++n)
+            ASSERT_TRUE(from(n, wire::Enroll{"not used", 5000 + n}.encode()));
+        ASSERT_EQ(links.to_daemons.size(), 1u);
+    }
+
+    FrontEndSetup setup;
+    test::Loop loop;
+    OutcomeCollector collector;
+    RecordedLinks links;
+    std::vector<std::string> addresses;
+    std::unique_ptr<OverlayRoot> root;
+};
+
+TEST(OverlayRootTest, TheStepMapGoesOutOnceEveryDaemonEnrolled)
+{
+    Step s;
+    ASSERT_TRUE(s.from(0, wire::Enroll{"not used", 5000}.encode()));
+    ASSERT_TRUE(s.from(2, wire::Enroll{"not used", 5002}.encode()));
+    ASSERT_TRUE(s.from(0, wire::Enroll{"not used", 5010}.encode()));  // again: its latest port counts
+    EXPECT_TRUE(s.links.to_daemons.empty());
+    EXPECT_FALSE(s.root->adopt(2));  // no tree to adopt into yet
+    ASSERT_TRUE(s.from(1, wire::Enroll{"not used", 5001}.encode()));
+    ASSERT_EQ(s.links.to_daemons.size(), 1u);
+
+    const auto map = wire::StepMap::decode(body_of(s.links.to_daemons[0]));
+    ASSERT_TRUE(map) << map.error();
+    EXPECT_EQ(map->nspace, "exitpolicy.77.3");
+    EXPECT_EQ(map->fanout, 2u);
+    EXPECT_EQ(map->hosts, (std::vector<std::string>{"10.0.0.1", "10.0.0.2", "10.0.0.3"}));  // as they connected
+    EXPECT_EQ(map->ports, (std::vector<std::uint32_t>{5010, 5001, 5002}));
+    EXPECT_EQ(map->hostnames, (std::vector<std::string>{"node1", "node2", "node3"}));
+    EXPECT_EQ(map->rank_node, (std::vector<std::uint32_t>{0, 1, 2}));
+    EXPECT_FALSE(map->recoverable);
+
+    // Sent once: a late enrollment changes nothing.
+    ASSERT_TRUE(s.from(1, wire::Enroll{"not used", 6001}.encode()));
+    EXPECT_EQ(s.links.to_daemons.size(), 1u);
+}
+
+TEST(OverlayRootTest, WhatIsForOneNodeGoesToTheChildAboveItOnly)
+{
+    Step s;
+    s.enroll_all();
+    ASSERT_TRUE(s.from(1, wire::DmodexReq{1, 1, 2, 2}.encode()));  // node3 is below node1
+    ASSERT_EQ(s.links.sent[0].size(), 1u);
+    EXPECT_EQ(wire::DmodexReq::decode(body_of(s.links.sent[0][0]))->to, 2u);
+    EXPECT_TRUE(s.links.sent[1].empty());
+    EXPECT_TRUE(s.links.sent[2].empty());  // not the FE's child
+
+    // node1's link is not open: nothing goes, and nothing else instead.
+    s.links.linked[0] = false;
+    ASSERT_TRUE(s.from(1, wire::DmodexResp{1, 1, 2, 0, {7}}.encode()));
+    EXPECT_EQ(s.links.sent[0].size(), 1u);
+    EXPECT_TRUE(s.links.sent[1].empty());
+}
+
+TEST(OverlayRootTest, ALookupThatWaitsIsAnsweredOncePublished)
+{
+    Step s;
+    s.enroll_all();
+    wire::DataRequest lookup;
+    lookup.op = wire::DataRequest::Op::lookup;
+    lookup.id = 4;
+    lookup.node = 1;
+    lookup.rank = 1;
+    lookup.wait = 1;
+    lookup.keys = {"port"};
+    ASSERT_TRUE(s.from(1, lookup.encode()));
+    EXPECT_TRUE(s.links.sent[1].empty());
+
+    wire::DataRequest publish;
+    publish.op = wire::DataRequest::Op::publish;
+    publish.id = 9;
+    publish.node = 2;
+    publish.rank = 2;
+    publish.keys = {"port"};
+    publish.values = {{4, 2}};
+    ASSERT_TRUE(s.from(0, publish.encode()));  // node3's, relayed by node1
+    ASSERT_EQ(s.links.sent[0].size(), 1u);     // node3's reply, by node1
+    EXPECT_EQ(wire::DataReply::decode(body_of(s.links.sent[0][0]))->status, 0);
+    ASSERT_EQ(s.links.sent[1].size(), 1u);
+    const auto found = wire::DataReply::decode(body_of(s.links.sent[1][0]));
+    ASSERT_TRUE(found);
+    EXPECT_EQ(found->id, 4u);
+    EXPECT_EQ(found->keys, std::vector<std::string>{"port"});
+    EXPECT_EQ(found->ranks, std::vector<std::uint32_t>{2});
+    EXPECT_EQ(found->values, std::vector<wire::Bytes>{(wire::Bytes{4, 2})});
+
+    // A second publication of the key is refused; the first stands.
+    publish.id = 10;
+    publish.values = {{9}};
+    ASSERT_TRUE(s.from(0, publish.encode()));
+    EXPECT_EQ(wire::DataReply::decode(body_of(s.links.sent[0].back()))->status, wire::pmix::duplicate_key);
+}
+
+TEST(OverlayRootTest, ALostNodeIsToldTornDownAfterTheGraceAndReplayedToTheOrphanBelowIt)
+{
+    Step s;
+    s.enroll_all();
+    for (std::uint32_t n = 0; n < 3; ++n)
+        s.root->stepd_opened(n);
+    // node3 linked to node1 and dropped its enrollment link: it has not left.
+    s.links.linked[2] = false;
+    s.root->tree_link_closed(2);
+    // node1's daemon goes: not lost while its slurmstepd's link is open.
+    s.links.linked[0] = false;
+    s.root->tree_link_closed(0);
+    EXPECT_TRUE(s.links.sent[1].empty());
+    s.root->stepd_closed(0);
+    ASSERT_EQ(types(s.links.sent[1]), std::vector<wire::Type>{wire::Type::node_down});
+    const auto down = wire::NodeDown::decode(body_of(s.links.sent[1][0]));
+    ASSERT_TRUE(down);
+    EXPECT_EQ(down->node, 0u);
+    EXPECT_EQ(down->hostname, "node1");
+    EXPECT_EQ(down->ranks, std::vector<std::uint32_t>{0});
+    EXPECT_EQ(down->exit_code, 9);  // lost_code
+
+    // Not recoverable: after the grace, every node still there ends its tasks.
+    ASSERT_TRUE(s.loop.run_until([&] { return s.links.sent[1].size() == 2; }));
+    EXPECT_EQ(type_of(s.links.sent[1][1]), wire::Type::terminate);
+    const auto term = wire::Terminate::decode(body_of(s.links.sent[1][1]));
+    EXPECT_EQ(term->reason, "node1 was lost");
+    EXPECT_EQ(term->kill_after_ms, 1500u);
+
+    // node3 asks to be adopted: it is told what it missed, in order.
+    ASSERT_TRUE(s.root->adopt(2));
+    EXPECT_EQ(types(s.root->history()), (std::vector<wire::Type>{wire::Type::node_down, wire::Type::terminate}));
+    s.links.linked[2] = true;
+    ASSERT_TRUE(s.from(1, wire::Event{1, 1, -402, 143, SIGTERM, true}.encode()));
+    EXPECT_EQ(type_of(s.links.sent[2].back()), wire::Type::event);
+    EXPECT_EQ(type_of(s.links.sent[1].back()), wire::Type::event);
+    EXPECT_TRUE(s.collector.collected().problems.empty());
+}
+
+TEST(OverlayRootTest, ARecoverableStepRunsOnUntilAnAbort)
+{
+    Step s(true, 2);
+    s.enroll_all();
+    ASSERT_TRUE(s.from(0, wire::Event{0, 0, -402, 139, SIGSEGV, true}.encode()));
+    ASSERT_EQ(types(s.links.sent[1]), std::vector<wire::Type>{wire::Type::event});
+    s.loop.run_until([] { return false; }, 200ms);  // ten times the grace
+    EXPECT_EQ(s.links.sent[1].size(), 1u);
+
+    ASSERT_TRUE(s.from(1, wire::Abort{1, 7, "MPI_Abort"}.encode()));
+    ASSERT_EQ(s.links.sent[0].size(), 2u);  // at once
+    EXPECT_EQ(wire::Terminate::decode(body_of(s.links.sent[0][1]))->reason,
+              "rank 1 on node2 called abort with status 7");
+    ASSERT_TRUE(s.from(0, wire::Abort{0, 8, "later"}.encode()));
+    EXPECT_EQ(s.links.sent[0].size(), 2u);  // once
+    const Collected got = s.collector.collected();
+    EXPECT_EQ(got.step.tasks[1].abort_status, 7);
+    EXPECT_EQ(got.step.tasks[1].abort_message, "MPI_Abort");
+    EXPECT_EQ(got.step.tasks[0].abort_status, 8);
+}
+
+TEST(OverlayRootTest, WhenADaemonIsGoneItsTasksEndsAreToldByTheRoot)
+{
+    Step s(true, 2);
+    s.enroll_all();
+    s.root->stepd_opened(0);  // node1's slurmstepd runs on
+    wire::Outcome o;
+    o.rank = 0;
+    o.wait_status = SIGSEGV;
+    s.root->direct_outcome(o, 0);  // node1's daemon still tells its peers itself
+    EXPECT_TRUE(s.links.sent[1].empty());
+
+    s.links.linked[0] = false;
+    s.root->tree_link_closed(0);
+    s.root->direct_outcome(o, 0);
+    ASSERT_EQ(types(s.links.sent[1]), std::vector<wire::Type>{wire::Type::event});
+    const auto e = wire::Event::decode(body_of(s.links.sent[1][0]));
+    EXPECT_EQ(e->rank, 0u);
+    EXPECT_EQ(e->origin, 0u);
+    EXPECT_EQ(e->code, wire::pmix::proc_aborted_by_sig);
+    EXPECT_EQ(e->exit_code, 139);
+}
+
+TEST(OverlayRootTest, FramesTheRootDoesNotTakeAreRefused)
+{
+    Step s;
+    EXPECT_EQ(s.from(0, wire::FenceUp{"*#1", 0, 1, {1}}.encode()).error(), "a fence before the step map");
+    EXPECT_EQ(s.from(0, wire::Ack{0, 0}.encode()).error(), "unexpected ack frame");
+    const wire::Bytes frame = wire::Enroll{"x", 1}.encode();
+    EXPECT_FALSE(s.root->daemon_frame({0, wire::Role::daemon, s.addresses[0]}, wire::Type::enroll,
+                                      body_of(frame).first(2)));
+    EXPECT_TRUE(s.links.to_daemons.empty());
+}
+
+}  // namespace
+}  // namespace exitpolicy::plugin
