@@ -3,7 +3,8 @@
 #
 #   bash bench/run.sh          all benchmarks
 #   bash bench/run.sh decide   only the policy core (decide/report over 10^6 tasks)
-#   bash bench/run.sh seal     the per-frame tag of authenticated links, by frame size,
+#   bash bench/run.sh seal     the per-frame tag of authenticated links, by frame size, and
+#                              per further link of a frame sent to many,
 #                              beside a plain copy of the same bytes
 #   bash bench/run.sh srun     srun -N4 -n8 true on the local cluster: plugin off,
 #                              loaded, and with a policy (ROUNDS=15 paired rounds)
