@@ -227,9 +227,17 @@ struct Worker {
         loss->heard_last = now_us();
         check_loss();
     }
+    // A node that was ready linked up again: its parent was lost. That can
+    // come before this worker reads "expectlost" (the other worker killed
+    // the parent first).
     void on_relinked(const SimNode& n)
     {
-        if (!loss || tree->static_parent(n.id) != loss->node)
+        const auto parent = tree->static_parent(n.id);
+        if (!parent)
+            return;
+        if (!loss)
+            loss = Loss{*parent, 0, 0, 0, 0, 0, false, false};
+        if (loss->node != *parent)
             return;
         ++loss->adopted;
         loss->adopted_last = now_us();
