@@ -51,6 +51,7 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
         std::unique_ptr<wire::Channel> channel;
         std::optional<std::uint32_t> node;  // set once authenticated
         wire::Role role = wire::Role::stepd;
+        bool adopted = false;               // a daemon's link asking for adoption
         std::string peer_address;           // numeric, for the step map
         // Not ready yet: its place in `pending`.
         std::optional<std::list<Conn*>::iterator> pending_at;
@@ -108,7 +109,7 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
             overlay->stepd_closed(*c->node);
         } else if (c->node && tree_link[*c->node] == c) {
             tree_link[*c->node] = nullptr;
-            overlay->tree_link_closed(*c->node);
+            overlay->tree_link_closed(*c->node, c->adopted);
         }
         auto it = conns.find(c->channel.get());
         if (it == conns.end())
@@ -168,6 +169,7 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
         collector.node_ready(hello.node_id, hello.hostname, hello.ranks);
         c->node = hello.node_id;
         c->role = hello.role == wire::Role::orphan ? wire::Role::daemon : hello.role;
+        c->adopted = hello.role == wire::Role::orphan;
         if (hello.role == wire::Role::stepd) {
             overlay->stepd_opened(hello.node_id);
             return;

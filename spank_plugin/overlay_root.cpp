@@ -62,10 +62,12 @@ void OverlayRoot::stepd_closed(std::uint32_t node)
     check_lost(node);
 }
 
-void OverlayRoot::tree_link_closed(std::uint32_t node)
+void OverlayRoot::tree_link_closed(std::uint32_t node, bool adopted)
 {
-    // Its way up was this link (not just the enrollment): it left.
-    if (tree && !tree->parent(node))
+    // Its way up was this link (not just the enrollment): it left. Not the
+    // tree as it is now: a node whose parent daemon has just left is
+    // below the FE now, yet its enrollment link was not its way up.
+    if (tree && (adopted || !tree->static_parent(node)))
         node_left(node);
 }
 

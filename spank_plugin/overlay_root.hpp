@@ -77,9 +77,12 @@ public:
     // Node `node`'s slurmstepd linked; its link closed.
     void stepd_opened(std::uint32_t node);
     void stepd_closed(std::uint32_t node);
-    // Node `node`'s link up closed (it is no longer tree_linked): unless it
-    // has a parent daemon now, it left the tree.
-    void tree_link_closed(std::uint32_t node);
+    // Node `node`'s link to the FE closed (it is no longer tree_linked):
+    // when that link was its way up (the node is below the FE as built, or
+    // the FE `adopted` it on that link), it left the tree. A node below a
+    // daemon enrolls on a link it drops once linked to that daemon; when
+    // the daemon has just left, the FE may see that drop only after.
+    void tree_link_closed(std::uint32_t node, bool adopted);
     // An orphan of node `node` asks to be adopted: every daemon between it
     // and the root left the tree. False before the step map (no adoption);
     // else what it may have missed (history()) is to be sent on its link

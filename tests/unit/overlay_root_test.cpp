@@ -181,10 +181,10 @@ TEST(OverlayRootTest, ALostNodeIsToldTornDownAfterTheGraceAndReplayedToTheOrphan
         s.root->stepd_opened(n);
     // node3 linked to node1 and dropped its enrollment link: it has not left.
     s.links.linked[2] = false;
-    s.root->tree_link_closed(2);
+    s.root->tree_link_closed(2, false);
     // node1's daemon goes: not lost while its slurmstepd's link is open.
     s.links.linked[0] = false;
-    s.root->tree_link_closed(0);
+    s.root->tree_link_closed(0, false);
     EXPECT_TRUE(s.links.sent[1].empty());
     s.root->stepd_closed(0);
     ASSERT_EQ(types(s.links.sent[1]), std::vector<wire::Type>{wire::Type::node_down});
@@ -210,6 +210,33 @@ TEST(OverlayRootTest, ALostNodeIsToldTornDownAfterTheGraceAndReplayedToTheOrphan
     EXPECT_EQ(type_of(s.links.sent[2].back()), wire::Type::event);
     EXPECT_EQ(type_of(s.links.sent[1].back()), wire::Type::event);
     EXPECT_TRUE(s.collector.collected().problems.empty());
+}
+
+TEST(OverlayRootTest, AnEnrollmentDroppedAfterTheParentLeftIsNotALoss)
+{
+    // node1 (node3's parent) goes first; node3's enrollment link, which it
+    // dropped when it linked to node1, closes only then. node3 has not
+    // left: it asks for adoption on a link of its own, and once adopted,
+    // that link closing is its loss.
+    Step s;
+    s.enroll_all();
+    s.links.linked[0] = false;
+    s.root->tree_link_closed(0, false);
+    ASSERT_EQ(types(s.links.sent[1]), std::vector<wire::Type>{wire::Type::node_down});
+    s.links.linked[2] = false;
+    s.root->tree_link_closed(2, false);
+    EXPECT_EQ(s.links.sent[1].size(), 1u);  // no node_down for node3
+    ASSERT_TRUE(s.root->adopt(2));
+    s.links.linked[2] = true;
+    ASSERT_TRUE(s.from(1, wire::Event{1, 1, -402, 143, SIGTERM, true}.encode()));
+    ASSERT_FALSE(s.links.sent[2].empty());
+    EXPECT_EQ(type_of(s.links.sent[2].back()), wire::Type::event);  // node3 is in the tree
+
+    s.links.linked[2] = false;
+    s.root->tree_link_closed(2, true);
+    const auto down = wire::NodeDown::decode(body_of(s.links.sent[1].back()));
+    ASSERT_TRUE(down);
+    EXPECT_EQ(down->node, 2u);
 }
 
 TEST(OverlayRootTest, ARecoverableStepRunsOnUntilAnAbort)
@@ -245,7 +272,7 @@ TEST(OverlayRootTest, WhenADaemonIsGoneItsTasksEndsAreToldByTheRoot)
     EXPECT_TRUE(s.links.sent[1].empty());
 
     s.links.linked[0] = false;
-    s.root->tree_link_closed(0);
+    s.root->tree_link_closed(0, false);
     s.root->direct_outcome(o, 0);
     ASSERT_EQ(types(s.links.sent[1]), std::vector<wire::Type>{wire::Type::event});
     const auto e = wire::Event::decode(body_of(s.links.sent[1][0]));
