@@ -73,11 +73,6 @@ void Agent::task_failed(const wire::Event& e)
 
 void Agent::report(const wire::Outcome& o)
 {
-    pass_up(o);
-}
-
-void Agent::pass_up(const wire::Outcome& o)
-{
     unacked_[{o.rank, o.epoch}] = o;
     outgoing_.push_back(o);
     schedule_outcomes();
@@ -101,10 +96,6 @@ void Agent::send_outcomes()
     }
 }
 
-void Agent::acknowledged(std::uint32_t rank, std::uint32_t epoch)
-{
-    unacked_.erase({rank, epoch});
-}
 
 wire::Channel::Handlers Agent::overlay_handlers()
 {
@@ -439,9 +430,8 @@ Result<bool> Agent::on_frame(wire::Channel& from, wire::Type type, std::span<con
     // frames wait: a child's, which may have the map before us, and what
     // comes from above after the map. Outcomes and their acks only pass
     // through, and the map itself is what we wait for.
-    const bool passes = type == wire::Type::outcome || type == wire::Type::ack || type == wire::Type::outcomes ||
-                        type == wire::Type::acks ||
-                        (from_above && type == wire::Type::step_map);
+    const bool passes =
+        type == wire::Type::outcomes || type == wire::Type::acks || (from_above && type == wire::Type::step_map);
     if (!serving_ && !passes) {
         early_.push_back(Held{from_above, type, wire::Bytes(body.begin(), body.end())});
         return Result<bool>::ok(true);
@@ -462,40 +452,23 @@ Result<bool> Agent::dispatch(bool from_above, wire::Channel* from, wire::Type ty
             on_map(*m);
         return R::ok(true);
     }
-    case wire::Type::ack: {
-        auto a = wire::Ack::decode(body);
-        if (!a)
-            return R::fail(a.error());
-        acknowledged(a->rank, a->epoch);
-        drained();
-        return R::ok(true);
-    }
     case wire::Type::acks: {
         auto a = wire::Acks::decode(body);
         if (!a)
             return R::fail(a.error());
         for (const auto& one : a->list)
-            acknowledged(one.rank, one.epoch);
+            unacked_.erase({one.rank, one.epoch});
         drained();
         return R::ok(true);
     }
-    case wire::Type::outcome: {  // from a child, on its way to the FE
-        auto o = wire::Outcome::decode(body);
-        if (!o)
-            return R::fail(o.error());
-        if (from)
-            from->send(wire::Ack{o->rank, o->epoch}.encode());
-        pass_up(*o);
-        return R::ok(true);
-    }
-    case wire::Type::outcomes: {
+    case wire::Type::outcomes: {  // from a child, on their way to the FE
         auto batch = wire::Outcomes::decode(body);
         if (!batch)
             return R::fail(batch.error());
         wire::Acks acks;
         for (const auto& o : batch->list) {
             acks.list.push_back({o.rank, o.epoch});
-            pass_up(o);
+            report(o);
         }
         if (from)
             from->send(acks.encode());

@@ -121,9 +121,9 @@ public:
     // A local task ended abnormally: fences over it fail, and the event
     // goes to the FE, which tells every node.
     void task_failed(const wire::Event& e);
-    // A local task's outcome, up to the FE; sent again after a new link up
-    // until acknowledged. What is reported in one loop turn, and what
-    // children pass up, goes up in one frame.
+    // A task's outcome (a local one, or one a child passed up), up to the
+    // FE; sent again after a new link up until acknowledged. What is
+    // reported in one loop turn goes up in one frame.
     void report(const wire::Outcome& o);
     // Up to the FE as it is (an abort, a relayed event, a teardown request,
     // a task's log line).
@@ -167,13 +167,9 @@ private:
     void fail_fence(std::string key, int status);
     void on_dmodex_req(const wire::DmodexReq& r);
     void on_dmodex_resp(const wire::DmodexResp& r);
-    // An outcome on its way up: recorded until acknowledged, sent with
-    // the others of this loop turn.
-    void pass_up(const wire::Outcome& o);
     void schedule_outcomes();
     void send_outcomes();
     void flush_outcomes();
-    void acknowledged(std::uint32_t rank, std::uint32_t epoch);
     // A drain is done once nothing waits for an ack and no child is linked
     // below: the node is told to stop. Whether the agent is stopping.
     bool drained();
