@@ -26,17 +26,42 @@ std::uint32_t fence_expected(const Tree& tree, const std::vector<std::uint32_t>&
             hold(r);
     for (std::uint32_t r : ranks)
         hold(r);
-    std::uint32_t n = at && *at < holds.size() && holds[*at] ? 1 : 0;
-    // Each child whose subtree holds one: the one next_hop leads through.
-    std::vector<bool> counted(holds.size(), false);
-    for (std::uint32_t node = 0; node < holds.size(); ++node) {
-        if (!holds[node] || node == at)
-            continue;
-        const auto child = tree.next_hop(at, node);
-        if (child && !counted[*child]) {
-            counted[*child] = true;
-            ++n;
+    const std::uint32_t nnodes = tree.nnodes();
+    std::uint32_t n = at && *at < nnodes && holds[*at] ? 1 : 0;
+    if (at && (*at >= nnodes || tree.gone(*at)))
+        return n;  // nothing is routed through a node that left
+    // The subtree of `at` as built (tree.hpp's positions), walked once. A
+    // holder's contribution comes through the child of `at` now: the highest
+    // node on its way up that has not left, or itself when every one between
+    // has left. Each node's work is its subtree's size, not the step's.
+    const std::uint64_t k = tree.fanout();
+    constexpr std::uint32_t none = ~std::uint32_t{0};
+    struct Visit {
+        std::uint64_t position;
+        std::uint32_t via;  // the child of `at` now on the way down, or none
+    };
+    std::vector<Visit> todo;
+    auto below = [&](std::uint64_t position, std::uint32_t via) {
+        const std::uint64_t first = position * k + 1;
+        for (std::uint64_t p = first; p < first + k && p <= nnodes; ++p)
+            todo.push_back({p, via});
+    };
+    below(at ? std::uint64_t{*at} + 1 : 0, none);
+    std::vector<bool> counted(nnodes, false);
+    while (!todo.empty()) {
+        auto [position, via] = todo.back();
+        todo.pop_back();
+        const auto node = static_cast<std::uint32_t>(position - 1);
+        if (via == none && !tree.gone(node))
+            via = node;
+        if (holds[node]) {
+            const std::uint32_t child = via == none ? node : via;
+            if (!counted[child]) {
+                counted[child] = true;
+                ++n;
+            }
         }
+        below(position, via);
     }
     return n;
 }

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <set>
+
 namespace exitpolicy::wire {
 namespace {
 
@@ -44,6 +47,49 @@ TEST(FencesTest, ExpectedCountsOwnTasksAndChildrenWithParticipants)
     EXPECT_EQ(fence_expected(tree, rank_node, 0u, {0}), 1u);
     // Ranks beyond the map are nobody's.
     EXPECT_EQ(fence_expected(tree, rank_node, std::nullopt, {99}), 0u);
+}
+
+// What fence_expected must count, said with the tree's routing: one for
+// `at`'s own participants, one per distinct next hop from `at` towards a
+// node holding one.
+std::uint32_t expected_by_routing(const Tree& tree, const std::vector<std::uint32_t>& rank_node,
+                                  std::optional<std::uint32_t> at, const std::vector<std::uint32_t>& ranks)
+{
+    std::set<std::uint32_t> holders, hops;
+    for (std::uint32_t r = 0; r < rank_node.size(); ++r)
+        if (takes_part(ranks, r))
+            holders.insert(rank_node[r]);
+    for (std::uint32_t node : holders)
+        if (node != at)
+            if (auto hop = tree.next_hop(at, node))
+                hops.insert(*hop);
+    return static_cast<std::uint32_t>(hops.size()) + (at && holders.count(*at) ? 1 : 0);
+}
+
+TEST(FencesTest, ExpectedAgreesWithRoutingOnTreesWithDepartures)
+{
+    std::mt19937 engine(20261124);
+    auto random = [&] { return static_cast<std::uint32_t>(engine()); };
+    for (int round = 0; round < 300; ++round) {
+        const std::uint32_t nnodes = 1 + random() % 80;
+        Tree tree(nnodes, 1 + random() % 6);
+        std::vector<std::uint32_t> rank_node;
+        for (std::uint32_t n = 0; n < nnodes; ++n)
+            rank_node.insert(rank_node.end(), random() % 3, n);  // some nodes hold none
+        for (std::uint32_t i = random() % (nnodes / 3 + 1); i > 0; --i)
+            tree.leave(random() % nnodes);
+        std::vector<std::uint32_t> ranks;
+        if (random() % 2)
+            for (std::uint32_t r = 0; r < rank_node.size(); ++r)
+                if (random() % 4 == 0)
+                    ranks.push_back(r);
+        std::vector<std::optional<std::uint32_t>> places{std::nullopt};
+        for (std::uint32_t n = 0; n < nnodes; ++n)
+            places.push_back(n);
+        for (const auto& at : places)
+            ASSERT_EQ(fence_expected(tree, rank_node, at, ranks), expected_by_routing(tree, rank_node, at, ranks))
+                << "round " << round << ", at " << (at ? std::to_string(*at) : "FE");
+    }
 }
 
 TEST(FencesTest, NamesDeadAndTakesPart)
