@@ -499,5 +499,84 @@ TEST_F(ChannelBurstTest, ASlowHelloIsClosedAtTheHandshakeDeadline)
     EXPECT_FALSE(ready);
 }
 
+
+// Two real channels, client and server, on one loop. Frames of many
+// megabytes (beyond the socket's buffers, and beyond what one loop turn
+// reads) mixed with small ones, in both directions, from the moment the
+// client connects: every byte arrives, in order, each frame whole once.
+TEST(ChannelTest, LargeAndSmallFramesArriveWholeAndInOrderBothWays)
+{
+    event_base* base = event_base_new();
+    ASSERT_NE(base, nullptr);
+    const Secret secret = *random_secret();
+    const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(sin);
+    ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)), 0);
+    ASSERT_EQ(::listen(listener, 1), 0);
+    ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&sin), &len), 0);
+
+    // Sizes around the bounds: empty, tiny, the 64 KiB of a turn, 5 MiB.
+    const std::vector<std::size_t> sizes{0, 1, 64 * 1024 - 9, 64 * 1024, 5 << 20, 3, 5 << 20, 7 << 20, 100};
+    auto frame_of = [](std::size_t size, std::uint8_t seed) {
+        Bytes body(size);
+        for (std::size_t i = 0; i < size; ++i)
+            body[i] = static_cast<std::uint8_t>(i * 31 + seed);
+        return Writer(Type::fence_down).bytes(body).finish();
+    };
+    std::vector<Bytes> sent_up, sent_down, got_up, got_down;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+        sent_up.push_back(frame_of(sizes[i], static_cast<std::uint8_t>(i)));
+        sent_down.push_back(frame_of(sizes[sizes.size() - 1 - i], static_cast<std::uint8_t>(100 + i)));
+    }
+    auto keep = [](std::vector<Bytes>& into) {
+        return [&into](Channel&, Type type, std::span<const std::uint8_t> body) {
+            EXPECT_EQ(type, Type::fence_down);
+            Bytes frame = Writer(type).bytes(body).finish();
+            into.push_back(std::move(frame));
+            return Result<bool>::ok(true);
+        };
+    };
+    int closed = 0;
+    std::unique_ptr<Channel> server;
+    Channel::Handlers sh;
+    sh.ready = [&](Channel& c) {
+        for (const Bytes& f : sent_down)
+            c.send(f);
+    };
+    sh.frame = keep(got_up);
+    sh.closed = [&](Channel&, Channel::Reason, const std::string&) { ++closed; };
+    Channel::Handlers ch;
+    ch.frame = keep(got_down);
+    ch.closed = sh.closed;
+    Hello me;
+    me.role = Role::daemon;
+    me.hostname = "client";
+    auto client = Channel::connect(base, "127.0.0.1", ntohs(sin.sin_port), secret, job, step, me, std::move(ch));
+    ASSERT_TRUE(client) << client.error();
+    for (const Bytes& f : sent_up)
+        (*client)->send(f);  // held until the handshake is done
+    const int fd = ::accept(listener, nullptr, nullptr);
+    ::close(listener);
+    ASSERT_GE(fd, 0);
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    server = Channel::accept(base, fd, secret, job, step, std::move(sh));
+    ASSERT_TRUE(server);
+    EXPECT_TRUE(test::run_until(
+        base, [&] { return got_up.size() == sent_up.size() && got_down.size() == sent_down.size(); }, 20s));
+    EXPECT_EQ(closed, 0);
+    ASSERT_EQ(got_up.size(), sent_up.size());
+    ASSERT_EQ(got_down.size(), sent_down.size());
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+        EXPECT_TRUE(got_up[i] == sent_up[i]) << "frame " << i << " up";
+        EXPECT_TRUE(got_down[i] == sent_down[i]) << "frame " << i << " down";
+    }
+    server.reset();
+    client->reset();
+    event_base_free(base);
+}
+
 }  // namespace
 }  // namespace exitpolicy::wire
