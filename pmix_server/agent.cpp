@@ -690,7 +690,8 @@ void Agent::pass_fence_up(const std::string& key, Fences::Instance& f)
 
 void Agent::on_fence_down(const wire::FenceDown& down)
 {
-    send_down(std::nullopt, down.encode());
+    if (tree_ && !tree_->children(setup_.node_id).empty())  // a leaf has nothing to encode it for
+        send_down(std::nullopt, down.encode());
     const auto id = *wire::parse_fence_key(down.key);  // checked by decode
     if (fences_.finished(id))
         return;  // late: that instance is over here

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -387,8 +388,11 @@ void Channel::deliver()
             const std::size_t tag_bytes = ready_ ? tag_size : 0;
             if (evbuffer_get_length(in_) < header_size + h->length + tag_bytes)
                 return;  // the rest is on its way
-            Bytes frame(header_size + h->length);
-            evbuffer_remove(in_, frame.data(), frame.size());
+            // Not zeroed first: every byte is overwritten at once.
+            const std::size_t size = header_size + h->length;
+            const auto bytes = std::make_unique_for_overwrite<std::uint8_t[]>(size);
+            const std::span<const std::uint8_t> frame(bytes.get(), size);
+            evbuffer_remove(in_, bytes.get(), size);
             if (tag_bytes) {
                 Tag sealed{};
                 evbuffer_remove(in_, sealed.data(), sealed.size());
