@@ -204,8 +204,11 @@ void Agent::make_room_for_child()
 {
     auto waiting = [](const auto& c) { return !c->is_ready() && !c->is_closed(); };
     auto count = static_cast<std::size_t>(std::count_if(children_.begin(), children_.end(), waiting));
-    // Its children, and as many orphans of a child that left.
-    const std::size_t cap = wire::unauthenticated_cap(map_ ? 2 * std::size_t{map_->fanout} : 0);
+    // Its children, and as many orphans of a child that left. Before the
+    // step map this node cannot know its fan-out, while its children may
+    // have theirs already and connect: the widest a step may have.
+    const std::uint32_t fanout = map_ ? map_->fanout : wire::max_fanout;
+    const std::size_t cap = wire::unauthenticated_cap(2 * std::size_t{fanout});
     if (count < cap)
         return;
     if (!told_over_cap_) {

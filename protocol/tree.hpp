@@ -19,6 +19,9 @@
 
 namespace exitpolicy::wire {
 
+// The widest tree a site may configure (plugstack.conf's fanout=).
+inline constexpr std::uint32_t max_fanout = 1024;
+
 class Tree {
 public:
     Tree(std::uint32_t nnodes, std::uint32_t fanout)

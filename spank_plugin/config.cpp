@@ -2,6 +2,7 @@
 #include "config.hpp"
 
 #include "option_table.hpp"
+#include "protocol/tree.hpp"
 
 #include <algorithm>
 #include <array>
@@ -182,9 +183,10 @@ Result<Config> parse_config(const std::vector<std::string_view>& args)
                 return Result<Config>::fail(bad(key, value, "expected auto or never"));
             break;
         case SiteArg::fanout: {
-            auto v = number<std::uint32_t>(value, 2, 1024);
+            auto v = number<std::uint32_t>(value, 2, wire::max_fanout);
             if (!v)
-                return Result<Config>::fail(bad(key, value, "expected a tree fan-out, 2 to 1024"));
+                return Result<Config>::fail(
+                    bad(key, value, "expected a tree fan-out, 2 to " + std::to_string(wire::max_fanout)));
             c.fanout = *v;
             break;
         }

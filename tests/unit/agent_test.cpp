@@ -10,6 +10,12 @@
 #include "spank_plugin/front_end.hpp"
 
 #include <event2/event.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -279,6 +285,75 @@ TEST_F(AgentTest, ARelayDrainsOnlyOnceItsOutcomesAreAcknowledgedAndItsChildrenHa
     ASSERT_TRUE(loop.run_until([&] { return nodes[0]->stopped.has_value(); }));
     EXPECT_EQ(*nodes[0]->stopped, 0);
     EXPECT_EQ(nodes[0]->agent->unacked(), 0u);
+}
+
+// A relay's children may have their step map, and connect to it, before it
+// has its own (the FE sends the maps in the order the nodes enrolled): then
+// it cannot know its fan-out yet and must keep as many connections waiting
+// as the widest tree brings, not turn children away as a flood (they would
+// take it for gone, and the FE would declare a live node lost).
+TEST(AgentCapTest, ARelayWithoutItsMapKeepsAWideTreesChildrenConnecting)
+{
+    Loop loop;
+    // srun's FE as this node sees it before its map: a port that takes the
+    // connection and never answers.
+    const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(sin);
+    ASSERT_EQ(::bind(silent, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)), 0);
+    ASSERT_EQ(::listen(silent, 4), 0);
+    ASSERT_EQ(::getsockname(silent, reinterpret_cast<sockaddr*>(&sin), &len), 0);
+    TestNode node;
+    AgentSetup a;
+    a.job_id = job;
+    a.step_id = step;
+    a.hostname = "relay";
+    a.ranks = {0, 1};
+    a.fe_host = "127.0.0.1";
+    a.fe_port = ntohs(sin.sin_port);
+    node.agent = std::make_unique<Agent>(loop.base(), std::move(a), *wire::random_secret(), node);
+    node.agent->start();
+    ASSERT_NE(node.agent->child_port(), 0);
+
+    // Three times the cap of an owner that expects no one in particular.
+    constexpr std::size_t children = 3 * wire::max_unauthenticated_channels;
+    sockaddr_in to = sin;
+    to.sin_port = htons(node.agent->child_port());
+    std::vector<int> fds;
+    for (std::size_t i = 0; i < children; ++i) {
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        ASSERT_GE(fd, 0);
+        ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to));
+        fds.push_back(fd);
+    }
+    // Each gets its Challenge, and none is closed while it answers.
+    std::vector<std::size_t> got(children, 0);
+    std::vector<bool> closed(children, false);
+    auto poll_all = [&] {
+        for (std::size_t i = 0; i < children; ++i) {
+            std::uint8_t buf[256];
+            ssize_t n = 0;
+            while ((n = ::recv(fds[i], buf, sizeof(buf), 0)) > 0)
+                got[i] += static_cast<std::size_t>(n);
+            if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOTCONN))
+                closed[i] = true;
+        }
+    };
+    loop.run_until([&] {
+        poll_all();
+        return std::all_of(got.begin(), got.end(), [](std::size_t g) { return g >= wire::header_size; });
+    }, 5s);
+    loop.run_until([] { return false; }, 100ms);
+    poll_all();
+    EXPECT_EQ(std::count(closed.begin(), closed.end(), true), 0);
+    EXPECT_EQ(std::count_if(got.begin(), got.end(), [](std::size_t g) { return g >= wire::header_size; }),
+              static_cast<std::ptrdiff_t>(children));
+    for (int fd : fds)
+        ::close(fd);
+    node.agent.reset();
+    ::close(silent);
 }
 
 }  // namespace
