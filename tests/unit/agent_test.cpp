@@ -297,14 +297,8 @@ TEST(AgentCapTest, ARelayWithoutItsMapKeepsAWideTreesChildrenConnecting)
     Loop loop;
     // srun's FE as this node sees it before its map: a port that takes the
     // connection and never answers.
-    const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in sin{};
-    sin.sin_family = AF_INET;
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(sin);
-    ASSERT_EQ(::bind(silent, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)), 0);
-    ASSERT_EQ(::listen(silent, 4), 0);
-    ASSERT_EQ(::getsockname(silent, reinterpret_cast<sockaddr*>(&sin), &len), 0);
+    const test::Listener silent = test::listen_on_loopback(4);
+    ASSERT_GE(silent.fd, 0);
     TestNode node;
     AgentSetup a;
     a.job_id = job;
@@ -312,14 +306,14 @@ TEST(AgentCapTest, ARelayWithoutItsMapKeepsAWideTreesChildrenConnecting)
     a.hostname = "relay";
     a.ranks = {0, 1};
     a.fe_host = "127.0.0.1";
-    a.fe_port = ntohs(sin.sin_port);
+    a.fe_port = silent.port();
     node.agent = std::make_unique<Agent>(loop.base(), std::move(a), *wire::random_secret(), node);
     node.agent->start();
     ASSERT_NE(node.agent->child_port(), 0);
 
     // Three times the cap of an owner that expects no one in particular.
     constexpr std::size_t children = 3 * wire::max_unauthenticated_channels;
-    sockaddr_in to = sin;
+    sockaddr_in to = silent.address;
     to.sin_port = htons(node.agent->child_port());
     std::vector<int> fds;
     for (std::size_t i = 0; i < children; ++i) {
@@ -353,7 +347,7 @@ TEST(AgentCapTest, ARelayWithoutItsMapKeepsAWideTreesChildrenConnecting)
     for (int fd : fds)
         ::close(fd);
     node.agent.reset();
-    ::close(silent);
+    ::close(silent.fd);
 }
 
 }  // namespace

@@ -47,19 +47,12 @@ protected:
     // Accepts the peer's connection into `channel`, with these handlers.
     void open(Channel::Handlers h)
     {
-        const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-        ASSERT_GE(listener, 0);
-        sockaddr_in sin{};
-        sin.sin_family = AF_INET;
-        sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t len = sizeof(sin);
-        ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)), 0);
-        ASSERT_EQ(::listen(listener, 1), 0);
-        ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&sin), &len), 0);
+        const test::Listener listener = test::listen_on_loopback(1);
+        ASSERT_GE(listener.fd, 0);
         peer_ = ::socket(AF_INET, SOCK_STREAM, 0);
-        ASSERT_EQ(::connect(peer_, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)), 0);
-        const int fd = ::accept(listener, nullptr, nullptr);
-        ::close(listener);
+        ASSERT_EQ(::connect(peer_, reinterpret_cast<const sockaddr*>(&listener.address), sizeof(listener.address)), 0);
+        const int fd = ::accept(listener.fd, nullptr, nullptr);
+        ::close(listener.fd);
         ASSERT_GE(fd, 0);
         ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
         ::fcntl(peer_, F_SETFL, ::fcntl(peer_, F_GETFL) | O_NONBLOCK);
@@ -509,14 +502,8 @@ TEST(ChannelTest, LargeAndSmallFramesArriveWholeAndInOrderBothWays)
     event_base* base = event_base_new();
     ASSERT_NE(base, nullptr);
     const Secret secret = *random_secret();
-    const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in sin{};
-    sin.sin_family = AF_INET;
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(sin);
-    ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)), 0);
-    ASSERT_EQ(::listen(listener, 1), 0);
-    ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&sin), &len), 0);
+    const test::Listener listener = test::listen_on_loopback(1);
+    ASSERT_GE(listener.fd, 0);
 
     // Sizes around the bounds: empty, tiny, the 64 KiB of a turn, 5 MiB.
     const std::vector<std::size_t> sizes{0, 1, 64 * 1024 - 9, 64 * 1024, 5 << 20, 3, 5 << 20, 7 << 20, 100};
@@ -554,12 +541,12 @@ TEST(ChannelTest, LargeAndSmallFramesArriveWholeAndInOrderBothWays)
     Hello me;
     me.role = Role::daemon;
     me.hostname = "client";
-    auto client = Channel::connect(base, "127.0.0.1", ntohs(sin.sin_port), secret, job, step, me, std::move(ch));
+    auto client = Channel::connect(base, "127.0.0.1", listener.port(), secret, job, step, me, std::move(ch));
     ASSERT_TRUE(client) << client.error();
     for (const Bytes& f : sent_up)
         (*client)->send(f);  // held until the handshake is done
-    const int fd = ::accept(listener, nullptr, nullptr);
-    ::close(listener);
+    const int fd = ::accept(listener.fd, nullptr, nullptr);
+    ::close(listener.fd);
     ASSERT_GE(fd, 0);
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     server = Channel::accept(base, fd, secret, job, step, std::move(sh));

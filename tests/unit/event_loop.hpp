@@ -4,7 +4,13 @@
 
 #include <event2/event.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <thread>
 
@@ -22,6 +28,29 @@ inline bool run_until(event_base* base, const std::function<bool()>& done,
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     return true;
+}
+
+// A TCP socket listening on 127.0.0.1 at a port the kernel chose; fd -1
+// when it cannot. The caller closes it.
+struct Listener {
+    int fd = -1;
+    sockaddr_in address{};
+    std::uint16_t port() const { return ntohs(address.sin_port); }
+};
+inline Listener listen_on_loopback(int backlog)
+{
+    Listener l;
+    l.address.sin_family = AF_INET;
+    l.address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(l.address);
+    l.fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    auto* at = reinterpret_cast<sockaddr*>(&l.address);
+    if (l.fd >= 0 && (::bind(l.fd, at, sizeof(l.address)) != 0 || ::listen(l.fd, backlog) != 0 ||
+                      ::getsockname(l.fd, at, &len) != 0)) {
+        ::close(l.fd);
+        l.fd = -1;
+    }
+    return l;
 }
 
 // A loop of the test's own.
