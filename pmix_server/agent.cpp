@@ -96,7 +96,6 @@ void Agent::send_outcomes()
     }
 }
 
-
 wire::Channel::Handlers Agent::overlay_handlers()
 {
     wire::Channel::Handlers h;

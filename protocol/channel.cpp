@@ -25,11 +25,13 @@ namespace {
 
 std::atomic<std::int64_t> handshake_deadline_ms{Channel::default_handshake_deadline.count()};
 
-// What one loop turn reads from a link: at least a turn's worth, and a
-// frame's rest up to the bound, so that a large fence result arrives in a
-// few reads without one link keeping the loop from the others for long.
+// What one loop turn reads from a link: at least min_read, and a frame's
+// rest up to max_per_turn, so that a large fence result arrives in a few
+// reads without one link keeping the loop from the others for long. The
+// bufferevent writes up to max_per_turn a turn as well (libevent's own
+// bound is 16 KiB).
 constexpr std::size_t min_read = 64 * 1024;
-constexpr std::size_t max_read = 4 << 20;
+constexpr std::size_t max_per_turn = 4 << 20;
 
 }  // namespace
 
@@ -105,7 +107,7 @@ Channel::Channel(bufferevent* bev, const Secret& secret, Handlers handlers, bool
     : bev_(bev), secret_(secret), life_(std::make_shared<Life>(Life{std::move(handlers)})), server_(server)
 {
     bufferevent_setcb(bev_, nullptr, nullptr, on_event, this);
-    bufferevent_set_max_single_write(bev_, max_read);
+    bufferevent_set_max_single_write(bev_, max_per_turn);
     bufferevent_enable(bev_, EV_WRITE);
 }
 
@@ -315,7 +317,7 @@ void Channel::on_readable(int fd, short, void* arg) noexcept
             if (auto h = decode_header(head, c->ready_ ? max_body_trusted : max_body)) {
                 const std::size_t whole = header_size + h->length + (c->ready_ ? tag_size : 0);
                 if (whole > have)
-                    want = std::clamp(whole - have, min_read, max_read);
+                    want = std::clamp(whole - have, min_read, max_per_turn);
             }
         }
         evbuffer_iovec space[2];
