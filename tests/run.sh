@@ -10,12 +10,23 @@
 # Debian 12 machine, 12 on a Debian 13 one), in a root file system made
 # with Debian's mmdebstrap and kept between runs (contrib/rootfs), without
 # the sanitizer build and the fuzzer, which run on this machine's release.
+# Between the two, the suite (without the sanitizer build, the fuzzer and the
+# Debian package) runs once more on this machine against SchedMD's own Slurm:
+# the newest release tarball in ../shared/upstream/ beside the source tree,
+# built from source into a prefix by contrib/slurm/build (reused between runs),
+# exitpolicy built against it (-DSLURM_ROOT) and the local cluster running it;
+# the RPM (contrib/rpm) is built and run there.
 # Exits non-zero on any failure, and says on which release it failed.
 #
 #   bash tests/run.sh            everything
 #   EXITPOLICY_SKIP_SANITIZE=1   skip the sanitizer build
 #   EXITPOLICY_SKIP_FUZZ=1       skip the fuzzer
-#   EXITPOLICY_SKIP_OTHER_RELEASE=1  test this machine's release only
+#   EXITPOLICY_SKIP_OTHER_RELEASE=1  test this machine's Debian release only
+#   EXITPOLICY_SLURM_TARBALL=PATH    the Slurm release to test beside Debian's
+#                                (default: the newest ../shared/upstream/slurm-*.tar.*)
+#   EXITPOLICY_SKIP_UPSTREAM=1   skip the suite against a Slurm built from source
+#   EXITPOLICY_ONLY_UPSTREAM=1   run only that (with EXITPOLICY_SLURM_TARBALL:
+#                                the suite against any release's tarball)
 #   EXITPOLICY_BUILD_DIR=DIR     build tree (default: build under the source)
 set -euo pipefail
 
@@ -50,6 +61,59 @@ bash "$src/contrib/install-deps"
 # down; this catches an interrupted run).
 export EXITPOLICY_CLUSTER_DIR=${EXITPOLICY_CLUSTER_DIR:-/tmp/exitpolicy-test-cluster}
 trap on_exit EXIT
+
+# The Slurm release tarball tested beside Debian's: the one named, else the
+# newest in ../shared/upstream/.
+upstream_tarball() {
+  if [ -n "${EXITPOLICY_SLURM_TARBALL-}" ]; then
+    [ -f "$EXITPOLICY_SLURM_TARBALL" ] || {
+      echo "tests/run.sh: EXITPOLICY_SLURM_TARBALL=$EXITPOLICY_SLURM_TARBALL is no file" >&2
+      return 1
+    }
+    realpath "$EXITPOLICY_SLURM_TARBALL"
+    return 0
+  fi
+  local dir
+  dir=$(realpath -m "$src/../shared/upstream")
+  find "$dir" -maxdepth 1 -name 'slurm-[0-9]*.tar.*' -printf '%f\n' 2>/dev/null |
+    sort -V | tail -n 1 | sed "s|^.|$dir/&|"
+}
+
+# The whole suite against a Slurm built from source: its prefix from
+# contrib/slurm/build, exitpolicy built against it in $build-slurm-VERSION,
+# the cluster running it (ctest hands the prefix to the tests).
+run_upstream() {
+  local tarball=$1 version prefix tree
+  version=$(basename "$tarball")
+  version=${version#slurm-}
+  version=${version%%.tar.*}
+  where="SchedMD's Slurm $version (built from ${tarball##*/}, on Debian $release)"
+  step "Slurm $version from source (contrib/slurm/build)"
+  prefix=$(bash "$src/contrib/slurm/build" "$tarball")
+  tree=$build-slurm-$version
+  step "build against Slurm $version ($tree)"
+  cmake -S "$src" -B "$tree" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXITPOLICY_WERROR=ON \
+    -DSLURM_ROOT="$prefix" >/dev/null
+  cmake --build "$tree" -j "$jobs"
+  step "tests against Slurm $version: unit, pmix, integration"
+  ctest --test-dir "$tree" --output-on-failure -L 'unit|pmix|integration'
+  "$src/contrib/slurm/cluster" down >/dev/null
+  step "all tests passed on $where"
+}
+
+if [ "${EXITPOLICY_ONLY_UPSTREAM:-0}" = 1 ]; then
+  step "dependencies"
+  bash "$src/contrib/install-deps"
+  export EXITPOLICY_CLUSTER_DIR=${EXITPOLICY_CLUSTER_DIR:-/tmp/exitpolicy-test-cluster}
+  trap on_exit EXIT
+  tarball=$(upstream_tarball)
+  if [ -z "$tarball" ]; then
+    echo "tests/run.sh: no Slurm source tarball (EXITPOLICY_SLURM_TARBALL, or slurm-*.tar.* in $(realpath -m "$src/../shared/upstream"))" >&2
+    exit 1
+  fi
+  run_upstream "$tarball"
+  exit 0
+fi
 
 step "build ($build)"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXITPOLICY_WERROR=ON >/dev/null
@@ -88,6 +152,15 @@ fi
 step "no cluster process left"
 "$src/contrib/slurm/cluster" down
 step "all tests passed on $where"
+
+if [ -z "${EXITPOLICY_IN_ROOTFS-}" ] && [ "${EXITPOLICY_SKIP_UPSTREAM:-0}" != 1 ]; then
+  tarball=$(upstream_tarball)
+  if [ -n "$tarball" ]; then
+    run_upstream "$tarball"
+  else
+    echo "tests/run.sh: no Slurm source tarball in $(realpath -m "$src/../shared/upstream") (or EXITPOLICY_SLURM_TARBALL): the suite against SchedMD's Slurm is skipped"
+  fi
+fi
 
 if [ -n "${EXITPOLICY_IN_ROOTFS-}" ] || [ "${EXITPOLICY_SKIP_OTHER_RELEASE:-0}" = 1 ]; then
   exit 0

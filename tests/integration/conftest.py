@@ -44,6 +44,22 @@ class Cluster:
 
     SCRIPT = SCRIPT
     NOBODY = NOBODY
+    # The Slurm the cluster runs: Debian's (None), or the one installed in
+    # this prefix (contrib/slurm/build; ctest sets it for a tree built with
+    # -DSLURM_ROOT).
+    SLURM_PREFIX = os.environ.get("EXITPOLICY_SLURM_PREFIX") or None
+
+    @classmethod
+    def slurm_include_dir(cls):
+        """The directory of the cluster's slurm/spank.h."""
+        return pathlib.Path(cls.SLURM_PREFIX or "/usr") / "include"
+
+    @classmethod
+    def job_path_prefix(cls):
+        """What a job script puts first in its PATH to find the cluster's own
+        srun (a site's login environment does so for a Slurm in a prefix;
+        --export=NONE leaves a job only that), or "" for Debian's."""
+        return f"PATH={cls.SLURM_PREFIX}/bin:$PATH; export PATH\n" if cls.SLURM_PREFIX else ""
 
     def __init__(self, directory, nodes=NODES, owned=False, slurm_conf_extra=None):
         self.dir = pathlib.Path(directory)
@@ -185,7 +201,15 @@ def pytest_configure(config):
 def _skip_reason():
     if os.geteuid() != 0:
         return "integration tests need root (they run a real Slurm cluster)"
+    prefix = Cluster.SLURM_PREFIX
+    for tool in ("slurmctld", "slurmd", "srun"):
+        if prefix and not shutil.which(tool, path=f"{prefix}/sbin:{prefix}/bin"):
+            # Asked for a Slurm that is not there: a failure, not a skip.
+            pytest.fail(f"no {tool} in EXITPOLICY_SLURM_PREFIX={prefix} (contrib/slurm/build makes one)",
+                        pytrace=False)
     for tool in ("slurmctld", "slurmd", "srun", "munged", "nsenter", "unshare"):
+        if prefix and tool in ("slurmctld", "slurmd", "srun"):
+            continue
         if not shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin"):
             return f"{tool} not installed (apt-get install slurmctld slurmd slurm-client munge)"
     return None
@@ -285,6 +309,10 @@ class Plugstack:
     def enable(self, *args, control="required"):
         """Load the plugin with these plugstack arguments ("key=value")."""
         return self._write(" ".join([control, str(self.so), *args]) + "\n")
+
+    def line(self, text):
+        """Load a plugin of another file, as this plugstack line says."""
+        return self._write(text + "\n")
 
     def include(self, pattern):
         """Read the plugin stack of other files instead, as Debian's

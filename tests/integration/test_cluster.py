@@ -146,7 +146,8 @@ def test_plugstack_drop_in_is_read_per_step(cluster, workdir):
         "{ return spank_setenv(sp, \"EXITPOLICY_PROBE\", ac > 0 ? av[0] : \"x\", 1); }\n"
     )
     plugin = workdir / "probe.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(plugin), str(src)], check=True)
+    subprocess.run([cc, "-shared", "-fPIC", f"-I{cluster.slurm_include_dir()}", "-o", str(plugin), str(src)],
+                   check=True)
     drop_in = cluster.dir / "etc" / "plugstack.d" / "probe.conf"
     show = ["srun", "-N4", "-n4", "sh", "-c", 'echo "${EXITPOLICY_PROBE:-none}"']
     try:

@@ -433,7 +433,7 @@ echo "step1 rc=$?"
 
 def _run_batch(cluster, workdir, tag, *sbatch_args, user=None):
     script = workdir / f"job-{tag}.sh"
-    script.write_text(JOB_SCRIPT)
+    script.write_text(JOB_SCRIPT.replace("\n", "\n" + cluster.job_path_prefix(), 1))
     script.chmod(0o755)
     rc, out, err = cluster.exec(
         "sbatch", "--wait", "-N4", "-n8", "-o", f"{workdir}/job-{tag}-%j.out", *sbatch_args, str(script),
