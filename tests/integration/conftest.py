@@ -18,6 +18,7 @@ Environment:
 import atexit
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -48,6 +49,16 @@ class Cluster:
     # this prefix (contrib/slurm/build; ctest sets it for a tree built with
     # -DSLURM_ROOT).
     SLURM_PREFIX = os.environ.get("EXITPOLICY_SLURM_PREFIX") or None
+
+    @classmethod
+    def slurm_release(cls):
+        """(major, minor) of the Slurm the cluster runs, as its slurmd says."""
+        slurmd = pathlib.Path(cls.SLURM_PREFIX) / "sbin" / "slurmd" if cls.SLURM_PREFIX else "slurmd"
+        out = subprocess.run([str(slurmd), "-V"], capture_output=True, text=True,
+                             env={**os.environ, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}).stdout
+        m = re.match(r"slurm(?:-wlm)? (\d+)\.(\d+)\.", out)
+        assert m, f"slurmd -V said {out!r}"
+        return int(m.group(1)), int(m.group(2))
 
     @classmethod
     def slurm_include_dir(cls):

@@ -73,6 +73,26 @@ def test_a_rank_dying_in_a_collective_ends_the_step_with_its_code(cluster, workd
         assert not [l for l in report if "first failure" in l], err
 
 
+@pytest.mark.parametrize("policy", ["main-rank", "lowest-rank"])
+def test_under_slurms_own_pmix_the_root_cause_decides_over_its_teardown(cluster, workdir, pmix, policy):
+    """Under Slurm's own mpi/pmix (our PMIx service stands aside), Slurm ends
+    the step when rank 5 segfaults in the barrier: with SIGKILL up to 25.11,
+    with SIGTERM and SIGKILL after KillWait from 26.05, where natively 143
+    can hide the segfault. Either way the survivors' ends are collateral and
+    srun's code is the segfault's."""
+    t0 = time.monotonic()
+    rc, out, err = srun_mpi(cluster, workdir, "--mpi=pmix", "-N4", "-n8", f"--exit-policy={policy}",
+                            client("ep_mpi_fail"), "--fail", "5:segv", "--timeout", "90")
+    elapsed = time.monotonic() - t0
+    assert "fail rank=5" in out, out + err
+    assert lines(out, "passed ") == [], out
+    assert elapsed < HANG, f"the step took {elapsed:.1f} s\n{err}"
+    assert rc == 139, err
+    report = lines(err, "exitpolicy:")
+    assert "exitpolicy: first failure: rank 5 on node3, killed by SIGSEGV" in report, err
+    assert [l for l in report if "(collateral: ended after rank 5 failed)" in l], err
+
+
 def test_an_ordinary_users_step_is_torn_down_too(cluster, workdir, pmix):
     rc, out, err, elapsed = mpi_fail(cluster, workdir, "5:segv", "--exit-policy=main-rank", user=cluster.NOBODY)
     assert rc == 139, err
