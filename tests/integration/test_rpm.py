@@ -20,7 +20,7 @@ import tempfile
 
 import pytest
 
-from test_package import daemon_and_plugin_paths, report_lines, srun
+from test_package import steps_run_from
 
 pytestmark = pytest.mark.integration
 
@@ -130,29 +130,4 @@ def test_unpacked_rpm_runs_steps(rpm, unpacked, cluster, workdir, plugstack):
     # The line the RPM installs, with the unpacked files' paths.
     plugstack.line(f"optional {plugin} daemon={daemon}")
 
-    # A policy step, as root and as an ordinary user: rank 3 fails,
-    # main-rank gives rank 0's 0 where Slurm would give 3.
-    for user in (None, NOBODY):
-        rc, out, err = srun(cluster, workdir, "-N2", "-n4", "--exit-policy=main-rank", "sh", "-c",
-                            '[ "$SLURM_PROCID" = 3 ] && exit 3; exit 0', user=user)
-        assert rc == 0, err
-        lines = report_lines(err)
-        assert re.fullmatch(r"exitpolicy: exit code 0 under policy main-rank: main rank 0 on node[1-4] "
-                            r"exited with code 0", lines[0]), err
-        assert lines[1] == "exitpolicy: Slurm's native exit code would be 3", err
-
-    # A PMIx step: the job info on every node, from the unpacked daemons.
-    rc, out, err = srun(cluster, workdir, "--mpi=none", "-N4", "-n8", ep_hello)
-    assert rc == 0, out + err
-    assert len([l for l in out.splitlines() if l.startswith("hello ")]) == 8, out + err
-
-    # Which files ran: every exitpolicy.so mapped and every node daemon.
-    step = cluster.popen("srun", "--mpi=none", "-N4", "-n4", "sleep", "3", cwd=workdir)
-    try:
-        daemons, nodes, plugins = daemon_and_plugin_paths(cluster, step)
-    finally:
-        out, err = step.communicate(timeout=120)
-    assert step.returncode == 0, out + err
-    assert nodes == {"node1", "node2", "node3", "node4"}, (nodes, daemons)
-    assert daemons == {daemon}, daemons
-    assert plugins == {plugin}, plugins
+    steps_run_from(cluster, workdir, ep_hello, plugin, daemon)
