@@ -102,10 +102,6 @@ run_upstream() {
 }
 
 if [ "${EXITPOLICY_ONLY_UPSTREAM:-0}" = 1 ]; then
-  step "dependencies"
-  bash "$src/contrib/install-deps"
-  export EXITPOLICY_CLUSTER_DIR=${EXITPOLICY_CLUSTER_DIR:-/tmp/exitpolicy-test-cluster}
-  trap on_exit EXIT
   tarball=$(upstream_tarball)
   if [ -z "$tarball" ]; then
     echo "tests/run.sh: no Slurm source tarball (EXITPOLICY_SLURM_TARBALL, or slurm-*.tar.* in $(realpath -m "$src/../shared/upstream"))" >&2
@@ -114,6 +110,7 @@ if [ "${EXITPOLICY_ONLY_UPSTREAM:-0}" = 1 ]; then
   run_upstream "$tarball"
   exit 0
 fi
+
 
 step "build ($build)"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXITPOLICY_WERROR=ON >/dev/null
