@@ -47,42 +47,68 @@ bool pmix_client(const TaskOutcome& t) noexcept
     return t.finalized.has_value();
 }
 
-// A PMIx client that failed by itself: it exited or died of a signal of its
-// own, without aborting.
-bool own_end(const TaskOutcome& t) noexcept
+// An end that can be a reaction to another task's failure rather than a
+// failure of its own: a PMIx client's abort on record; where aborts are
+// unseen, also a non-zero exit (the runtime's, once Slurm's PMI server has
+// taken its abort) and a tear-down kill (Slurm ends the step on that
+// abort, possibly before the failure it reacted to is on record).
+bool may_be_reaction(const TaskOutcome& t, bool unseen) noexcept
 {
-    return pmix_client(t) && !t.lost && !succeeded(t) && !t.abort_status && !killed_by_teardown(t);
+    if (t.abort_status)
+        return pmix_client(t);
+    if (!unseen || t.lost)
+        return false;
+    const WaitStatus s = t.status();
+    return (s.kind == WaitStatus::Kind::exited && s.exit_code != 0) || killed_by_teardown(t);
 }
 
-// A PMIx client's abort that can be its runtime's reaction to cause, a
-// PMIx client's own end recorded at most reaction_window_us after it.
-bool may_react_to(const TaskOutcome& task, const TaskOutcome& cause) noexcept
+// A failure of the task's own that its peers' runtimes can react to: a
+// PMIx client's exit or signal without aborting, not a tear-down kill;
+// where aborts are unseen, only a death by a signal of its own (an exit
+// can be an unseen abort itself).
+bool own_end(const TaskOutcome& t, bool unseen) noexcept
 {
-    return pmix_client(task) && task.abort_status && own_end(cause) && cause.end_time_us >= task.end_time_us &&
+    if (t.lost || succeeded(t) || t.abort_status || killed_by_teardown(t))
+        return false;
+    return unseen ? t.status().kind == WaitStatus::Kind::signaled : pmix_client(t);
+}
+
+// A possible reaction on record at most reaction_window_us before the own
+// end it can be a reaction to.
+bool may_react_to(const TaskOutcome& task, const TaskOutcome& cause, bool unseen) noexcept
+{
+    return may_be_reaction(task, unseen) && own_end(cause, unseen) && cause.end_time_us >= task.end_time_us &&
            cause.end_time_us - task.end_time_us <= reaction_window_us;
 }
 
 // task (not first itself) is collateral to the first failure first: see
 // is_collateral.
-bool collateral_to(const TaskOutcome& task, const TaskOutcome& first) noexcept
+bool collateral_to(const TaskOutcome& task, const TaskOutcome& first, bool unseen) noexcept
 {
     if (task.lost || succeeded(task))
         return false;
     if (task.collateral)
         return true;
-    // No node said so (srun -K, no daemons): a tear-down kill at or after a
-    // first failure that was not itself lost or such a kill.
+    // Nothing is collateral to a lost task or to a tear-down kill.
     if (first.lost || killed_by_teardown(first))
         return false;
+    const std::int64_t after = task.end_time_us - first.end_time_us;
+    // A tear-down kill at or after the first failure (no node said so:
+    // srun -K, no daemons), or just before it was on record.
+    if (killed_by_teardown(task))
+        return after >= 0 || may_react_to(task, first, unseen);
     // A PMIx client that aborted after the first failure ended, or just
     // before it was on record: its runtime can learn of a dead peer on its
     // own connections before any node tells it (Open MPI 5 aborts as soon as
-    // the peer's socket closes). A failure of its own (an exit, a signal) is
+    // the peer's socket closes). Where aborts are unseen, a non-zero exit up
+    // to reaction_window_us after the first failure, or just before it was
+    // on record. Any other failure of its own (an exit, a signal) is
     // collateral only when its node says so.
-    if (pmix_client(task) && task.abort_status &&
-        (task.end_time_us > first.end_time_us || may_react_to(task, first)))
+    if (!may_be_reaction(task, unseen))
+        return false;
+    if (may_react_to(task, first, unseen))
         return true;
-    return killed_by_teardown(task) && task.end_time_us >= first.end_time_us;
+    return after > 0 && (task.abort_status || after <= reaction_window_us);
 }
 
 }  // namespace
@@ -201,12 +227,13 @@ Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noex
     // only when nothing else failed.
     if (!d.first_failure)
         d.first_failure = first_flagged ? first_flagged : first_lost;
-    // An abort on record first gives way to the own end it can be a
-    // reaction to.
-    else if (tasks[*d.first_failure].abort_status) {
+    // A possible reaction on record first (an abort; where aborts are
+    // unseen, a non-zero exit or a tear-down kill too) gives way to the own
+    // end it can be a reaction to.
+    else if (may_be_reaction(tasks[*d.first_failure], step.aborts_unseen)) {
         std::optional<std::size_t> cause;
         for (std::size_t i = 0; i < tasks.size(); ++i)
-            if (!tasks[i].collateral && may_react_to(tasks[*d.first_failure], tasks[i]) &&
+            if (!tasks[i].collateral && may_react_to(tasks[*d.first_failure], tasks[i], step.aborts_unseen) &&
                 (!cause || ends_before(tasks[i], tasks[*cause])))
                 cause = i;
         if (cause)
@@ -237,7 +264,7 @@ Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noex
         return Result<Decision>::ok(d);
     }
     auto collateral = [&](std::size_t index) {
-        return index != root && collateral_to(tasks[index], tasks[root]);
+        return index != root && collateral_to(tasks[index], tasks[root], step.aborts_unseen);
     };
     const TaskOutcome& main = tasks[*d.main];
     switch (settings.policy) {
@@ -289,7 +316,7 @@ bool is_collateral(const StepOutcomes& step, const Decision& decision, std::size
     if (!decision.first_failure || index == *decision.first_failure || index >= step.tasks.size() ||
         *decision.first_failure >= step.tasks.size())
         return false;
-    return collateral_to(step.tasks[index], step.tasks[*decision.first_failure]);
+    return collateral_to(step.tasks[index], step.tasks[*decision.first_failure], step.aborts_unseen);
 }
 
 std::string_view report_mode_name(ReportMode mode) noexcept

@@ -53,6 +53,11 @@ struct Settings {
 struct StepOutcomes {
     std::vector<std::string> nodes;
     std::vector<TaskOutcome> tasks;
+    // The tasks' PMI server was Slurm's own (srun --mpi=pmix, pmi2, ...):
+    // their aborts are not on record. Slurm ends the step on an abort and
+    // lets the aborting task return, so an abort shows only as the exit
+    // code the runtime then ends its task with (Open MPI 5: 14).
+    bool aborts_unseen = false;
 };
 
 enum class Reason : std::uint8_t {
@@ -78,9 +83,11 @@ struct Decision {
     std::optional<std::size_t> main;           // the main rank
     // The root cause: the earliest end (ties: lowest rank) among the failed
     // tasks their nodes did not report collateral, except that a PMIx
-    // client's abort gives way to a PMIx client's own end recorded up to
-    // reaction_window_us after it; if all are collateral, the earliest of
-    // them; if none failed, the lowest lost rank.
+    // client's abort (where aborts are unseen: any non-zero exit, SIGTERM
+    // or SIGKILL) gives way to an own end (there: a death by a signal of its
+    // own) recorded up to reaction_window_us after it; if all are
+    // collateral, the earliest of them; if none failed, the lowest lost
+    // rank.
     std::optional<std::size_t> first_failure;
     std::optional<std::size_t> first_abort;    // earliest abort (ties: lowest rank)
     std::size_t succeeded = 0;
@@ -89,12 +96,21 @@ struct Decision {
 };
 
 // How much earlier than a task's recorded end its peers can have seen it
-// go: its sockets close before it has run its exit handlers and before its
-// node sees it end, and a runtime that aborts on a peer's closed socket
-// (Open MPI 5) can be on record first. A PMIx client's abort up to this long
-// before another PMIx client's own end (an exit or a signal of its own, not
-// an abort or a tear-down kill) is taken as a reaction to that end.
-inline constexpr std::int64_t reaction_window_us = 100'000;
+// go: its sockets close before its node has reaped it and run the exit
+// hook that records its end, and a runtime that aborts on a peer's closed
+// socket (Open MPI 5) can be on record first: measured up to 107 ms
+// earlier on an idle machine (Slurm 24.11, 8 ranks on 4 nodes). A PMIx
+// client's abort up to this long before another PMIx client's own end (an
+// exit or a signal of its own, not an abort or a tear-down kill) is taken
+// as a reaction to that end.
+//
+// Where aborts are unseen (StepOutcomes::aborts_unseen), any task may have
+// aborted, and a non-zero exit may be an abort's: one up to this long after
+// the first failure, or up to this long before a death by a signal of its
+// own (not SIGTERM or SIGKILL), is taken as a reaction to it (later, it is
+// the task's own failure); so is a SIGTERM or SIGKILL up to this long
+// before such a death, as Slurm ends the step on the unseen abort.
+inline constexpr std::int64_t reaction_window_us = 500'000;
 
 // Slurm's own rule over the reported wait statuses: any signal beats any
 // code, highest signal, else highest code. Lost tasks have no status.
@@ -106,12 +122,17 @@ Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noex
 // A task that ended because of another's failure: it did not succeed, is
 // not lost, is not the first failure, and either its node reported it
 // collateral (TaskOutcome::collateral), or the first failure was not itself
-// lost or a SIGTERM or SIGKILL and the task was a PMIx client that aborted
-// after it (or up to reaction_window_us before it, when it is a PMIx
-// client's own end), or, for steps without node daemons (srun -K), it
-// was killed by SIGTERM or SIGKILL without aborting no earlier than it. The report
-// labels these so that a SIGTERM never hides the SIGSEGV that caused it, and
-// the policies look past them to the root cause.
+// lost or a SIGTERM or SIGKILL and
+// - the task was a PMIx client that aborted after it (or up to
+//   reaction_window_us before it, when it is a PMIx client's own end), or
+// - it was killed by SIGTERM or SIGKILL without aborting no earlier than it
+//   (steps without node daemons: srun -K), or
+// - aborts are unseen and the task exited with a non-zero code up to
+//   reaction_window_us after it, or exited so or was killed by SIGTERM or
+//   SIGKILL up to reaction_window_us before it, when it is a death by a
+//   signal of its own.
+// The report labels these so that a SIGTERM never hides the SIGSEGV that
+// caused it, and the policies look past them to the root cause.
 bool is_collateral(const StepOutcomes& step, const Decision& decision, std::size_t index) noexcept;
 
 // The report modes of --exit-report.

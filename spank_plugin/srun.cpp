@@ -30,6 +30,8 @@ struct Local {
     bool report_only = false;
     // The step gets exitpolicy's PMIx service (no other PMIx server).
     bool pmix = false;
+    // The step has a PMI server of Slurm's own: its tasks' aborts are unseen.
+    bool slurm_pmi = false;
     std::unique_ptr<FrontEnd> fe;
     std::uint32_t job_id = 0;
     std::uint32_t step_id = 0;
@@ -91,9 +93,10 @@ int init_post_opt(spank_t)
     return 0;
 }
 
-// Whether this step has a PMIx server of Slurm's own: srun's MPI plugin
-// (--mpi, SLURM_MPI_TYPE, MpiDefault) is in SLURM_MPI_TYPE by now.
-bool slurm_serves_pmix()
+// Whether this step has a PMI server of Slurm's own (mpi/pmix, mpi/pmi2,
+// ...): srun's MPI plugin (--mpi, SLURM_MPI_TYPE, MpiDefault) is in
+// SLURM_MPI_TYPE by now.
+bool slurm_serves_pmi()
 {
     const char* mpi = std::getenv("SLURM_MPI_TYPE");
     return mpi && *mpi && std::string_view(mpi) != "none";
@@ -103,7 +106,8 @@ int local_user_init(spank_t sp)
 {
     if (!local.options)
         return 0;
-    local.pmix = state().config.pmix == PmixMode::automatic && !slurm_serves_pmix();
+    local.slurm_pmi = slurm_serves_pmi();
+    local.pmix = state().config.pmix == PmixMode::automatic && !local.slurm_pmi;
     if (!local.options->policy && !local.pmix)
         return 0;
     std::uint32_t nnodes = 0;
@@ -148,6 +152,7 @@ int exit(spank_t)
     const StepOptions& opts = *local.options;
     Collected got = local.fe->finish(std::chrono::milliseconds(st.config.grace_ms));
     local.fe.reset();
+    got.step.aborts_unseen = local.slurm_pmi;
     for (const auto& p : got.problems)
         log::verbose("front end: %s", p.c_str());
     // No policy of the user's: srun's code is Slurm's, but for an abort

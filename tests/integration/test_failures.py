@@ -10,8 +10,6 @@ default handler only (Open MPI 4.1), PMIX_ERR_PROC_ABORTED only (OpenPMIx's
 examples/fault.c).
 """
 
-import re
-import subprocess
 import time
 
 import pytest
@@ -75,27 +73,15 @@ def test_a_rank_dying_in_a_collective_ends_the_step_with_its_code(cluster, workd
         assert not [l for l in report if "first failure" in l], err
 
 
-def open_mpi_major():
-    """The major version of the Open MPI the tests run (ompi_info -V: "Open MPI v5.0.7")."""
-    out = subprocess.run(["ompi_info", "-V"], capture_output=True, text=True).stdout
-    m = re.search(r"Open MPI v(\d+)\.", out)
-    return int(m.group(1)) if m else 0
-
-
-# Known defect, measured on Debian 13 (Slurm 24.11.5, Open MPI 5.0.7): under
-# Slurm's own mpi/pmix, Open MPI 5's survivors abort through Slurm's PMIx
-# server when the dead rank's sockets close and exit 14 before Slurm kills
-# them; exitpolicy sees neither the abort nor a teardown signal, so those
-# ends are not collateral and main-rank gives 14 where Slurm gives 139.
-@pytest.mark.xfail(open_mpi_major() >= 5, strict=True,
-                   reason="Open MPI 5 under Slurm's mpi/pmix: survivors' abort exits (14) are not taken as collateral")
 @pytest.mark.parametrize("policy", ["main-rank", "lowest-rank"])
 def test_under_slurms_own_pmix_the_root_cause_decides_over_its_teardown(cluster, workdir, pmix, policy):
     """Under Slurm's own mpi/pmix (our PMIx service stands aside), Slurm ends
     the step when rank 5 segfaults in the barrier: with SIGKILL up to 25.11,
     with SIGTERM and SIGKILL after KillWait from 26.05, where natively 143
-    can hide the segfault. Either way the survivors' ends are collateral and
-    srun's code is the segfault's."""
+    can hide the segfault. Open MPI 5's survivors abort through Slurm's PMIx
+    server (unseen by exitpolicy) and exit 14 around the segfault, some of
+    them on record before it. Either way the survivors' ends are collateral
+    and srun's code is the segfault's."""
     t0 = time.monotonic()
     rc, out, err = srun_mpi(cluster, workdir, "--mpi=pmix", "-N4", "-n8", f"--exit-policy={policy}",
                             client("ep_mpi_fail"), "--fail", "5:segv", "--timeout", "90")

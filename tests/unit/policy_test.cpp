@@ -194,6 +194,7 @@ struct RootCauseCase {
     std::uint32_t main_rank;
     std::uint32_t first_failure;  // its rank
     std::array<Verdict, 6> verdicts;
+    bool aborts_unseen = false;   // the tasks' PMI server was Slurm's own
 };
 
 // Ranks 0-7: root as given, every other rank other(rank).
@@ -317,6 +318,80 @@ TEST(RootCauseTest, EveryCaseUnderEveryPolicy)
           aborts(2, 14).unfinalized().at(1'500), killed(3, SIGKILL).unfinalized().at(1'200), exits(4, 2).at(1'100)},
          0, 1,
          {{{7, aborted}, {7, aborted}, {1, some_failed}, {7, aborted}, {7, aborted}, {7, aborted}}}},
+        // Slurm's own mpi/pmix with Open MPI 5 (Debian 13, measured): rank
+        // 5 segfaults; the survivors see its sockets close, abort through
+        // Slurm's PMIx server (unseen) and exit 14, on record from 107 ms
+        // before the segfault to 163 ms after it; Slurm SIGKILLs the rest.
+        {"m: aborts unseen: exits 14 just before and after a segfault are reactions to it",
+         eight(segv(5).at(1'000'000),
+               [](std::uint32_t r) {
+                   constexpr std::int64_t dt[] = {16'801, 162'605, 114'405, -71'419, -107'443, 0, -4'015, -104'309};
+                   return r == 2 ? killed(r, SIGKILL).at(1'000'000 + dt[r]) : exits(r, 14).at(1'000'000 + dt[r]);
+               }),
+         0, 5,
+         {{{139, highest_signal}, {139, root_cause}, {1, some_failed}, {139, root_cause},
+           {139, first_failure}, {139, lowest_rank}}},
+         true},
+        {"m': the same ends where aborts are seen: the earliest exit is a failure of its own",
+         eight(segv(5).at(1'000'000),
+               [](std::uint32_t r) {
+                   constexpr std::int64_t dt[] = {16'801, 162'605, 114'405, -71'419, -107'443, 0, -4'015, -104'309};
+                   return r == 2 ? killed(r, SIGKILL).at(1'000'000 + dt[r]) : exits(r, 14).at(1'000'000 + dt[r]);
+               }),
+         0, 4,
+         {{{139, highest_signal}, {14, main_rank}, {1, some_failed}, {14, main_rank_failed},
+           {14, first_failure}, {14, lowest_rank}}}},
+        {"n: aborts unseen: an exit longer than the reaction window after a segfault is its own",
+         {exits(0, 2).at(1'000 + reaction_window_us + 1), ok(1), segv(2).at(1'000), ok(3)},
+         0, 2,
+         {{{139, highest_signal}, {2, main_rank}, {1, some_failed}, {2, main_rank_failed},
+           {139, first_failure}, {2, lowest_rank}}},
+         true},
+        {"o: aborts unseen: an exit 14 after rank 5's exit 3 reacted to it",
+         {exits(0, 14).at(1'200), ok(1), ok(2), ok(3), ok(4), exits(5, 3).at(1'000)},
+         0, 5,
+         {{{14, highest_code}, {3, root_cause}, {1, some_failed}, {3, root_cause},
+           {3, first_failure}, {3, lowest_rank}}},
+         true},
+        {"o': aborts unseen: an exit gives way to no later exit (either can be an abort)",
+         {exits(0, 14).at(1'000), ok(1), ok(2), ok(3), ok(4), exits(5, 3).at(1'200)},
+         0, 0,
+         {{{14, highest_code}, {14, main_rank}, {1, some_failed}, {14, main_rank_failed},
+           {14, first_failure}, {14, lowest_rank}}},
+         true},
+        {"o'': aborts unseen: an exit on record before a segfault gives way to it only inside the window",
+         {exits(0, 14).at(1'000), ok(1), segv(2).at(1'000 + reaction_window_us + 1), ok(3)},
+         0, 0,
+         {{{139, highest_signal}, {14, main_rank}, {1, some_failed}, {14, main_rank_failed},
+           {14, first_failure}, {14, lowest_rank}}},
+         true},
+        // Measured too: Slurm ended the step on rank 1's unseen abort and
+        // SIGKILLed rank 0 before rank 5's segfault was on record.
+        {"q: aborts unseen: a tear-down kill on record first gives way to the segfault after it",
+         {killed(0, SIGKILL).at(900'000), exits(1, 14).at(920'000), killed(2, SIGKILL).at(950'000), ok(3),
+          ok(4), segv(5).at(1'000'000)},
+         0, 5,
+         {{{139, highest_signal}, {139, root_cause}, {1, some_failed}, {139, root_cause},
+           {139, first_failure}, {139, lowest_rank}}},
+         true},
+        {"q': the same ends where aborts are seen: the kill on record first is the root cause",
+         {killed(0, SIGKILL).at(900'000), exits(1, 14).at(920'000), killed(2, SIGKILL).at(950'000), ok(3),
+          ok(4), segv(5).at(1'000'000)},
+         0, 0,
+         {{{139, highest_signal}, {137, main_rank}, {1, some_failed}, {137, main_rank_failed},
+           {137, first_failure}, {137, lowest_rank}}}},
+        {"q'': aborts unseen: a kill longer than the reaction window before a segfault is not its reaction",
+         {ok(0), killed(1, SIGKILL).at(1'000), ok(2), segv(3).at(1'000 + reaction_window_us + 1)},
+         1, 1,
+         {{{139, highest_signal}, {137, main_rank}, {1, some_failed}, {137, main_rank_failed},
+           {137, first_failure}, {137, lowest_rank}}},
+         true},
+        {"p: aborts unseen: nothing is collateral to a lost task or a tear-down kill",
+         {exits(0, 14).at(1'200), killed(1, SIGKILL).at(1'000), exits(2, 5).at(1'300), ok(3)},
+         0, 1,
+         {{{137, highest_signal}, {14, main_rank}, {1, some_failed}, {14, main_rank_failed},
+           {137, first_failure}, {14, lowest_rank}}},
+         true},
         {"a lost main rank is never collateral",
          {lost(0), segv(1).at(100), flagged(killed(2, SIGTERM).at(200)), ok(3)},
          0, 1,
@@ -324,7 +399,8 @@ TEST(RootCauseTest, EveryCaseUnderEveryPolicy)
            {139, first_failure}, {1, lowest_rank}}}},
     };
     for (const auto& c : cases) {
-        const StepOutcomes s = step(c.tasks, 4);
+        StepOutcomes s = step(c.tasks, 4);
+        s.aborts_unseen = c.aborts_unseen;
         for (std::size_t p = 0; p < all_policies.size(); ++p) {
             SCOPED_TRACE(std::string(c.name) + " / " + std::string(policy_name(all_policies[p])));
             const auto d = decide(s, {all_policies[p], c.main_rank, 1});
