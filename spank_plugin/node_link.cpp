@@ -190,11 +190,14 @@ Result<std::vector<wire::Ack>> NodeLink::read_acks(std::size_t want, std::chrono
 {
     using R = Result<std::vector<wire::Ack>>;
     std::vector<wire::Ack> acks;
-    const auto deadline = Clock::now() + wait;
+    const auto start = Clock::now();
+    const auto deadline = start + wait;
+    // One bound for the whole call, whatever the peer sends: a frame that
+    // has begun gets the rest of it (at least frame_completion from the
+    // start) to arrive, never a fresh deadline per frame.
+    const auto bound = std::max(deadline, start + frame_completion);
     while (fd_ >= 0 && acks.size() < want && wait_fd(fd_, POLLIN, deadline)) {
-        // Something is there: the rest of its frame follows at once.
-        auto body = read_frame(fd_, wire::Type::ack, std::max(deadline, Clock::now() + std::chrono::seconds(1)), fe,
-                               &seal_);
+        auto body = read_frame(fd_, wire::Type::ack, bound, fe, &seal_);
         auto ack = body ? wire::Ack::decode(*body) : Result<wire::Ack>::fail(body.error());
         if (!ack) {
             close();

@@ -50,9 +50,12 @@ public:
     // Pipelined: writes one outcome without waiting for its acknowledgement.
     Result<bool> post_outcome(const wire::Outcome& outcome, std::chrono::milliseconds timeout);
     // The acknowledgements that arrive until `wait` has passed or `want` of
-    // them are in (wait 0: only those already here). On error the
+    // them are in (wait 0: only those already here). Returns within
+    // max(wait, frame_completion) whatever the peer sends. On error the
     // connection is closed.
     Result<std::vector<wire::Ack>> read_acks(std::size_t want, std::chrono::milliseconds wait);
+    // How long a frame that has begun to arrive may take to complete.
+    static constexpr std::chrono::milliseconds frame_completion{1000};
 
     void close() noexcept;
 

@@ -64,10 +64,29 @@ Result<bool> FrontEndSink::open()
     return Result<bool>::ok(true);
 }
 
-void FrontEndSink::take_acks(const std::vector<wire::Ack>& acks)
+Result<bool> FrontEndSink::take_acks(const Result<std::vector<wire::Ack>>& acks)
 {
-    for (const auto& a : acks)
-        std::erase_if(unacked_, [&](const wire::Outcome& o) { return o.rank == a.rank && o.epoch == a.epoch; });
+    if (!acks)
+        return Result<bool>::fail(acks.error());
+    for (const auto& a : *acks) {
+        // Each outcome sent on a link is acknowledged once on it: an
+        // acknowledgement of anything else is a broken protocol, never
+        // progress.
+        if (std::erase_if(unacked_, [&](const wire::Outcome& o) { return o.rank == a.rank && o.epoch == a.epoch; }) ==
+            0) {
+            return give_up("the front end acknowledged rank " + std::to_string(a.rank) + " epoch " +
+                           std::to_string(a.epoch) + ", which this node has not sent it");
+        }
+    }
+    return Result<bool>::ok(true);
+}
+
+Result<bool> FrontEndSink::give_up(std::string why)
+{
+    link_.close();
+    gave_up_ = true;
+    gave_up_why_ = std::move(why);
+    return Result<bool>::fail(gave_up_why_);
 }
 
 Result<bool> FrontEndSink::reconnect_and_resend()
@@ -83,15 +102,17 @@ Result<bool> FrontEndSink::reconnect_and_resend()
 Result<bool> FrontEndSink::deliver(const wire::Outcome& outcome)
 {
     if (gave_up_)
-        return Result<bool>::fail("gave up on the front end earlier in this step");
+        return Result<bool>::fail("gave up on the front end earlier in this step: " + gave_up_why_);
     unacked_.push_back(outcome);
     std::string first_error;
     if (link_.connected()) {
         auto posted = link_.post_outcome(outcome, ack_timeout_);
         if (posted) {
-            if (auto acks = link_.read_acks(unacked_.size(), std::chrono::milliseconds(0)))
-                take_acks(*acks);
-            return posted;  // a broken link shows at the next delivery or at flush
+            // A broken link shows at the next delivery or at flush.
+            if (auto taken = take_acks(link_.read_acks(unacked_.size(), std::chrono::milliseconds(0)));
+                !taken && gave_up_)
+                return taken;
+            return posted;
         }
         first_error = posted.error();
     }
@@ -100,8 +121,7 @@ Result<bool> FrontEndSink::deliver(const wire::Outcome& outcome)
     if (resent)
         return resent;
     unacked_.pop_back();
-    gave_up_ = true;
-    return Result<bool>::fail((first_error.empty() ? "" : first_error + "; then ") + resent.error());
+    return give_up((first_error.empty() ? "" : first_error + "; then ") + resent.error());
 }
 
 Result<bool> FrontEndSink::notice(const std::string& text)
@@ -114,16 +134,16 @@ Result<bool> FrontEndSink::notice(const std::string& text)
 
 Result<bool> FrontEndSink::flush(std::chrono::milliseconds timeout)
 {
+    if (gave_up_)
+        return Result<bool>::fail(gave_up_why_);
     for (int attempt = 0; attempt < 2 && !unacked_.empty() && !gave_up_; ++attempt) {
         if (!link_.connected())
-            if (auto resent = reconnect_and_resend(); !resent) {
-                gave_up_ = true;
-                return Result<bool>::fail(resent.error());
-            }
-        auto acks = link_.read_acks(unacked_.size(), timeout);
-        if (acks)
-            take_acks(*acks);
-        if (acks && !unacked_.empty())
+            if (auto resent = reconnect_and_resend(); !resent)
+                return give_up(resent.error());
+        auto taken = take_acks(link_.read_acks(unacked_.size(), timeout));
+        if (gave_up_)
+            return taken;
+        if (taken && !unacked_.empty())
             break;  // timed out waiting: no point in a new connection
     }
     if (unacked_.empty())

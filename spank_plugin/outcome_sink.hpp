@@ -52,7 +52,8 @@ public:
 // task's exit does not wait for its acknowledgement (a round trip through
 // srun's busy thread); acknowledgements are collected as they come and at
 // flush(), and whatever is unacknowledged when the link breaks is sent again
-// on the new one (the FE deduplicates).
+// on the new one (the FE deduplicates). An acknowledgement of an outcome not
+// awaiting one breaks the protocol: the sink gives up on the front end.
 class FrontEndSink final : public OutcomeSink {
 public:
     FrontEndSink(LinkSetup setup, std::chrono::milliseconds connect_timeout,
@@ -66,13 +67,18 @@ public:
 
 private:
     Result<bool> reconnect_and_resend();
-    void take_acks(const std::vector<wire::Ack>& acks);
+    // Closes the link for the rest of the step; fails with why.
+    Result<bool> give_up(std::string why);
+    // Fails on a read error, and gives up on an acknowledgement of what is
+    // not unacknowledged.
+    Result<bool> take_acks(const Result<std::vector<wire::Ack>>& acks);
     std::vector<wire::Outcome> unacked_;
     LinkSetup setup_;
     std::chrono::milliseconds connect_timeout_;
     std::chrono::milliseconds ack_timeout_;
     NodeLink link_;
     bool gave_up_ = false;
+    std::string gave_up_why_;
 };
 
 }  // namespace exitpolicy::plugin

@@ -468,7 +468,7 @@ TEST(FrontEndSinkTest, GivesUpOnceTheFrontEndIsGone)
                                    ": Connection refused");
     EXPECT_TRUE(sink.gave_up());
     // No further attempt: the error says so instead of a connect failure.
-    EXPECT_EQ(sink.deliver(outcome(2, 0)).error(), "gave up on the front end earlier in this step");
+    EXPECT_EQ(sink.deliver(outcome(2, 0)).error(), "gave up on the front end earlier in this step: " + flushed.error());
 }
 
 // ---- the overlay root: daemons played by protocol channels on a loop of our own ----
