@@ -78,6 +78,35 @@ void Agent::report(const wire::Outcome& o)
     schedule_outcomes();
 }
 
+void Agent::on_acks(const wire::Acks& acks)
+{
+    std::map<std::uint32_t, wire::Acks> down;  // by the child that sent them up
+    for (const auto& one : acks.list) {
+        const std::pair key{one.rank, one.epoch};
+        if (unacked_.erase(key) == 0)
+            continue;  // a repeat: it was sent up twice
+        if (const auto child = relayed_for_.find(key); child != relayed_for_.end()) {
+            down[child->second].list.push_back(one);
+            relayed_for_.erase(child);
+        } else {
+            confirmed_.push_back(one);
+        }
+    }
+    for (auto& [node, list] : down) {
+        const auto linked = std::find_if(children_.begin(), children_.end(),
+                                         [node](const auto& c) { return c->is_ready() && c->tag == node; });
+        // A child no longer linked here sends them again on its new way up.
+        if (linked != children_.end())
+            for (std::size_t i = 0; i < list.list.size(); i += wire::max_ranks) {
+                wire::Acks part;
+                part.list.assign(list.list.begin() + static_cast<std::ptrdiff_t>(i),
+                                 list.list.begin() +
+                                     static_cast<std::ptrdiff_t>(std::min(list.list.size(), i + wire::max_ranks)));
+                (*linked)->send(part.encode());
+            }
+    }
+}
+
 void Agent::schedule_outcomes()
 {
     if (!std::exchange(outgoing_scheduled_, true))
@@ -454,12 +483,13 @@ Result<bool> Agent::dispatch(bool from_above, wire::Channel* from, wire::Type ty
             on_map(*m);
         return R::ok(true);
     }
-    case wire::Type::acks: {
+    case wire::Type::acks: {  // from above: the FE has these
+        if (!from_above)
+            return R::fail("a child acknowledged outcomes");
         auto a = wire::Acks::decode(body);
         if (!a)
             return R::fail(a.error());
-        for (const auto& one : a->list)
-            unacked_.erase({one.rank, one.epoch});
+        on_acks(*a);
         drained();
         return R::ok(true);
     }
@@ -467,13 +497,14 @@ Result<bool> Agent::dispatch(bool from_above, wire::Channel* from, wire::Type ty
         auto batch = wire::Outcomes::decode(body);
         if (!batch)
             return R::fail(batch.error());
-        wire::Acks acks;
+        // Acknowledged to the child only once the FE has them: a relay that
+        // dies with them on their way loses nothing, as the child sends
+        // them again on its next way up.
         for (const auto& o : batch->list) {
-            acks.list.push_back({o.rank, o.epoch});
+            if (from && !from_above)
+                relayed_for_[{o.rank, o.epoch}] = from->tag;
             report(o);
         }
-        if (from)
-            from->send(acks.encode());
         return R::ok(true);
     }
     case wire::Type::event: {

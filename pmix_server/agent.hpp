@@ -106,6 +106,8 @@ public:
     bool linked_up() const;
     std::uint16_t child_port() const noexcept { return child_port_; }
     std::size_t unacked() const noexcept { return unacked_.size(); }
+    // This node's own outcomes (not a child's) that the FE acknowledged.
+    const std::vector<wire::Ack>& confirmed() const noexcept { return confirmed_; }
 
     // ---- what the node asks (loop thread) ----
     // A fence over `ranks` (empty: all) with this node's data: the next
@@ -123,7 +125,9 @@ public:
     void task_failed(const wire::Event& e);
     // A task's outcome (a local one, or one a child passed up), up to the
     // FE; sent again after a new link up until acknowledged. What is
-    // reported in one loop turn goes up in one frame.
+    // reported in one loop turn goes up in one frame. A child's outcome is
+    // acknowledged to it when the FE's acknowledgement comes down, not
+    // before: every holder keeps an outcome until the FE has it.
     void report(const wire::Outcome& o);
     // Up to the FE as it is (an abort, a relayed event, a teardown request,
     // a task's log line).
@@ -167,6 +171,9 @@ private:
     void fail_fence(std::string key, int status);
     void on_dmodex_req(const wire::DmodexReq& r);
     void on_dmodex_resp(const wire::DmodexResp& r);
+    // The FE's acknowledgements: what was this node's is confirmed(), what
+    // a child sent up goes down to it.
+    void on_acks(const wire::Acks& acks);
     void schedule_outcomes();
     void send_outcomes();
     void flush_outcomes();
@@ -211,6 +218,9 @@ private:
     // waiting for the end of the loop turn to go up together.
     std::map<std::pair<std::uint32_t, std::uint32_t>, wire::Outcome> unacked_;
     std::vector<wire::Outcome> outgoing_;
+    // Which child sent up each outcome it relays (its node: Channel::tag).
+    std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint32_t> relayed_for_;
+    std::vector<wire::Ack> confirmed_;
     bool outgoing_scheduled_ = false;
     Fences fences_;  // instances in progress here, and those finished
     std::map<std::string, std::uint64_t> fence_calls_;  // local fence calls per participant set

@@ -524,8 +524,10 @@ void Daemon::stop(int code)
         return;
     stopping_ = true;
     exit_code_ = code;
-    if (agent_)
+    if (agent_) {
         agent_->stop();
+        confirm_to_slurmstepd();
+    }
     if (anchor_)
         anchor_->release();
     if (args_.ready_fd >= 0) {  // never became ready: the plugin reads EOF
@@ -533,6 +535,29 @@ void Daemon::stop(int code)
         args_.ready_fd = -1;
     }
     event_base_loopexit(base_, nullptr);
+}
+
+// slurmstepd's last word from us: which of its outcomes srun has. It sends
+// the others the direct way (an outcome is held until srun has it). Written
+// now, whatever is queued before it first: the loop does not turn again.
+void Daemon::confirm_to_slurmstepd()
+{
+    const auto control = std::find_if(locals_.begin(), locals_.end(), [](const auto& l) { return l->control; });
+    if (control == locals_.end())
+        return;
+    const auto& confirmed = agent_->confirmed();
+    for (std::size_t i = 0; i < confirmed.size() || i == 0; i += wire::max_ranks) {
+        wire::Acks part;
+        part.list.assign(confirmed.begin() + static_cast<std::ptrdiff_t>(i),
+                         confirmed.begin() + static_cast<std::ptrdiff_t>(std::min(confirmed.size(), i + wire::max_ranks)));
+        const wire::Bytes frame = part.encode();
+        bufferevent_write((*control)->bev, frame.data(), frame.size());
+    }
+    evbuffer* out = bufferevent_get_output((*control)->bev);
+    const evutil_socket_t fd = bufferevent_getfd((*control)->bev);
+    // A socketpair with room for far more: written at once, or not at all.
+    while (evbuffer_get_length(out) > 0 && evbuffer_write(out, fd) > 0) {
+    }
 }
 
 // ---- local socket --------------------------------------------------------------------

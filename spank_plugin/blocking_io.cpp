@@ -1,6 +1,7 @@
 // blocking_io.cpp - see blocking_io.hpp.
 #include "blocking_io.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -73,9 +74,15 @@ Result<bool> read_exact(int fd, std::uint8_t* out, std::size_t size, Clock::time
     return Result<bool>::ok(true);
 }
 
-// Reads one frame of the expected type.
 Result<wire::Bytes> read_frame(int fd, wire::Type expected, Clock::time_point deadline, const char* peer,
                                wire::FrameSeal* seal)
+{
+    wire::Type type{};
+    return read_frame_of(fd, {expected}, type, deadline, peer, seal);
+}
+
+Result<wire::Bytes> read_frame_of(int fd, std::initializer_list<wire::Type> accepted, wire::Type& type,
+                                  Clock::time_point deadline, const char* peer, wire::FrameSeal* seal)
 {
     std::array<std::uint8_t, wire::header_size> head{};
     if (auto r = read_exact(fd, head.data(), head.size(), deadline, peer); !r)
@@ -83,9 +90,10 @@ Result<wire::Bytes> read_frame(int fd, wire::Type expected, Clock::time_point de
     auto h = wire::decode_header(head);
     if (!h)
         return Result<wire::Bytes>::fail(h.error());
-    if (h->type != expected)
-        return Result<wire::Bytes>::fail("expected a " + std::string(wire::type_name(expected)) + " frame, got " +
-                                         std::string(wire::type_name(h->type)));
+    if (std::find(accepted.begin(), accepted.end(), h->type) == accepted.end())
+        return Result<wire::Bytes>::fail("expected a " + std::string(wire::type_name(*accepted.begin())) +
+                                         " frame, got " + std::string(wire::type_name(h->type)));
+    type = h->type;
     wire::Bytes body(h->length);
     if (auto r = read_exact(fd, body.data(), body.size(), deadline, peer); !r)
         return Result<wire::Bytes>::fail(r.error());

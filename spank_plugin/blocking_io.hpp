@@ -8,6 +8,7 @@
 #include "protocol/wire.hpp"
 
 #include <chrono>
+#include <initializer_list>
 
 namespace exitpolicy::plugin::io {
 
@@ -21,6 +22,9 @@ Result<bool> read_exact(int fd, std::uint8_t* out, std::size_t size, Clock::time
 // connection), followed by its tag, which must be the one expected.
 Result<wire::Bytes> read_frame(int fd, wire::Type expected, Clock::time_point deadline, const char* peer,
                                wire::FrameSeal* seal = nullptr);
+// One frame of any of the accepted types (not empty); its type in `type`.
+Result<wire::Bytes> read_frame_of(int fd, std::initializer_list<wire::Type> accepted, wire::Type& type,
+                                  Clock::time_point deadline, const char* peer, wire::FrameSeal* seal = nullptr);
 // A frame and its tag.
 Result<bool> write_sealed(int fd, const wire::Bytes& frame, wire::FrameSeal& seal, Clock::time_point deadline,
                           const char* peer);

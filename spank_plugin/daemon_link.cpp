@@ -3,6 +3,7 @@
 
 #include "blocking_io.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <csignal>
@@ -313,13 +314,24 @@ Result<std::vector<std::string>> request_environment(const std::string& dir, std
     return done(R::ok(std::move(reply->env)));
 }
 
-void stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout)
+std::vector<wire::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout)
 {
     const auto deadline = Clock::now() + timeout;
+    std::vector<wire::Ack> confirmed;
     if (const int fd = daemon.control; fd >= 0) {
         // The ack may not make it out before the daemon closes: EOF, once
         // it has closed everything on its way out, is the answer that counts.
+        // Before it, the daemon says which outcomes srun has.
         if (write_all(fd, wire::Stop{}.encode(), deadline, daemon_name)) {
+            wire::Type type{};
+            while (auto body = read_frame_of(fd, {wire::Type::ack, wire::Type::acks}, type, deadline, daemon_name)) {
+                if (type != wire::Type::acks)
+                    continue;
+                auto acks = wire::Acks::decode(*body);
+                if (!acks)
+                    break;
+                confirmed.insert(confirmed.end(), acks->list.begin(), acks->list.end());
+            }
             char byte;
             while (wait_fd(fd, POLLIN, deadline) && ::recv(fd, &byte, 1, 0) > 0) {
             }
@@ -339,6 +351,7 @@ void stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout)
             ::kill(daemon.pid, SIGKILL);
     }
     daemon = LaunchedDaemon{};
+    return confirmed;
 }
 
 DaemonSink::DaemonSink(int control, std::chrono::milliseconds timeout) : fd_(control), timeout_(timeout) {}
@@ -370,7 +383,18 @@ Result<bool> DaemonSink::deliver(const wire::Outcome& outcome)
         return fail("the node daemon acknowledged rank " + std::to_string(ack->rank) + " epoch " +
                     std::to_string(ack->epoch) + ", not rank " + std::to_string(outcome.rank) + " epoch " +
                     std::to_string(outcome.epoch));
+    taken_.push_back(outcome);
     return R::ok(true);
+}
+
+std::vector<wire::Outcome> DaemonSink::unconfirmed(const std::vector<wire::Ack>& confirmed) const
+{
+    std::vector<wire::Outcome> out;
+    for (const auto& o : taken_)
+        if (std::none_of(confirmed.begin(), confirmed.end(),
+                         [&](const wire::Ack& a) { return a.rank == o.rank && a.epoch == o.epoch; }))
+            out.push_back(o);
+    return out;
 }
 
 }  // namespace exitpolicy::plugin

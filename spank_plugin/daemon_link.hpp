@@ -68,8 +68,9 @@ Result<std::vector<std::string>> request_environment(const std::string& dir, std
 
 // Asks the daemon, over its control link, to flush and exit; waits for it
 // (bounded), then kills it through its pidfd (never by a pid that may have
-// been reused), and closes what it held.
-void stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout);
+// been reused), and closes what it held. Returns the outcomes the daemon
+// said, on its way out, that srun has (none when it said nothing).
+std::vector<wire::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout);
 
 // Task outcomes to the daemon over its control link (LaunchedDaemon::control,
 // not owned), one at a time: each waits for its acknowledgement, which must
@@ -79,8 +80,13 @@ class DaemonSink final : public OutcomeSink {
 public:
     DaemonSink(int control, std::chrono::milliseconds timeout);
     Result<bool> deliver(const wire::Outcome& outcome) override;
+    // What the daemon took and srun never confirmed (stop_daemon's list):
+    // it goes the direct way. The daemon's ack says only that it has an
+    // outcome; every holder keeps it until srun has it.
+    std::vector<wire::Outcome> unconfirmed(const std::vector<wire::Ack>& confirmed) const;
 
 private:
+    std::vector<wire::Outcome> taken_;
     int fd_;
     std::chrono::milliseconds timeout_;
     bool gave_up_ = false;

@@ -45,6 +45,8 @@ struct Remote {
     LaunchedDaemon daemon;
     // Tried in order for each outcome; empty when no front end serves this step.
     std::vector<std::unique_ptr<OutcomeSink>> sinks;
+    FrontEndSink* fe_sink = nullptr;  // among sinks
+    DaemonSink* daemon_sink = nullptr;
     bool failure_logged = false;  // one error line per step, not one per task
 };
 Remote remote;
@@ -202,6 +204,7 @@ int init_post_opt(spank_t sp)
     // Registered first: nothing below can skip it.
     auto owned = std::make_unique<FrontEndSink>(setup, connect_timeout, ack_timeout);
     FrontEndSink& sink = *owned;
+    remote.fe_sink = &sink;
     remote.sinks.push_back(std::move(owned));
     // Opened now, also when a node daemon will carry the outcomes: the link
     // is the fallback path, and while it is open the FE knows that this
@@ -217,8 +220,11 @@ int init_post_opt(spank_t sp)
     std::string failure;
     if (parsed->pmix && !parsed->fanout)
         failure = std::string("PMIx service failed: the PMIx part of ") + bootstrap_env + " is malformed";
-    else if (parsed->pmix && start_daemon(sp, setup, failure))
-        remote.sinks.insert(remote.sinks.begin(), std::make_unique<DaemonSink>(remote.daemon.control, ack_timeout));
+    else if (parsed->pmix && start_daemon(sp, setup, failure)) {
+        auto daemon_sink = std::make_unique<DaemonSink>(remote.daemon.control, ack_timeout);
+        remote.daemon_sink = daemon_sink.get();
+        remote.sinks.insert(remote.sinks.begin(), std::move(daemon_sink));
+    }
     if (!failure.empty()) {
         // A task that uses PMIx cannot run without it: the user hears of it.
         log::error("step %u.%u: %s", job_id, step_id, failure.c_str());
@@ -284,13 +290,31 @@ int task_exit(spank_t sp)
 
 int exit(spank_t)
 {
+    // The daemon drains first (it waits for srun to acknowledge what it
+    // holds) and says which of this node's outcomes srun has; the others
+    // go the direct way now, as it may have died with them on their way.
+    const bool had_daemon = remote.daemon.pid > 0;
+    std::vector<wire::Ack> confirmed;
+    if (had_daemon)
+        confirmed = stop_daemon(remote.daemon, std::chrono::milliseconds(3000));
+    if (remote.daemon_sink && remote.fe_sink) {
+        const auto resend = remote.daemon_sink->unconfirmed(confirmed);
+        if (!resend.empty())
+            log::verbose("step %u.%u: %zu outcomes the node daemon took and srun never confirmed go the direct way",
+                         remote.job_id, remote.step_id, resend.size());
+        for (const auto& o : resend)
+            if (auto sent = remote.fe_sink->deliver(o); !sent)
+                log::error("step %u.%u: cannot deliver rank %u's exit to srun (%s); srun will keep Slurm's exit code",
+                           remote.job_id, remote.step_id, o.rank, sent.error().c_str());
+    }
     for (auto& sink : remote.sinks)
         if (auto flushed = sink->flush(ack_timeout); !flushed)
             log::error("step %u.%u: %s; srun may keep Slurm's exit code", remote.job_id, remote.step_id,
                        flushed.error().c_str());
     remote.sinks.clear();
-    if (remote.daemon.pid > 0) {
-        stop_daemon(remote.daemon, std::chrono::milliseconds(3000));
+    remote.fe_sink = nullptr;
+    remote.daemon_sink = nullptr;
+    if (had_daemon) {
         if (auto removed = remove_step_dir(remote.daemon_dir, remote.uid, remote.gid, remove_timeout); !removed)
             log::error("step %u.%u: %s", remote.job_id, remote.step_id, removed.error().c_str());
         else

@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -74,7 +75,10 @@ struct TestNode final : Agent::Node {
 // of fan-out 2 below srun's FE: FE -> 0, 1; 0 -> 2, 3; 1 -> 4, 5; ...
 class AgentTest : public ::testing::Test {
 protected:
-    void start(std::uint32_t nnodes, const std::function<void(TestNode&)>& setup = {})
+    // The nodes in `held` run on held_loop, which only run_both_until
+    // turns: the test can stop them mid-step.
+    void start(std::uint32_t nnodes, const std::function<void(TestNode&)>& setup = {},
+               const std::set<std::uint32_t>& held = {})
     {
         plugin::FrontEndSetup s;
         s.job_id = job;
@@ -98,14 +102,15 @@ protected:
                 a.ranks.push_back(i * ranks_per_node + r);
             a.fe_host = "127.0.0.1";
             a.fe_port = fe->port();
-            n->agent = std::make_unique<Agent>(loop.base(), std::move(a), fe->secret(), *n);
+            n->agent = std::make_unique<Agent>(held.count(i) ? held_loop.base() : loop.base(), std::move(a),
+                                               fe->secret(), *n);
             if (setup)
                 setup(*n);
             nodes.push_back(std::move(n));
         }
         for (auto& n : nodes)
             n->agent->start();
-        ASSERT_TRUE(loop.run_until([&] {
+        ASSERT_TRUE(run_both_until([&] {
             return std::all_of(nodes.begin(), nodes.end(), [](const auto& n) { return n->ready(); });
         })) << "the tree did not form";
     }
@@ -143,7 +148,19 @@ protected:
         return out;
     }
 
+    // Both loops, turn about.
+    bool run_both_until(const std::function<bool()>& done, std::chrono::milliseconds timeout = 5s)
+    {
+        return loop.run_until(
+            [&] {
+                event_base_loop(held_loop.base(), EVLOOP_NONBLOCK);
+                return done();
+            },
+            timeout);
+    }
+
     Loop loop;
+    Loop held_loop;
     std::unique_ptr<plugin::FrontEnd> fe;
     std::vector<std::unique_ptr<TestNode>> nodes;
 };
@@ -285,6 +302,46 @@ TEST_F(AgentTest, ARelayDrainsOnlyOnceItsOutcomesAreAcknowledgedAndItsChildrenHa
     ASSERT_TRUE(loop.run_until([&] { return nodes[0]->stopped.has_value(); }));
     EXPECT_EQ(*nodes[0]->stopped, 0);
     EXPECT_EQ(nodes[0]->agent->unacked(), 0u);
+}
+
+// Every holder keeps an outcome until the FE has it: a relay acknowledges
+// its child's outcomes only when the FE's acknowledgement comes down, so a
+// relay that dies with them on their way loses nothing (the child sends
+// them again on its next way up). With acknowledgements hop by hop, node 6
+// dropped its outcomes as soon as relay 2 had them: a relay that died
+// before passing them on lost them.
+TEST_F(AgentTest, AnOutcomeIsKeptByEveryHolderUntilTheFrontEndHasIt)
+{
+    start(8, {}, {0});  // FE -> 0 -> 2 -> 6; node 0 runs only when the test says
+    for (std::uint32_t r : {12u, 13u}) {  // node 6's ranks
+        wire::Outcome o;
+        o.rank = r;
+        o.pid = 100 + r;
+        o.wait_status = 3 << 8;  // exited with code 3
+        o.end_time_us = 1'000 + r;
+        nodes[6]->agent->report(o);
+    }
+    // Relay 2 has them, and cannot pass them on while node 0 is held.
+    ASSERT_TRUE(loop.run_until([&] { return nodes[2]->agent->unacked() == 2; }));
+    loop.run_until([] { return false; }, 300ms);
+    EXPECT_EQ(nodes[6]->agent->unacked(), 2u) << "acknowledged to node 6 before the front end had them";
+    // Relay 2 dies with them: node 6 is adopted further up and sends them
+    // again; the FE's acknowledgement comes down to it.
+    nodes[2]->agent.reset();
+    ASSERT_TRUE(run_both_until([&] { return nodes[6]->agent->unacked() == 0 && nodes[6]->linked == 2; }));
+    EXPECT_EQ(nodes[0]->agent->unacked(), 0u);
+    EXPECT_TRUE(nodes[0]->agent->confirmed().empty()) << "a child's outcomes are not node 0's own";
+    ASSERT_EQ(nodes[6]->agent->confirmed().size(), 2u);
+    const auto got = fe->finish(0ms);
+    for (std::uint32_t r : {12u, 13u}) {
+        const auto t = std::find_if(got.step.tasks.begin(), got.step.tasks.end(),
+                                    [r](const TaskOutcome& x) { return x.rank == r; });
+        ASSERT_NE(t, got.step.tasks.end()) << "rank " << r;
+        EXPECT_FALSE(t->lost) << "rank " << r;
+        EXPECT_EQ(t->wait_status, 3 << 8) << "rank " << r;
+        EXPECT_EQ(t->node, 6u) << "rank " << r;
+    }
+    fe.reset();
 }
 
 // A relay's children may have their step map, and connect to it, before it

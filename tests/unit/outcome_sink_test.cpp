@@ -21,7 +21,9 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <thread>
+#include <utility>
 
 namespace exitpolicy::plugin {
 namespace {
@@ -70,10 +72,13 @@ TEST(BootstrapTest, AMalformedPmixPartStillGivesTheFrontEnd)
 }
 
 // A node daemon's end of its control link: reads outcomes and answers each
-// with what `answer` says.
+// with what `answer` says. Told to stop, it acknowledges that, says which
+// outcomes srun has (`on_stop`; none: it says nothing) and closes.
 class FakeDaemon {
 public:
-    explicit FakeDaemon(std::function<wire::Ack(const wire::Outcome&)> answer) : answer_(std::move(answer))
+    explicit FakeDaemon(std::function<wire::Ack(const wire::Outcome&)> answer,
+                        std::optional<std::vector<wire::Ack>> on_stop = std::nullopt)
+        : answer_(std::move(answer)), on_stop_(std::move(on_stop))
     {
         int pair[2];
         EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
@@ -86,10 +91,18 @@ public:
     {
         stop_ = true;
         thread_.join();
-        ::close(control_);
+        if (control_ >= 0)
+            ::close(control_);
     }
     // Root's end, which the sink borrows.
     int control() const { return control_; }
+    // Root's end, for stop_daemon to close.
+    LaunchedDaemon launched()
+    {
+        LaunchedDaemon d;
+        d.control = std::exchange(control_, -1);
+        return d;
+    }
     std::atomic<int> outcomes{0};
 
 private:
@@ -121,6 +134,15 @@ private:
             wire::Bytes body(h->length);
             if (!read_exact(fd, body.data(), body.size()))
                 break;
+            if (h->type == wire::Type::stop) {
+                wire::Bytes said = wire::Ack{}.encode();
+                if (on_stop_) {
+                    const wire::Bytes acks = wire::Acks{*on_stop_}.encode();
+                    said.insert(said.end(), acks.begin(), acks.end());
+                }
+                (void)::send(fd, said.data(), said.size(), MSG_NOSIGNAL);
+                break;
+            }
             const auto o = wire::Outcome::decode(body);
             if (!o)
                 break;
@@ -133,6 +155,7 @@ private:
     }
 
     std::function<wire::Ack(const wire::Outcome&)> answer_;
+    std::optional<std::vector<wire::Ack>> on_stop_;
     int control_ = -1;
     int served_ = -1;
     std::atomic<bool> stop_{false};
@@ -176,6 +199,38 @@ TEST(DaemonSinkTest, AnAckOfAnotherEpochIsNoAck)
     const auto delivered = sink.deliver(outcome(4, 1));
     ASSERT_FALSE(delivered);
     EXPECT_EQ(delivered.error(), "the node daemon acknowledged rank 4 epoch 2, not rank 4 epoch 1");
+}
+
+// The daemon's ack says only that it has an outcome: what it took and never
+// said, on its way out, that srun has goes the direct way (slurmstepd.cpp's
+// exit). Before, slurmstepd forgot an outcome once its daemon had it.
+TEST(DaemonSinkTest, WhatTheDaemonTookAndSrunNeverConfirmedIsForTheDirectWay)
+{
+    FakeDaemon daemon([](const wire::Outcome& o) { return wire::Ack{o.rank, o.epoch}; },
+                      std::vector<wire::Ack>{{1, 0}, {7, 0}});
+    DaemonSink sink(daemon.control(), 2s);
+    for (std::uint32_t r : {0u, 1u, 2u})
+        ASSERT_TRUE(sink.deliver(outcome(r, 0)));
+    LaunchedDaemon launched = daemon.launched();
+    const auto confirmed = stop_daemon(launched, 2s);
+    ASSERT_EQ(confirmed.size(), 2u);
+    EXPECT_EQ(confirmed[0].rank, 1u);
+    const auto resend = sink.unconfirmed(confirmed);
+    ASSERT_EQ(resend.size(), 2u);
+    EXPECT_EQ(resend[0].rank, 0u);
+    EXPECT_EQ(resend[1].rank, 2u);
+    EXPECT_EQ(launched.control, -1);
+}
+
+TEST(DaemonSinkTest, ADaemonThatSaysNothingOnItsWayOutConfirmsNothing)
+{
+    FakeDaemon daemon([](const wire::Outcome& o) { return wire::Ack{o.rank, o.epoch}; });
+    DaemonSink sink(daemon.control(), 2s);
+    for (std::uint32_t r : {3u, 4u})
+        ASSERT_TRUE(sink.deliver(outcome(r, 1)));
+    LaunchedDaemon launched = daemon.launched();
+    EXPECT_TRUE(stop_daemon(launched, 2s).empty());
+    EXPECT_EQ(sink.unconfirmed({}).size(), 2u);
 }
 
 }  // namespace

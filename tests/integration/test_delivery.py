@@ -1,0 +1,67 @@
+"""No outcome lost while any path to srun lives, on the real 4-node cluster
+(docs/pmix-service.md, "Outcomes").
+
+At fan-out 2 node1's daemon relays for node3 and node4. Every holder of an
+outcome (slurmstepd, each daemon on the way) keeps it until srun's front end
+has it: a relay that dies with outcomes on their way loses none of them,
+and the outcomes its own node's slurmstepd gave it go the direct way.
+"""
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+
+from test_pmix import node_daemon
+
+pytestmark = pytest.mark.integration
+
+RUNS = 20
+# Every task sleeps until one wall-clock moment, then exits with a code of
+# its own: a burst of outcomes through the tree.
+TASK = ("import os, sys, time; time.sleep(max(0.0, float(sys.argv[1]) - time.time())); "
+        "os._exit(int(os.environ['SLURM_PROCID']) % 5 + 1)")
+
+
+def expected(rank):
+    return rank % 5 + 1
+
+
+def test_a_relay_killed_in_a_burst_of_outcomes_loses_none(cluster, workdir, pmix):
+    """20 steps in a row: 16 tasks on 4 nodes exit at one moment, and
+    node1's daemon is SIGKILLed within 30 ms of it, as the outcomes of
+    node3 and node4 pass through it. Every rank keeps its real code, none
+    is lost. With acknowledgements hop by hop, a rank of a live node came
+    back lost (lost_code) now and then."""
+    rng = random.Random(24)
+    for run in range(RUNS):
+        report = workdir / f"delivery-{run}.json"
+        at = time.time() + 3.0
+        proc = cluster.popen("srun", "-N4", "-n16", "--exit-policy=max", f"--exit-report-json={report}",
+                             "/usr/bin/python3", "-c", TASK, f"{at:.6f}", cwd=workdir)
+        killed = {}
+
+        def kill_the_relay():
+            pid = node_daemon("node1")
+            time.sleep(max(0.0, at + rng.uniform(0.0, 0.03) - time.time()))
+            os.kill(pid, signal.SIGKILL)
+            killed["pid"] = pid
+
+        killer = threading.Thread(target=kill_the_relay)
+        killer.start()
+        try:
+            out, err = proc.communicate(timeout=60)
+        finally:
+            killer.join(15)
+        assert killed, f"run {run}: node1's daemon was never killed\n{err}"
+        doc = json.loads(report.read_text())
+        tasks = {t["rank"]: t for t in doc["tasks"]}
+        assert sorted(tasks) == list(range(16)), f"run {run}\n{err}"
+        for rank, t in tasks.items():
+            assert t["state"] != "lost", f"run {run}: rank {rank} lost\n{err}"
+            assert (t["state"], t["exit_code"]) == ("exited", expected(rank)), f"run {run}: rank {rank}: {t}\n{err}"
+        assert proc.returncode == 5, f"run {run}\n{err}"  # max: the highest code
