@@ -41,7 +41,8 @@ build=${EXITPOLICY_BUILD_DIR:-$src/build}
 what=${1:-all}
 
 bash "$src/contrib/install-deps"
-cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# The benchmarks load the plugin from this build tree, with its daemon.
+cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXITPOLICY_BUILD_TREE_DAEMON=ON >/dev/null
 cmake --build "$build" -j "$(nproc)" >/dev/null
 
 case $what in

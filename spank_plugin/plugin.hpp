@@ -22,9 +22,9 @@ struct State {
     bool cli_warned = false;
 };
 
-// The daemon to start: the site's daemon=, else the installed one, else the
-// one of the build tree this plugin comes from (unless it was built for a
-// package: EXITPOLICY_BUILD_TREE_DAEMON=OFF).
+// The daemon to start: the site's daemon=, else the installed one, else,
+// only in a plugin built with EXITPOLICY_BUILD_TREE_DAEMON=ON (development),
+// the one of the build tree this plugin comes from.
 std::string daemon_path(const Config& config);
 State& state() noexcept;
 

@@ -4,6 +4,8 @@
 #   -DSLURM_ROOT=<directory, no headers>   one error: no Slurm headers, what to install
 #   -DSLURM_ROOT=<Slurm 21.08's headers>   one error: 22.05 or newer needed
 #   the Slurm of this build (its SLURM_ROOT, or none) found: its release, its plugin directory
+#   by default the plugin knows no build tree's daemon (whoever owns the
+#   tree would run code as every job's user); -DEXITPOLICY_BUILD_TREE_DAEMON=ON asks for it
 # Run by ctest: cmake -DSOURCE=... -DWORK=... -DSLURM_INCLUDE_DIR=... -DSLURM_ROOT=...
 #   -DSLURM_VERSION=... -P find_slurm_test.cmake
 file(REMOVE_RECURSE ${WORK})
@@ -53,4 +55,21 @@ if(SLURM_ROOT)
 else()
   configure(this "" 0 "Slurm ${version} \\(slurm/spank.h in ${SLURM_INCLUDE_DIR}\\)")
 endif()
+
+# The plugin's compile definitions, as configured.
+function(plugin_defines build out)
+  file(READ ${build}/spank_plugin/CMakeFiles/exitpolicy_spank.dir/flags.make flags)
+  set(${out} "${flags}" PARENT_SCOPE)
+endfunction()
+plugin_defines(${WORK}/build-this flags)
+if(NOT flags MATCHES "EXITPOLICY_INSTALLED_DAEMON=" OR flags MATCHES "EXITPOLICY_BUILD_DAEMON=")
+  message(FATAL_ERROR "default: the plugin must know the installed daemon only:\n${flags}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/build-this -DEXITPOLICY_BUILD_TREE_DAEMON=ON
+  RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+plugin_defines(${WORK}/build-this flags)
+if(NOT rc EQUAL 0 OR NOT flags MATCHES "EXITPOLICY_BUILD_DAEMON=")
+  message(FATAL_ERROR "-DEXITPOLICY_BUILD_TREE_DAEMON=ON: the plugin must know this tree's daemon (${rc}):\n${flags}")
+endif()
+message(STATUS "build-tree daemon: off by default, on when asked for")
 file(REMOVE_RECURSE ${WORK})

@@ -315,10 +315,15 @@ class Plugstack:
 
     def __init__(self, cluster, so):
         self.so = pathlib.Path(so)
+        self.daemon = self.so.parent.parent / "pmix_server" / "exitpolicy-pmixd"
         self.file = cluster.dir / "etc" / "plugstack.d" / "exitpolicy.conf"
 
     def enable(self, *args, control="required"):
-        """Load the plugin with these plugstack arguments ("key=value")."""
+        """Load the plugin with these plugstack arguments ("key=value"), and
+        this build's daemon unless they name one: a plugin knows no build
+        tree's daemon by default (EXITPOLICY_BUILD_TREE_DAEMON)."""
+        if not any(a.startswith("daemon=") for a in args):
+            args = (*args, f"daemon={self.daemon}")
         return self._write(" ".join([control, str(self.so), *args]) + "\n")
 
     def line(self, text):
