@@ -70,28 +70,6 @@ bool running(int pidfd)
     return ::poll(&p, 1, 0) == 0;
 }
 
-// Without pidfds: running, and a zombie waiting for init to reap it
-// counts as gone.
-bool alive(pid_t pid)
-{
-    if (::kill(pid, 0) != 0 && errno != EPERM)
-        return false;
-    char path[64];
-    std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-    FILE* f = std::fopen(path, "re");
-    if (!f)
-        return false;
-    char state = '?';
-    // pid (comm) state ...: comm may hold spaces, so find its closing paren.
-    char buf[512];
-    const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-    std::fclose(f);
-    buf[n] = 0;
-    if (const char* close = std::strrchr(buf, ')'); close && close[1] == ' ')
-        state = close[2];
-    return state != 'Z' && state != 'X';
-}
-
 int pidfd_open(pid_t pid)
 {
     return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
@@ -197,11 +175,13 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     argv.push_back(nullptr);
     const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     int pid_pipe[2] = {-1, -1};
+    int go_pipe[2] = {-1, -1};
     int control[2] = {-1, -1};
-    if (null_fd < 0 || ::pipe2(pid_pipe, O_CLOEXEC) != 0 ||
+    if (null_fd < 0 || ::pipe2(pid_pipe, O_CLOEXEC) != 0 || ::pipe2(go_pipe, O_CLOEXEC) != 0 ||
         ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) != 0) {
         const int err = errno;
-        for (int fd : {secret_pipe[0], ready_pipe[0], ready_pipe[1], null_fd, pid_pipe[0], pid_pipe[1]})
+        for (int fd : {secret_pipe[0], ready_pipe[0], ready_pipe[1], null_fd, pid_pipe[0], pid_pipe[1], go_pipe[0],
+                       go_pipe[1]})
             if (fd >= 0)
                 ::close(fd);
         return R::fail(std::string("pipe: ") + std::strerror(err));
@@ -210,8 +190,8 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     const pid_t child = ::fork();
     if (child < 0) {
         const int err = errno;
-        for (int fd : {secret_pipe[0], ready_pipe[0], ready_pipe[1], null_fd, pid_pipe[0], pid_pipe[1], control[0],
-                       control[1]})
+        for (int fd : {secret_pipe[0], ready_pipe[0], ready_pipe[1], null_fd, pid_pipe[0], pid_pipe[1], go_pipe[0],
+                       go_pipe[1], control[0], control[1]})
             ::close(fd);
         return R::fail(std::string("fork: ") + std::strerror(err));
     }
@@ -224,6 +204,16 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
                 ::_exit(0);
             ::_exit(1);
         }
+        // Still root's and nobody else's, it waits until root holds a
+        // pidfd of it: until then its pid cannot be reused, and after it
+        // root signals it only through that pidfd. No pidfd, no daemon.
+        ::close(go_pipe[1]);
+        char go = 0;
+        ssize_t got;
+        while ((got = ::read(go_pipe[0], &go, 1)) < 0 && errno == EINTR) {
+        }
+        if (got != 1)
+            ::_exit(126);
         // Each to its place through a copy above them all: a source may be
         // another's target, or its own (dup2(3, 3) would keep close-on-exec,
         // and the secret would be lost on exec). dup2 clears close-on-exec.
@@ -247,7 +237,7 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
         ::execv(argv[0], argv.data());
         ::_exit(127);
     }
-    for (int fd : {secret_pipe[0], ready_pipe[1], null_fd, pid_pipe[1], control[1]})
+    for (int fd : {secret_pipe[0], ready_pipe[1], null_fd, pid_pipe[1], go_pipe[0], control[1]})
         ::close(fd);
     int status = 0;
     while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
@@ -255,12 +245,26 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     // The first child has exited: its pid is in the pipe, or nothing is.
     LaunchedDaemon launched;
     if (::read(pid_pipe[0], &launched.pid, sizeof(launched.pid)) != sizeof(launched.pid) || launched.pid <= 0) {
-        for (int fd : {pid_pipe[0], ready_pipe[0], control[0]})
+        for (int fd : {pid_pipe[0], go_pipe[1], ready_pipe[0], control[0]})
             ::close(fd);
         return R::fail("the node daemon could not be started (fork failed)");
     }
     ::close(pid_pipe[0]);
+    // The daemon waits for this before it becomes the job's user: its pid
+    // is still its own.
     launched.pidfd = pidfd_open(launched.pid);
+    const int pidfd_errno = errno;
+    if (launched.pidfd < 0 || ::write(go_pipe[1], "g", 1) != 1) {
+        ::close(go_pipe[1]);  // it reads EOF and exits without running anything
+        for (int fd : {ready_pipe[0], control[0], launched.pidfd})
+            if (fd >= 0)
+                ::close(fd);
+        if (launched.pidfd < 0)
+            return R::fail(std::string("no node daemon without pidfds (pidfd_open: ") + std::strerror(pidfd_errno) +
+                           "; Linux 5.3 or newer has them): root never signals a bare pid, which may be reused");
+        return R::fail(std::string("cannot let the node daemon start: ") + std::strerror(errno));
+    }
+    ::close(go_pipe[1]);
     launched.control = control[0];
     ::fcntl(launched.control, F_SETFL, ::fcntl(launched.control, F_GETFL) | O_NONBLOCK);
 
@@ -338,17 +342,14 @@ std::vector<wire::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::millisec
         }
         ::close(fd);
     }
+    // Every daemon launch_daemon gives has a pidfd: no signal ever goes
+    // to a bare pid.
     if (daemon.pidfd >= 0) {
         while (running(daemon.pidfd) && Clock::now() < deadline)
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
         if (running(daemon.pidfd))
             ::syscall(SYS_pidfd_send_signal, daemon.pidfd, SIGKILL, nullptr, 0);
         ::close(daemon.pidfd);
-    } else if (daemon.pid > 0) {  // no pidfds on this kernel
-        while (alive(daemon.pid) && Clock::now() < deadline)
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        if (alive(daemon.pid))
-            ::kill(daemon.pid, SIGKILL);
     }
     daemon = LaunchedDaemon{};
     return confirmed;

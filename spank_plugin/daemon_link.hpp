@@ -48,7 +48,8 @@ struct LaunchedDaemon {
 // processes), signals unblocked, descriptors closed, the job's uid/gids;
 // waits (bounded) for its "ready" line (at most 64 bytes read; anything
 // else is a failure, never an exception). The first child hands the
-// daemon's pid up a pipe before it exits.
+// daemon's pid up a pipe before it exits; the daemon goes on only once root
+// holds a pidfd of it (no pidfds on this kernel: no daemon, an error).
 Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch);
 
 // The step's private directory in /tmp on this node, made by root with a

@@ -7,6 +7,13 @@
 
 #include <gtest/gtest.h>
 
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
 #include <chrono>
 #include <csignal>
 #include <fcntl.h>
@@ -269,6 +276,52 @@ TEST_F(DaemonLinkTest, OnlyAStepDirectoryIsEverRemoved)
     EXPECT_TRUE(std::filesystem::exists(dir));
     remove_step_dir("/tmp/exitpolicy.1/../" + dir.substr(5), ::getuid(), ::getgid(), 2000ms);
     EXPECT_TRUE(std::filesystem::exists(dir));
+}
+
+// A kernel without pidfd_open (before Linux 5.3), as seccomp makes one:
+// pidfd_open fails with ENOSYS.
+bool without_pidfds()
+{
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_open, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog prog{static_cast<unsigned short>(sizeof(filter) / sizeof(filter[0])), filter};
+    return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+           ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0;
+}
+
+// Where pidfds are missing no daemon is started at all: root would have
+// had to signal a bare pid, which may have been reused. Before, the daemon
+// ran and stop_daemon signalled its pid.
+TEST_F(DaemonLinkTest, WithoutPidfdsNoDaemonIsStartedAndTheErrorSaysWhy)
+{
+    const std::string ran = dir + "/ran";
+    const DaemonLaunch l = launch("touch " + ran + "; echo 'ready 1' >&4; exec sleep 30");
+    // In a child of its own: the filter stays with the process.
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        if (!without_pidfds())
+            ::_exit(2);
+        auto launched = launch_daemon(l);
+        if (launched)
+            ::_exit(3);
+        if (launched.error().find("no node daemon without pidfds (pidfd_open: Function not implemented") != 0)
+            ::_exit(4);
+        ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "2: no seccomp filter, 3: a daemon was started, 4: another error";
+    std::this_thread::sleep_for(200ms);
+    EXPECT_FALSE(std::filesystem::exists(ran)) << "the daemon's program ran";
 }
 
 }  // namespace
