@@ -184,6 +184,9 @@ void EventAnchor::spawn()
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, in[0], 0);
     posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    // Nothing else of the daemon's: its links, its listeners, its clients'
+    // connections stay its own, and close when it closes them.
+    posix_spawn_file_actions_addclosefrom_np(&actions, 3);
     // No signal of the daemon's mask or dispositions is the anchor's.
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <fcntl.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -87,6 +88,9 @@ void tune_socket(int fd) noexcept
 {
     if (fd < 0)
         return;
+    // libevent makes the sockets it connects without close-on-exec: a child
+    // would hold the link open (no FIN when it closes) until the child ends.
+    ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
     // Small frames (events, fence results) must not wait for Nagle's
     // algorithm and a delayed ACK: that is 40 ms per hop.
     const int on = 1;

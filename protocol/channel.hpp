@@ -57,8 +57,9 @@ struct evconnlistener;
 
 namespace exitpolicy::wire {
 
-// Every overlay TCP socket: no Nagle delay, and keepalive probes with a
-// bound, so that a peer that vanished without a word is noticed.
+// Every overlay TCP socket: close-on-exec, no Nagle delay, and keepalive
+// probes with a bound, so that a peer that vanished without a word is
+// noticed.
 void tune_socket(int fd) noexcept;
 
 // The most accepted channels not yet ready that an owner keeps at once,

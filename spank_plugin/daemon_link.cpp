@@ -107,6 +107,9 @@ Result<bool> remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::
         if (devnull >= 0)
             for (int fd : {0, 1, 2})
                 ::dup2(devnull, fd);
+        // None of root's descriptors goes with it to the user: a process
+        // of the user's could take one (pidfd_getfd) while rm runs.
+        ::close_range(3, ~0U, 0);
         // Slurm 24.11's slurmstepd SIGTERMs the step's processes, this one
         // too, while its SPANK exit hooks run: rm finishes first.
         struct sigaction ignore {};

@@ -324,5 +324,65 @@ TEST_F(DaemonLinkTest, WithoutPidfdsNoDaemonIsStartedAndTheErrorSaysWhy)
     EXPECT_FALSE(std::filesystem::exists(ran)) << "the daemon's program ran";
 }
 
+// The pids of this process's children named `comm`.
+std::vector<pid_t> children_named(const std::string& comm)
+{
+    std::vector<pid_t> out;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+        const std::string name = e.path().filename();
+        if (name.find_first_not_of("0123456789") != std::string::npos)
+            continue;
+        std::ifstream stat(e.path() / "stat");
+        std::string all;
+        std::getline(stat, all);
+        const auto open = all.find('(');
+        const auto close = all.rfind(')');
+        if (open == std::string::npos || close == std::string::npos || close + 4 > all.size())
+            continue;
+        int ppid = 0;
+        char state = 0;
+        if (std::sscanf(all.c_str() + close + 2, "%c %d", &state, &ppid) == 2 && ppid == ::getpid() &&
+            all.substr(open + 1, close - open - 1) == comm)
+            out.push_back(std::stoi(name));
+    }
+    return out;
+}
+
+// rm, the job's user's, gets none of root's descriptors: before, it held
+// every one slurmstepd had open without close-on-exec, for a process of the
+// user's to take with pidfd_getfd while rm ran.
+TEST_F(DaemonLinkTest, TheRemovingRmHoldsNoneOfRootsDescriptors)
+{
+    auto step_dir = make_step_dir(7, 2, "node1", ::getuid(), ::getgid());
+    ASSERT_TRUE(step_dir) << step_dir.error();
+    for (int i = 0; i < 20000; ++i)  // long enough to catch rm at work
+        std::ofstream(*step_dir + "/f" + std::to_string(i));
+    const std::string secret_file = dir + "/roots-secret";
+    const int held = ::open(secret_file.c_str(), O_CREAT | O_RDWR, 0600);  // no O_CLOEXEC, as many of root's
+    ASSERT_GE(held, 0);
+    std::thread remover([&] { EXPECT_TRUE(remove_step_dir(*step_dir, ::getuid(), ::getgid(), 20000ms)); });
+    std::vector<std::string> rm_fds;
+    bool caught = false;
+    for (int i = 0; i < 5000 && !caught; ++i) {
+        for (pid_t rm : children_named("rm")) {
+            if (::kill(rm, SIGSTOP) != 0)
+                continue;
+            caught = true;
+            for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(rm) + "/fd")) {
+                std::error_code ec;
+                rm_fds.push_back(std::filesystem::read_symlink(fd.path(), ec).string());
+            }
+            ::kill(rm, SIGCONT);
+        }
+        std::this_thread::sleep_for(1ms);
+    }
+    remover.join();
+    ::close(held);
+    ASSERT_TRUE(caught) << "rm was never seen at work";
+    for (const auto& target : rm_fds)
+        EXPECT_NE(target, secret_file) << "rm holds root's descriptor of " << secret_file;
+    EXPECT_FALSE(std::filesystem::exists(*step_dir));
+}
+
 }  // namespace
 }  // namespace exitpolicy::plugin
