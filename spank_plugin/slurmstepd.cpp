@@ -163,11 +163,26 @@ int init_post_opt(spank_t sp)
     // The tasks need not see the step's secret.
     spank_unsetenv(sp, bootstrap_env);
 
-    const auto parsed = parse_bootstrap(*bootstrap);
+    auto parsed = parse_bootstrap(*bootstrap);
     if (!parsed) {
         log::error("step %u.%u: malformed %s (%s); this node's exit codes are left to Slurm", job_id, step_id,
                    bootstrap_env, parsed.error().c_str());
         return 0;
+    }
+    // The site's settings hold here too, not only in srun: the variable
+    // comes from the job's environment, which its user can set.
+    if (parsed->pmix) {
+        const auto mpi = job_env(sp, "SLURM_MPI_TYPE");
+        const char* refused = nullptr;
+        if (state().config.pmix == PmixMode::never)
+            refused = "this node's plugstack.conf says pmix=never";
+        else if (mpi && !mpi->empty() && *mpi != "none")
+            refused = "the step has Slurm's own MPI plugin";
+        if (refused) {
+            log::error("step %u.%u: %s asks for exitpolicy's PMIx service, but %s: no node daemon", job_id, step_id,
+                       bootstrap_env, refused);
+            parsed->pmix = false;
+        }
     }
     LinkSetup setup;
     setup.job_id = job_id;
