@@ -177,7 +177,7 @@ bool Agent::listen_children()
             // No exception leaves a libevent callback.
             try {
                 d->child_backoff_->accepted();
-                d->make_room_for_child();
+                d->make_room_for_child(fd);
                 auto h = d->overlay_handlers();
                 h.ready = [d](wire::Channel& c) {
                     c.tag = c.peer().node_id;
@@ -215,7 +215,8 @@ bool Agent::listen_children()
         return false;
     }
     child_backoff_ = std::make_unique<wire::AcceptBackoff>(
-        child_listener_, [](const std::string& line) { log::error("child listener: %s", line.c_str()); });
+        child_listener_, [](const std::string& line) { log::error("child listener: %s", line.c_str()); },
+        [this] { return close_oldest_waiting_child(); });
     evconnlistener_set_error_cb(child_listener_, [](evconnlistener*, void* arg) {
         static_cast<Agent*>(arg)->child_backoff_->failed(EVUTIL_SOCKET_ERROR());
     });
@@ -228,7 +229,7 @@ bool Agent::listen_children()
 
 // A child's connection is on its way: room for it among those not ready,
 // by destroying the oldest (outside its callbacks: no `closed`).
-void Agent::make_room_for_child()
+void Agent::make_room_for_child(int fd)
 {
     auto waiting = [](const auto& c) { return !c->is_ready() && !c->is_closed(); };
     auto count = static_cast<std::size_t>(std::count_if(children_.begin(), children_.end(), waiting));
@@ -237,21 +238,38 @@ void Agent::make_room_for_child()
     // have theirs already and connect: the widest a step may have.
     const std::uint32_t fanout = map_ ? map_->fanout : wire::max_fanout;
     const std::size_t cap = wire::unauthenticated_cap(2 * std::size_t{fanout});
-    if (count < cap)
+    // Descriptors for its PMIx server's clients too.
+    std::size_t short_of = wire::descriptors_short(fd, wire::descriptor_reserve + setup_.ranks.size());
+    if (count < cap && short_of == 0)
         return;
     if (!told_over_cap_) {
         told_over_cap_ = true;
-        log::error("more than %zu connections from children were unauthenticated at once; the oldest are closed",
-                   cap);
+        log::error("%s; the oldest unauthenticated connections from children are closed",
+                   short_of ? "short of descriptors (RLIMIT_NOFILE)"
+                            : ("more than " + std::to_string(cap) + " connections from children were unauthenticated "
+                                                                    "at once")
+                                  .c_str());
     }
-    for (auto it = children_.begin(); it != children_.end() && count >= cap;) {
+    for (auto it = children_.begin(); it != children_.end() && (count >= cap || short_of > 0);) {
         if (waiting(*it)) {
             it = children_.erase(it);
             --count;
+            if (short_of > 0)
+                --short_of;
         } else {
             ++it;
         }
     }
+}
+
+bool Agent::close_oldest_waiting_child()
+{
+    const auto it = std::find_if(children_.begin(), children_.end(),
+                                 [](const auto& c) { return !c->is_ready() && !c->is_closed(); });
+    if (it == children_.end())
+        return false;
+    children_.erase(it);
+    return true;
 }
 
 void Agent::send_up(const wire::Bytes& frame)

@@ -143,7 +143,9 @@ private:
     void quit(int code);
     void start_fe_link();
     bool listen_children();
-    void make_room_for_child();
+    // fd: the child's accepted descriptor.
+    void make_room_for_child(int fd);
+    bool close_oldest_waiting_child();
     wire::Channel::Handlers overlay_handlers();
     void on_map(const wire::StepMap& map);
     void send_up(const wire::Bytes& frame);

@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -46,8 +47,19 @@ std::chrono::milliseconds Channel::handshake_deadline() noexcept
     return std::chrono::milliseconds(handshake_deadline_ms.load());
 }
 
-AcceptBackoff::AcceptBackoff(evconnlistener* listener, std::function<void(const std::string&)> log)
-    : listener_(listener), log_(std::move(log))
+std::size_t descriptors_short(int fd, std::size_t reserve) noexcept
+{
+    rlimit lim{};
+    if (fd < 0 || ::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY)
+        return 0;
+    const rlim_t used_up_to = static_cast<rlim_t>(fd) + 1;
+    const rlim_t left = lim.rlim_cur > used_up_to ? lim.rlim_cur - used_up_to : 0;
+    return left >= reserve ? 0 : static_cast<std::size_t>(reserve - left);
+}
+
+AcceptBackoff::AcceptBackoff(evconnlistener* listener, std::function<void(const std::string&)> log,
+                             std::function<bool()> relieve)
+    : listener_(listener), log_(std::move(log)), relieve_(std::move(relieve))
 {
     timer_ = event_new(evconnlistener_get_base(listener_), -1, 0, on_timer, this);
 }
@@ -60,6 +72,12 @@ AcceptBackoff::~AcceptBackoff()
 
 void AcceptBackoff::failed(int error) noexcept
 {
+    // Out of descriptors with idle peers holding some: room at once.
+    try {
+        if ((error == EMFILE || error == ENFILE) && relieve_ && relieve_())
+            return;
+    } catch (...) {
+    }
     if (!failing_) {
         failing_ = true;
         try {

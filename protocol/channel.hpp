@@ -72,6 +72,15 @@ inline std::size_t unauthenticated_cap(std::size_t expected_peers) noexcept
     return expected_peers > max_unauthenticated_channels ? expected_peers : max_unauthenticated_channels;
 }
 
+// Descriptors an owner leaves to the rest of its process (srun's own, the
+// PMIx server's for its clients) after accepting a channel.
+constexpr std::size_t descriptor_reserve = 64;
+// How many of the oldest unauthenticated channels to close after accepting
+// `fd` so that `reserve` descriptors stay free under RLIMIT_NOFILE: the
+// kernel gives the lowest free descriptor, so every one below `fd` is in
+// use and at most limit - 1 - fd are left. 0: none.
+std::size_t descriptors_short(int fd, std::size_t reserve = descriptor_reserve) noexcept;
+
 // A listener's failed accept() (evconnlistener_set_error_cb): the listener
 // is disabled and enabled again after `pause`, and `log` is called once for
 // the whole episode, which ends with the next accepted connection. Without
@@ -83,7 +92,11 @@ public:
     static constexpr std::chrono::milliseconds pause{100};
 
     // Everything on the listener's loop; the listener outlives this.
-    AcceptBackoff(evconnlistener* listener, std::function<void(const std::string&)> log);
+    // relieve, when given, closes the oldest unauthenticated channel and
+    // says whether there was one: with no descriptor left (EMFILE, ENFILE)
+    // that makes room at once, and the listener is not paused.
+    AcceptBackoff(evconnlistener* listener, std::function<void(const std::string&)> log,
+                  std::function<bool()> relieve = {});
     ~AcceptBackoff();
     AcceptBackoff(const AcceptBackoff&) = delete;
     AcceptBackoff& operator=(const AcceptBackoff&) = delete;
@@ -97,6 +110,7 @@ private:
     static void on_timer(int, short, void* arg) noexcept;
     evconnlistener* listener_;
     std::function<void(const std::string&)> log_;
+    std::function<bool()> relieve_;
     ::event* timer_ = nullptr;
     bool failing_ = false;
 };

@@ -130,25 +130,40 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
             pending.erase(*std::exchange(c->pending_at, std::nullopt));
     }
 
-    // A new connection is on its way: room for it among those not ready,
-    // by closing the oldest (no `closed`: it is destroyed, outside its own
+    // A new connection (fd) is on its way: room for it among those not
+    // ready, and descriptors left for the rest of srun, by closing the
+    // oldest not ready (no `closed`: it is destroyed, outside its own
     // callbacks).
-    void make_room()
+    void make_room(int fd)
     {
         // A slurmstepd and a daemon per node may come at once.
         const std::size_t cap = wire::unauthenticated_cap(2 * std::size_t{setup.nnodes});
-        if (pending.size() < cap)
+        std::size_t short_of = wire::descriptors_short(fd);
+        if (pending.size() < cap && short_of == 0)
             return;
         if (!told_over_cap) {
             told_over_cap = true;
-            collector.problem("more than " + std::to_string(cap) +
-                    " connections were unauthenticated at once; the oldest were closed");
+            collector.problem(short_of ? "srun was short of descriptors (RLIMIT_NOFILE); the oldest unauthenticated "
+                                         "connections were closed"
+                                       : "more than " + std::to_string(cap) +
+                                             " connections were unauthenticated at once; the oldest were closed");
         }
-        while (pending.size() >= cap) {
-            Conn* oldest = pending.front();
-            unpend(oldest);
-            conns.erase(oldest->channel.get());
+        while (!pending.empty() && (pending.size() >= cap || short_of > 0)) {
+            close_oldest_pending();
+            if (short_of > 0)
+                --short_of;
         }
+    }
+
+    // Whether there was one to close.
+    bool close_oldest_pending()
+    {
+        if (pending.empty())
+            return false;
+        Conn* oldest = pending.front();
+        unpend(oldest);
+        conns.erase(oldest->channel.get());
+        return true;
     }
 
     void send(Conn* c, const wire::Bytes& frame)
@@ -232,7 +247,7 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
         auto* fe = static_cast<Impl*>(arg);
         try {
             fe->accept_backoff->accepted();
-            fe->make_room();
+            fe->make_room(fd);
             auto c = std::make_unique<Conn>();
             Conn* raw = c.get();
             char text[INET6_ADDRSTRLEN] = {};
@@ -288,9 +303,10 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
             return Result<bool>::fail("cannot listen on " + where + ": " + std::strerror(errno));
         }
         // Straight to srun's stderr, once per episode of failed accepts.
-        accept_backoff = std::make_unique<wire::AcceptBackoff>(listener.get(), [](const std::string& line) {
-            std::fprintf(stderr, "exitpolicy: front end: %s\n", line.c_str());
-        });
+        accept_backoff = std::make_unique<wire::AcceptBackoff>(
+            listener.get(),
+            [](const std::string& line) { std::fprintf(stderr, "exitpolicy: front end: %s\n", line.c_str()); },
+            [this] { return close_oldest_pending(); });
         evconnlistener_set_error_cb(listener.get(), [](evconnlistener*, void* arg) {
             static_cast<Impl*>(arg)->accept_backoff->failed(EVUTIL_SOCKET_ERROR());
         });

@@ -297,6 +297,95 @@ TEST(FrontEndTest, IdleConnectionsBeyondTheCapAreClosedAndANodeStillReports)
         ::close(fd);
 }
 
+// srun short of descriptors: a front end whose RLIMIT_NOFILE (300) is below
+// its cap of unauthenticated connections (400 for 200 nodes) while 400 idle
+// peers connect. It keeps descriptors free by closing the oldest of them, so
+// a node that authenticates still gets in. Before, accept failed with
+// EMFILE while the idle peers held every descriptor, and the node timed out.
+TEST(FrontEndTest, IdlePeersCannotTakeTheDescriptorsANodeNeeds)
+{
+    constexpr std::size_t idle_peers = 400;
+    rlimit mine{};
+    ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &mine), 0);
+    if (mine.rlim_cur < idle_peers + 200) {
+        rlimit raised = mine;
+        raised.rlim_cur = std::min<rlim_t>(idle_peers + 200, mine.rlim_max);
+        ::setrlimit(RLIMIT_NOFILE, &raised);
+        ::getrlimit(RLIMIT_NOFILE, &mine);
+        if (mine.rlim_cur < idle_peers + 200)
+            GTEST_SKIP() << "RLIMIT_NOFILE is " << mine.rlim_cur << ": the idle peers need " << idle_peers + 200;
+    }
+    int up[2], down[2];
+    ASSERT_EQ(::pipe(up), 0);
+    ASSERT_EQ(::pipe(down), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {  // the front end, in a process of its own with its own limit
+        ::close(up[0]);
+        ::close(down[1]);
+        const rlimit low{300, 300};
+        if (::setrlimit(RLIMIT_NOFILE, &low) != 0)
+            ::_exit(10);
+        auto fe = FrontEnd::start({job, step, 2, 200, std::nullopt});
+        if (!fe)
+            ::_exit(11);
+        const std::uint16_t port = (*fe)->port();
+        const wire::Secret secret = (*fe)->secret();
+        if (::write(up[1], &port, sizeof(port)) != sizeof(port) ||
+            ::write(up[1], secret.data(), secret.size()) != static_cast<ssize_t>(secret.size()))
+            ::_exit(12);
+        char go = 0;
+        if (::read(down[0], &go, 1) != 1)
+            ::_exit(13);
+        const Collected got = (*fe)->finish(3s);
+        ::_exit(got.missing == 0 && got.nodes_reporting == 1 ? 0 : 1);
+    }
+    ::close(up[1]);
+    ::close(down[0]);
+    // However the test ends, the front end's process reads EOF and is reaped.
+    struct Reaper {
+        pid_t pid;
+        int down, up;
+        ~Reaper()
+        {
+            ::close(down);
+            ::close(up);
+            if (pid > 0)
+                ::waitpid(pid, nullptr, 0);
+        }
+    } reaper{child, down[1], up[0]};
+    std::uint16_t port = 0;
+    wire::Secret secret{};
+    ASSERT_EQ(::read(up[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
+    ASSERT_EQ(::read(up[0], secret.data(), secret.size()), static_cast<ssize_t>(secret.size()));
+    std::vector<int> idle;
+    for (std::size_t i = 0; i < idle_peers; ++i) {
+        const int fd = idle_connection(port);
+        ASSERT_GE(fd, 0) << "connection " << i << ": " << std::strerror(errno);
+        idle.push_back(fd);
+    }
+    std::this_thread::sleep_for(300ms);
+    LinkSetup s;
+    s.host = "127.0.0.1";
+    s.port = port;
+    s.secret = secret;
+    s.job_id = job;
+    s.step_id = step;
+    s.hostname = "node1";
+    s.ranks = {0, 1};
+    auto link = NodeLink::connect(s, 3s);
+    ASSERT_TRUE(link) << link.error();
+    EXPECT_TRUE(link->send_outcome(outcome(0, 0), 2s));
+    EXPECT_TRUE(link->send_outcome(outcome(1, 0), 2s));
+    for (int fd : idle)
+        ::close(fd);
+    ASSERT_EQ(::write(down[1], "g", 1), 1);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    reaper.pid = -1;
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the front end's process: wait status " << status;
+}
+
 // What this process writes to stderr (fd 2), from any thread, until said().
 class CapturedStderr {
 public:
