@@ -524,9 +524,10 @@ void Daemon::stop(int code)
         return;
     stopping_ = true;
     exit_code_ = code;
+    Local* told = nullptr;
     if (agent_) {
         agent_->stop();
-        confirm_to_slurmstepd();
+        told = confirm_to_slurmstepd();
     }
     if (anchor_)
         anchor_->release();
@@ -534,18 +535,36 @@ void Daemon::stop(int code)
         ::close(args_.ready_fd);
         args_.ready_fd = -1;
     }
-    event_base_loopexit(base_, nullptr);
+    if (!told) {
+        event_base_loopexit(base_, nullptr);
+        return;
+    }
+    // The loop ends once the control link has taken what slurmstepd is
+    // told (or broke), within a bound: libevent writes it, not us.
+    bufferevent_setcb(
+        told->bev, nullptr,
+        [](bufferevent* bev, void* arg) {
+            if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+                event_base_loopexit(static_cast<event_base*>(arg), nullptr);
+        },
+        [](bufferevent*, short, void* arg) { event_base_loopexit(static_cast<event_base*>(arg), nullptr); }, base_);
+    bufferevent_enable(told->bev, EV_WRITE);
+    const timeval bound{0, 500'000};
+    event_base_loopexit(base_, &bound);
 }
 
 // slurmstepd's last word from us: which of its outcomes srun has. It sends
-// the others the direct way (an outcome is held until srun has it). Written
-// now, whatever is queued before it first: the loop does not turn again.
-void Daemon::confirm_to_slurmstepd()
+// the others the direct way (an outcome is held until srun has it). Queued
+// on the control link (after whatever waits there), which it returns.
+Daemon::Local* Daemon::confirm_to_slurmstepd()
 {
     const auto control = std::find_if(locals_.begin(), locals_.end(), [](const auto& l) { return l->control; });
-    if (control == locals_.end())
-        return;
     const auto& confirmed = agent_->confirmed();
+    if (control == locals_.end()) {
+        log::debug("no control link to tell slurmstepd that srun has %zu of its outcomes", confirmed.size());
+        return nullptr;
+    }
+    log::debug("telling slurmstepd that srun has %zu of its outcomes", confirmed.size());
     for (std::size_t i = 0; i < confirmed.size() || i == 0; i += wire::max_ranks) {
         wire::Acks part;
         part.list.assign(confirmed.begin() + static_cast<std::ptrdiff_t>(i),
@@ -553,11 +572,7 @@ void Daemon::confirm_to_slurmstepd()
         const wire::Bytes frame = part.encode();
         bufferevent_write((*control)->bev, frame.data(), frame.size());
     }
-    evbuffer* out = bufferevent_get_output((*control)->bev);
-    const evutil_socket_t fd = bufferevent_getfd((*control)->bev);
-    // A socketpair with room for far more: written at once, or not at all.
-    while (evbuffer_get_length(out) > 0 && evbuffer_write(out, fd) > 0) {
-    }
+    return control->get();
 }
 
 // ---- local socket --------------------------------------------------------------------

@@ -71,7 +71,7 @@ private:
     void terminate(const wire::Terminate& t) override;
     void dmodex(std::uint32_t rank, Agent::Done done) override;
     void stop(int code) override;
-    void confirm_to_slurmstepd();
+    Local* confirm_to_slurmstepd();
 
     // Once both the step map and the PMIx server are there (in either
     // order): the namespace is registered, and the agent serves.

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from test_pmix import node_daemon
+from test_pmix import node_daemon, pmix  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,8 @@ def test_a_relay_killed_in_a_burst_of_outcomes_loses_none(cluster, workdir, pmix
     for run in range(RUNS):
         report = workdir / f"delivery-{run}.json"
         at = time.time() + 3.0
-        proc = cluster.popen("srun", "-N4", "-n16", "--exit-policy=max", f"--exit-report-json={report}",
+        # 4 tasks on each node of 2 CPUs: --overcommit.
+        proc = cluster.popen("srun", "-N4", "-n16", "--overcommit", "--exit-policy=max", f"--exit-report-json={report}",
                              "/usr/bin/python3", "-c", TASK, f"{at:.6f}", cwd=workdir)
         killed = {}
 

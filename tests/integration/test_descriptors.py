@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from test_pmix import node_daemon
+from test_pmix import node_daemon, pmix  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.integration
 
