@@ -66,3 +66,20 @@ def test_a_relay_killed_in_a_burst_of_outcomes_loses_none(cluster, workdir, pmix
             assert t["state"] != "lost", f"run {run}: rank {rank} lost\n{err}"
             assert (t["state"], t["exit_code"]) == ("exited", expected(rank)), f"run {run}: rank {rank}: {t}\n{err}"
         assert proc.returncode == 5, f"run {run}\n{err}"  # max: the highest code
+
+
+def test_what_srun_has_is_never_sent_twice(cluster, workdir, pmix):
+    """The daemons live: each tells its slurmstepd, on its way out, which
+    outcomes srun has, and none goes the direct way again (the node's log
+    would say so)."""
+    pmix.enable("fanout=2", "grace_ms=3000", "debug=2")  # the plugin's verbose lines too
+    rc, out, err = cluster.exec("srun", "-N4", "-n8", "--exit-policy=main-rank", "sh", "-c",
+                                'echo "job=$SLURM_JOB_ID"; exit 3', cwd=workdir, timeout=60)
+    assert rc == 3, err
+    job = out.split("job=")[1].split()[0]
+    said = []
+    for k in range(1, 5):
+        log = (cluster.dir / "log" / f"slurmd.node{k}.log").read_text(errors="replace")
+        said += [l for l in log.splitlines() if f"[{job}." in l and "exitpolicy" in l]
+    assert said, "no exitpolicy line for the step in the nodes' logs"
+    assert [l for l in said if "go the direct way" in l or "cannot deliver" in l] == [], said
