@@ -5,14 +5,20 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <charconv>
+#include <dirent.h>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <set>
+#include <sstream>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -93,6 +99,70 @@ Result<std::string> make_step_dir(std::uint32_t job_id, std::uint32_t step_id, c
     return R::ok(std::move(path));
 }
 
+namespace {
+
+// The paths of the Unix sockets someone listens on (/proc/net/unix: flags
+// __SO_ACCEPTCON), read without connecting to any of them.
+std::set<std::string> listening_unix_sockets()
+{
+    std::set<std::string> out;
+    std::ifstream in("/proc/net/unix");
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+        // Num RefCount Protocol Flags Type St Inode Path
+        std::istringstream fields(line);
+        std::string num, refs, proto, flags, type, state, inode, path;
+        if (!(fields >> num >> refs >> proto >> flags >> type >> state >> inode >> path))
+            continue;
+        if (std::strtoul(flags.c_str(), nullptr, 16) & 0x10000)
+            out.insert(path);
+    }
+    return out;
+}
+
+}  // namespace
+
+std::vector<std::string> remove_stale_step_dirs(const std::string& node, std::chrono::seconds older_than,
+                                                std::chrono::milliseconds timeout)
+{
+    std::vector<std::string> removed;
+    DIR* tmp = ::opendir("/tmp");
+    if (!tmp)
+        return removed;
+    const std::string prefix = "exitpolicy.";
+    const std::string mark = "." + node + ".";
+    std::vector<std::string> candidates;
+    while (const dirent* e = ::readdir(tmp)) {
+        const std::string name = e->d_name;
+        // exitpolicy.<job>.<step>.<node>.XXXXXX, this node's
+        const auto at = name.rfind(mark);
+        if (name.rfind(prefix, 0) == 0 && at != std::string::npos && at + mark.size() + 6 == name.size() &&
+            name.find('/') == std::string::npos)
+            candidates.push_back("/tmp/" + name);
+    }
+    ::closedir(tmp);
+    if (candidates.empty())
+        return removed;
+    const auto listening = listening_unix_sockets();
+    const auto now = std::chrono::system_clock::now();
+    for (const auto& dir : candidates) {
+        struct stat st {};
+        // A directory as make_step_dir leaves one (never a link), untouched
+        // for a while, whose daemon no longer listens.
+        if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || (st.st_mode & 07777) != 0700)
+            continue;
+        const auto changed = std::chrono::system_clock::from_time_t(st.st_mtime);
+        if (now - changed < older_than || listening.count(daemon_socket(dir)))
+            continue;
+        if (remove_step_dir(dir, st.st_uid, st.st_gid, timeout))
+            removed.push_back(dir);
+        if (removed.size() >= max_stale_removed)
+            break;  // the rest at the next step's start
+    }
+    return removed;
+}
+
 Result<bool> remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::chrono::milliseconds timeout)
 {
     using R = Result<bool>;
@@ -148,6 +218,23 @@ std::string daemon_socket(const std::string& dir)
     return dir + "/daemon.sock";
 }
 
+std::vector<std::string> daemon_environment(char* const* env)
+{
+    std::vector<std::string> out;
+    bool path = false;
+    for (char* const* e = env; e && *e; ++e) {
+        const std::string_view kv = *e;
+        const bool keep = kv.starts_with("PATH=") || kv.starts_with("LD_LIBRARY_PATH=") || kv.starts_with("TZ=") ||
+                          kv.starts_with("PMIX_MCA_");
+        if (keep)
+            out.emplace_back(kv);
+        path = path || kv.starts_with("PATH=");
+    }
+    if (!path)
+        out.emplace_back("PATH=/usr/sbin:/usr/bin:/sbin:/bin");
+    return out;
+}
+
 Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
 {
     using R = Result<LaunchedDaemon>;
@@ -176,6 +263,11 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     for (auto& word : words)
         argv.push_back(word.data());
     argv.push_back(nullptr);
+    std::vector<std::string> env = daemon_environment(environ);
+    std::vector<char*> envp;
+    for (auto& kv : env)
+        envp.push_back(kv.data());
+    envp.push_back(nullptr);
     const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
     int pid_pipe[2] = {-1, -1};
     int go_pipe[2] = {-1, -1};
@@ -237,7 +329,7 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
         ::sigprocmask(SIG_SETMASK, &none, nullptr);
         for (int sig = 1; sig < NSIG; ++sig)
             ::signal(sig, SIG_DFL);
-        ::execv(argv[0], argv.data());
+        ::execve(argv[0], argv.data(), envp.data());
         ::_exit(127);
     }
     for (int fd : {secret_pipe[0], ready_pipe[1], null_fd, pid_pipe[1], go_pipe[0], control[1]})

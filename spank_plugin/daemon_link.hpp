@@ -44,6 +44,11 @@ struct LaunchedDaemon {
     int control = -1;
 };
 
+// What of slurmstepd's (root's) environment the daemon, the job's user's
+// process, gets: PATH (a default one if none), LD_LIBRARY_PATH, TZ and
+// OpenPMIx's PMIX_MCA_* settings; nothing else.
+std::vector<std::string> daemon_environment(char* const* env);
+
 // Double fork + setsid (so that proctrack does not kill it with the step's
 // processes), signals unblocked, descriptors closed, the job's uid/gids;
 // waits (bounded) for its "ready" line (at most 64 bytes read; anything
@@ -59,6 +64,15 @@ Result<std::string> make_step_dir(std::uint32_t job_id, std::uint32_t step_id, c
 // Removes it as the job's user (rm -rf in a child that drops to uid/gid),
 // so that root never walks a tree its user could rearrange; bounded.
 Result<bool> remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::chrono::milliseconds timeout);
+
+// This node's step directories whose steps are gone: a real directory of
+// mode 0700, unchanged for older_than, whose daemon's socket nobody listens
+// on (a node that crashed left it; on Debian 12 /tmp is on disk). Each is
+// removed as its owner (remove_step_dir), at most max_stale_removed at a
+// time. Returns those removed.
+inline constexpr std::size_t max_stale_removed = 8;
+std::vector<std::string> remove_stale_step_dirs(const std::string& node, std::chrono::seconds older_than,
+                                                std::chrono::milliseconds timeout);
 
 // The daemon's local socket in its private directory.
 std::string daemon_socket(const std::string& dir);

@@ -34,6 +34,9 @@ namespace {
 constexpr std::chrono::milliseconds connect_timeout{5000};
 constexpr std::chrono::milliseconds ack_timeout{2000};
 constexpr std::chrono::milliseconds remove_timeout{2000};
+// A step directory unchanged this long whose daemon does not listen is a
+// dead step's.
+constexpr std::chrono::seconds stale_step_dir_age{300};
 
 struct Remote {
     std::uint32_t job_id = 0;
@@ -90,6 +93,9 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
     DaemonLaunch launch;
     if (spank_get_item(sp, S_JOB_SUPPLEMENTARY_GIDS, &groups, &ngroups) == ESPANK_SUCCESS && groups)
         launch.groups.assign(groups, groups + ngroups);
+    for (const auto& gone : remove_stale_step_dirs(link.hostname, stale_step_dir_age, remove_timeout))
+        log::info("step %u.%u: removed %s, which a step that is gone left behind", link.job_id, link.step_id,
+                  gone.c_str());
     auto made = make_step_dir(link.job_id, link.step_id, link.hostname, uid, gid);
     if (!made) {
         failure = "PMIx service failed: " + made.error();

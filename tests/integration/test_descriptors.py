@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from test_pmix import node_daemon, pmix  # noqa: F401 (a fixture)
+from test_pmix import daemon_arg, daemons, pmix  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.integration
 
@@ -48,9 +48,15 @@ def children(pid):
 def test_the_event_anchor_holds_none_of_the_daemons_sockets(cluster, workdir, pmix):
     """node1's daemon relays for node3 and node4 (fan-out 2) and links to
     srun: its overlay sockets are its own, not its event anchor's too."""
+    before = set(daemons())  # an earlier step's may still be on its way out
     proc = cluster.popen("srun", "-N4", "-n8", "sleep", "6", cwd=workdir)
     try:
-        daemon = node_daemon("node1")
+        daemon = None
+        deadline = time.monotonic() + 10
+        while daemon is None and time.monotonic() < deadline:
+            daemon = next((p for p in set(daemons()) - before if daemon_arg(p, b"--hostname") == "node1"), None)
+            time.sleep(0.05)
+        assert daemon is not None, "no daemon for node1 appeared"
         anchor = None
         deadline = time.monotonic() + 10
         while anchor is None and time.monotonic() < deadline:

@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <fcntl.h>
@@ -382,6 +383,84 @@ TEST_F(DaemonLinkTest, TheRemovingRmHoldsNoneOfRootsDescriptors)
     for (const auto& target : rm_fds)
         EXPECT_NE(target, secret_file) << "rm holds root's descriptor of " << secret_file;
     EXPECT_FALSE(std::filesystem::exists(*step_dir));
+}
+
+// Backdates a path's modification time by `ago`.
+void age(const std::string& path, std::chrono::seconds ago)
+{
+    timespec times[2];
+    ::clock_gettime(CLOCK_REALTIME, &times[0]);
+    times[0].tv_sec -= ago.count();
+    times[1] = times[0];
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, AT_SYMLINK_NOFOLLOW), 0) << path;
+}
+
+// A node that crashed left its step's directory; the next step on the node
+// removes it, and nothing that may still be in use: a live daemon's (its
+// socket listens), one just made, another node's, a link. Before, such
+// directories stayed until reboot, and /tmp is on disk on Debian 12.
+TEST_F(DaemonLinkTest, TheNextStepRemovesWhatADeadStepLeftAndNothingElse)
+{
+    if (::geteuid() != 0)
+        GTEST_SKIP() << "needs root to make directories for another user";
+    const uid_t nobody = 65534;
+    const std::string node = "ep-stale-" + std::to_string(::getpid());
+    auto dead = make_step_dir(7, 1, node, nobody, nobody);
+    auto fresh = make_step_dir(7, 2, node, nobody, nobody);
+    auto live = make_step_dir(7, 3, node, nobody, nobody);
+    auto other = make_step_dir(7, 1, node + "x", nobody, nobody);
+    ASSERT_TRUE(dead && fresh && live && other);
+    std::ofstream(*dead + "/rank.0") << "left\n";
+    ASSERT_EQ(::lchown((*dead + "/rank.0").c_str(), nobody, nobody), 0);
+    // The live step's daemon listens on its socket.
+    const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un sun{};
+    sun.sun_family = AF_UNIX;
+    std::strcpy(sun.sun_path, daemon_socket(*live).c_str());
+    ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)), 0);
+    ASSERT_EQ(::listen(listener, 4), 0);
+    // A link named as a step directory of this node, to a directory of root's.
+    const std::string link = "/tmp/exitpolicy.7.4." + node + ".AbCdEf";
+    ASSERT_EQ(::symlink(dir.c_str(), link.c_str()), 0);
+    for (const auto& p : {*dead, *live, *other, link})
+        age(p, std::chrono::hours(1));
+
+    const auto removed = remove_stale_step_dirs(node, std::chrono::seconds(300), 2000ms);
+    EXPECT_EQ(removed, std::vector<std::string>{*dead});
+    EXPECT_FALSE(std::filesystem::exists(*dead));
+    EXPECT_TRUE(std::filesystem::exists(*fresh));
+    EXPECT_TRUE(std::filesystem::exists(*live));
+    EXPECT_TRUE(std::filesystem::exists(*other));
+    EXPECT_TRUE(std::filesystem::is_symlink(link));
+    EXPECT_TRUE(std::filesystem::exists(dir));
+    ::close(listener);
+    ::unlink(link.c_str());
+    for (const auto& p : {*fresh, *live, *other})
+        std::filesystem::remove_all(p);
+}
+
+// The daemon runs as the job's user: of slurmstepd's (root's) environment it
+// gets only what it needs. Before, it got all of it.
+TEST_F(DaemonLinkTest, TheDaemonGetsOnlyTheEnvironmentItNeeds)
+{
+    ::setenv("EP_ROOTS_OWN", "not for the user", 1);
+    ::setenv("PMIX_MCA_gds", "hash", 1);
+    auto launched = launch_daemon(launch("env > " + dir + "/env; echo 'ready 1' >&4; exec sleep 30"));
+    ::unsetenv("EP_ROOTS_OWN");
+    ::unsetenv("PMIX_MCA_gds");
+    ASSERT_TRUE(launched) << launched.error();
+    std::ifstream in(dir + "/env");
+    std::vector<std::string> names;
+    for (std::string line; std::getline(in, line);)
+        names.push_back(line.substr(0, line.find('=')));
+    stop_daemon(*launched, 0ms);
+    EXPECT_EQ(std::count(names.begin(), names.end(), "EP_ROOTS_OWN"), 0);
+    EXPECT_EQ(std::count(names.begin(), names.end(), "PMIX_MCA_gds"), 1);
+    EXPECT_EQ(std::count(names.begin(), names.end(), "PATH"), 1);
+    for (const auto& n : names)  // sh adds PWD, SHLVL and _ of its own
+        EXPECT_TRUE(n == "PATH" || n == "TZ" || n == "LD_LIBRARY_PATH" || n.rfind("PMIX_MCA_", 0) == 0 || n == "PWD" ||
+                    n == "SHLVL" || n == "_" || n == "OLDPWD")
+            << n;
 }
 
 }  // namespace
