@@ -323,10 +323,16 @@ int exit(spank_t)
         if (!resend.empty())
             log::verbose("step %u.%u: %zu outcomes the node daemon took and srun never confirmed go the direct way",
                          remote.job_id, remote.step_id, resend.size());
+        std::size_t failed = 0;
+        std::string why;
         for (const auto& o : resend)
-            if (auto sent = remote.fe_sink->deliver(o); !sent)
-                log::error("step %u.%u: cannot deliver rank %u's exit to srun (%s); srun will keep Slurm's exit code",
-                           remote.job_id, remote.step_id, o.rank, sent.error().c_str());
+            if (auto sent = remote.fe_sink->deliver(o); !sent && failed++ == 0)
+                why = sent.error();
+        // One line: srun may have had them all the same (the daemon died
+        // after it passed them on), and then it has ended.
+        if (failed)
+            log::error("step %u.%u: cannot send %zu outcomes the direct way (%s); srun may keep Slurm's exit code",
+                       remote.job_id, remote.step_id, failed, why.c_str());
     }
     for (auto& sink : remote.sinks)
         if (auto flushed = sink->flush(ack_timeout); !flushed)
