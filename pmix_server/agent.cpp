@@ -97,13 +97,8 @@ void Agent::on_acks(const wire::Acks& acks)
                                          [node](const auto& c) { return c->is_ready() && c->tag == node; });
         // A child no longer linked here sends them again on its new way up.
         if (linked != children_.end())
-            for (std::size_t i = 0; i < list.list.size(); i += wire::max_ranks) {
-                wire::Acks part;
-                part.list.assign(list.list.begin() + static_cast<std::ptrdiff_t>(i),
-                                 list.list.begin() +
-                                     static_cast<std::ptrdiff_t>(std::min(list.list.size(), i + wire::max_ranks)));
-                (*linked)->send(part.encode());
-            }
+            wire::in_pieces(list.list, wire::max_ranks,
+                            [&](std::vector<wire::Ack> part) { (*linked)->send(wire::Acks{std::move(part)}.encode()); });
     }
 }
 
@@ -116,13 +111,8 @@ void Agent::schedule_outcomes()
 void Agent::send_outcomes()
 {
     outgoing_scheduled_ = false;
-    const auto all = std::exchange(outgoing_, {});
-    for (std::size_t i = 0; i < all.size(); i += wire::max_ranks) {
-        wire::Outcomes batch;
-        batch.list.assign(all.begin() + static_cast<std::ptrdiff_t>(i),
-                          all.begin() + static_cast<std::ptrdiff_t>(std::min(all.size(), i + wire::max_ranks)));
-        send_up(batch.encode());
-    }
+    wire::in_pieces(std::exchange(outgoing_, {}), wire::max_ranks,
+                    [&](std::vector<wire::Outcome> batch) { send_up(wire::Outcomes{std::move(batch)}.encode()); });
 }
 
 wire::Channel::Handlers Agent::overlay_handlers()

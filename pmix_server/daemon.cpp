@@ -565,16 +565,17 @@ Daemon::Local* Daemon::confirm_to_slurmstepd()
         return nullptr;
     }
     log::debug("telling slurmstepd that srun has %zu of its outcomes", confirmed.size());
+    if (confirmed.empty())
+        return nullptr;  // its silence says as much
     // Frames on the control link are read as unauthenticated ones: at most
     // wire::max_body bytes, a count and 8 bytes an ack.
     constexpr std::size_t per_frame = (wire::max_body - 4) / 8;
-    for (std::size_t i = 0; i < confirmed.size() || i == 0; i += per_frame) {
-        wire::Acks part;
-        part.list.assign(confirmed.begin() + static_cast<std::ptrdiff_t>(i),
-                         confirmed.begin() + static_cast<std::ptrdiff_t>(std::min(confirmed.size(), i + per_frame)));
-        const wire::Bytes frame = part.encode();
-        bufferevent_write((*control)->bev, frame.data(), frame.size());
-    }
+    wire::in_pieces(
+        confirmed, per_frame,
+        [&](std::vector<wire::Ack> part) {
+            const wire::Bytes frame = wire::Acks{std::move(part)}.encode();
+            bufferevent_write((*control)->bev, frame.data(), frame.size());
+        });
     return control->get();
 }
 

@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include <algorithm>
 
 namespace exitpolicy::wire {
 
@@ -32,6 +33,16 @@ inline constexpr std::size_t max_string = 4096;
 inline constexpr std::size_t max_fence_key = 1u << 20;
 inline constexpr std::size_t max_fence_ranks = 1u << 22;
 inline constexpr std::size_t max_ranks = 8192;  // tasks on one node
+
+// Calls f with consecutive pieces of v of at most n elements each: a list
+// cut into frames.
+template <typename T, typename F>
+void in_pieces(const std::vector<T>& v, std::size_t n, F f)
+{
+    for (std::size_t i = 0; i < v.size(); i += n)
+        f(std::vector<T>(v.begin() + static_cast<std::ptrdiff_t>(i),
+                         v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), i + n))));
+}
 
 enum class Type : std::uint8_t {
     challenge = 1,  // server -> client: a nonce, first frame on a connection

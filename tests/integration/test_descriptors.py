@@ -12,22 +12,9 @@ import time
 
 import pytest
 
-from test_pmix import daemon_arg, daemons, pmix  # noqa: F401 (a fixture)
+from test_pmix import daemon_arg, daemons, pmix, socket_inodes  # noqa: F401 (pmix: a fixture)
 
 pytestmark = pytest.mark.integration
-
-
-def sockets(pid):
-    """The socket inodes among pid's open descriptors."""
-    out = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:"):
-            out.add(target)
-    return out
 
 
 def children(pid):
@@ -65,9 +52,9 @@ def test_the_event_anchor_holds_none_of_the_daemons_sockets(cluster, workdir, pm
             time.sleep(0.05)
         assert anchor is not None, "node1's daemon started no event anchor"
         time.sleep(0.5)  # the children's links are up by now
-        mine = sockets(daemon)
+        mine = socket_inodes(daemon)
         assert len(mine) >= 4, mine  # listeners, srun, node3, node4, its clients' socket
-        shared = mine & sockets(anchor)
+        shared = mine & socket_inodes(anchor)
         assert not shared, f"the event anchor holds {len(shared)} of the daemon's sockets"
     finally:
         out, err = proc.communicate(timeout=60)

@@ -553,8 +553,8 @@ sys.stdin.read()
 """
 
 
-def listening_port(pid):
-    """The TCP port process pid listens on (the daemon's, for its children)."""
+def socket_inodes(pid):
+    """The inodes of the sockets among process pid's open descriptors."""
     inodes = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
@@ -563,6 +563,12 @@ def listening_port(pid):
             continue
         if link.startswith("socket:["):
             inodes.add(link[8:-1])
+    return inodes
+
+
+def listening_port(pid):
+    """The TCP port process pid listens on (the daemon's, for its children)."""
+    inodes = socket_inodes(pid)
     with open(f"/proc/{pid}/net/tcp") as f:
         for line in f.readlines()[1:]:
             fields = line.split()

@@ -43,18 +43,23 @@ std::unique_ptr<FrontEnd> start(std::uint32_t ntasks, std::uint32_t nnodes)
     return fe ? std::move(*fe) : nullptr;
 }
 
-LinkSetup node(const FrontEnd& fe, std::uint32_t id, std::vector<std::uint32_t> ranks)
+LinkSetup node(std::uint16_t port, const wire::Secret& secret, std::uint32_t id, std::vector<std::uint32_t> ranks)
 {
     LinkSetup s;
     s.host = "127.0.0.1";
-    s.port = fe.port();
-    s.secret = fe.secret();
+    s.port = port;
+    s.secret = secret;
     s.job_id = job;
     s.step_id = step;
     s.node_id = id;
     s.hostname = "node" + std::to_string(id + 1);
     s.ranks = std::move(ranks);
     return s;
+}
+
+LinkSetup node(const FrontEnd& fe, std::uint32_t id, std::vector<std::uint32_t> ranks)
+{
+    return node(fe.port(), fe.secret(), id, std::move(ranks));
 }
 
 wire::Outcome outcome(std::uint32_t rank, int wait_status, std::int64_t end_us = 1000)
@@ -365,15 +370,7 @@ TEST(FrontEndTest, IdlePeersCannotTakeTheDescriptorsANodeNeeds)
         idle.push_back(fd);
     }
     std::this_thread::sleep_for(300ms);
-    LinkSetup s;
-    s.host = "127.0.0.1";
-    s.port = port;
-    s.secret = secret;
-    s.job_id = job;
-    s.step_id = step;
-    s.hostname = "node1";
-    s.ranks = {0, 1};
-    auto link = NodeLink::connect(s, 3s);
+    auto link = NodeLink::connect(node(port, secret, 0, {0, 1}), 3s);
     ASSERT_TRUE(link) << link.error();
     EXPECT_TRUE(link->send_outcome(outcome(0, 0), 2s));
     EXPECT_TRUE(link->send_outcome(outcome(1, 0), 2s));
