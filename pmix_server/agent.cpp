@@ -262,8 +262,19 @@ bool Agent::close_oldest_waiting_child()
     return true;
 }
 
+// A frame that did not fit (wire::Writer gives none) is not sent: the
+// link it would have broken stays. Senders of task-sized data check first.
+static bool sendable(const wire::Bytes& frame)
+{
+    if (frame.empty())
+        log::error("a message over the %u MiB a frame carries was not sent", wire::max_body_trusted >> 20);
+    return !frame.empty();
+}
+
 void Agent::send_up(const wire::Bytes& frame)
 {
+    if (!sendable(frame))
+        return;
     wire::Channel* up = up_ ? up_.get() : fe_.get();
     if (up && up->is_ready() && up_queue_.empty())
         up->send(frame);
@@ -286,9 +297,10 @@ void Agent::flush_up(wire::Channel& up)
 // request can reach a relay before the relay's own children have linked.
 void Agent::send_down(std::optional<std::uint32_t> to, const wire::Bytes& frame)
 {
-    if (!tree_)
+    if (!tree_ || !sendable(frame))
         return;
     std::optional<wire::FrameDigest> digest;  // hashed once for all children
+    std::shared_ptr<const wire::Bytes> shared;  // a large one held once for all
     for (std::uint32_t child : tree_->children(setup_.node_id)) {
         if (to && !tree_->in_subtree(*to, child))
             continue;
@@ -300,7 +312,12 @@ void Agent::send_down(std::optional<std::uint32_t> to, const wire::Bytes& frame)
         }
         if (!digest)
             digest = wire::frame_digest(frame);
-        (*linked)->send(frame, *digest);
+        if (!shared && frame.size() >= wire::shared_frame_size && tree_->children(setup_.node_id).size() > 1)
+            shared = std::make_shared<const wire::Bytes>(frame);
+        if (shared)
+            (*linked)->send(shared, *digest);
+        else
+            (*linked)->send(frame, *digest);
     }
 }
 
@@ -678,6 +695,13 @@ void Agent::fence(std::vector<std::uint32_t> ranks, wire::Bytes data, int timeou
     id.instance = ++fence_calls_[id.set];
     id.ranks = std::move(ranks);
     const std::string key = wire::fence_key(id.ranks, id.instance);
+    if (key.size() > wire::max_fence_key) {
+        // Every participant names them alike and so ends here alike.
+        log::error("a fence over %zu ranks is not supported: naming them takes %zu bytes, over %zu",
+                   id.ranks.size(), key.size(), wire::max_fence_key);
+        done(wire::pmix::not_supported, {});
+        return;
+    }
     if (auto ahead = failed_ahead_.find(key); ahead != failed_ahead_.end()) {
         const int status = ahead->second;
         failed_ahead_.erase(ahead);
@@ -725,8 +749,18 @@ void Agent::on_fence_up(const wire::FenceUp& up)
 // everyone's data.
 void Agent::pass_fence_up(const std::string& key, Fences::Instance& f)
 {
-    send_up(wire::FenceUp{key, wire::pmix::success, f.received, std::move(f.data)}.encode());
+    auto frame = wire::FenceUp{key, wire::pmix::success, f.received, std::move(f.data)}.encode();
     f.data.clear();
+    if (frame.empty()) {
+        // This subtree's data alone is over what a frame carries: the
+        // instance fails everywhere (the FE says why), no link breaks.
+        log::error("fence %s: this subtree's data is over the %u MiB a frame carries", key.c_str(),
+                   wire::max_body_trusted >> 20);
+        send_up(wire::FenceUp{key, wire::pmix::out_of_resource, 0, {}}.encode());
+        fail_fence(key, wire::pmix::out_of_resource);
+        return;
+    }
+    send_up(frame);
 }
 
 void Agent::on_fence_down(const wire::FenceDown& down)

@@ -324,7 +324,7 @@ void Daemon::abort(std::uint32_t rank, int status, std::string message)
     aborts_.try_emplace(rank, AbortCall{status, now_us()});
     failure_known(rank, false);
     log::info("rank %u called abort with status %d: %s", rank, status, message.c_str());
-    agent_->to_root(wire::Abort{rank, status, std::move(message)}.encode());
+    agent_->to_root(wire::Abort{rank, status, wire::clipped(message)}.encode());
 }
 
 
@@ -335,12 +335,14 @@ void Daemon::relay(int code, std::uint32_t source_rank, wire::Bytes info)
 
 void Daemon::terminate_step(const std::string& why)
 {
-    agent_->to_root(wire::Terminate{why}.encode());
+    agent_->to_root(wire::Terminate{wire::clipped(why)}.encode());
 }
 
 void Daemon::task_log(std::uint32_t rank, const std::string& text)
 {
-    agent_->to_root(wire::Notice{args_.node_id, rank, text}.encode());
+    // A long line goes whole, in pieces the FE prints one after the other.
+    for (std::size_t at = 0; at < text.size() || at == 0; at += wire::max_string)
+        agent_->to_root(wire::Notice{args_.node_id, rank, text.substr(at, wire::max_string)}.encode());
 }
 
 void Daemon::client_connected(std::uint32_t rank)
@@ -698,7 +700,16 @@ void Daemon::on_local_frame(Local& l, wire::Type type, std::span<const std::uint
             tasks_[r->rank] = std::move(task);
             out.env = std::move(*env);
         }
-        reply(out.encode());
+        auto frame = out.encode();
+        if (frame.empty() || frame.size() - wire::header_size > wire::max_body) {
+            wire::EnvReply too_long;
+            too_long.status = 1;
+            too_long.error = "the PMIx environment of rank " + std::to_string(r->rank) +
+                             " is over the " + std::to_string(wire::max_body / 1024) +
+                             " KiB its reply carries (are PMIX_MCA_* settings that long?)";
+            frame = too_long.encode();
+        }
+        reply(frame);
         return;
     }
     case wire::Type::outcome: {

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <fcntl.h>
@@ -244,6 +245,25 @@ void Channel::send(const Bytes& frame, const FrameDigest& digest)
         return;
     const Tag sealed = seal_.seal(digest);
     bufferevent_write(bev_, frame.data(), frame.size());
+    bufferevent_write(bev_, sealed.data(), sealed.size());
+}
+
+void Channel::send(const std::shared_ptr<const Bytes>& frame, const FrameDigest& digest)
+{
+    if (!ready_ || !bev_ || closing_) {
+        send(*frame, digest);  // held as a copy, or dropped
+        return;
+    }
+    auto* keep = new (std::nothrow) std::shared_ptr<const Bytes>(frame);
+    const auto release = [](const void*, std::size_t, void* held) {
+        delete static_cast<std::shared_ptr<const Bytes>*>(held);
+    };
+    if (!keep || evbuffer_add_reference(bufferevent_get_output(bev_), frame->data(), frame->size(), release, keep) != 0) {
+        delete keep;
+        send(*frame, digest);
+        return;
+    }
+    const Tag sealed = seal_.seal(digest);
     bufferevent_write(bev_, sealed.data(), sealed.size());
 }
 

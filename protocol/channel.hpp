@@ -159,6 +159,10 @@ public:
     void send(const Bytes& frame);
     // The same frame to many channels: its digest (frame_digest) once.
     void send(const Bytes& frame, const FrameDigest& digest);
+    // A large frame to many channels (a fence's result, at least
+    // shared_frame_size bytes): held once, each channel's buffer refers to
+    // it until it is written.
+    void send(const std::shared_ptr<const Bytes>& frame, const FrameDigest& digest);
     bool is_ready() const noexcept { return ready_; }
     bool is_closed() const noexcept { return closing_; }
     // Server side: who the peer proved to be.

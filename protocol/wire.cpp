@@ -70,6 +70,14 @@ Result<Header> decode_header(std::span<const std::uint8_t, header_size> b, std::
     return Result<Header>::ok({type, length});
 }
 
+std::string clipped(std::string_view text, std::size_t limit)
+{
+    static constexpr std::string_view mark = " [cut]";
+    if (text.size() <= limit)
+        return std::string(text);
+    return std::string(text.substr(0, limit > mark.size() ? limit - mark.size() : 0)) + std::string(mark.substr(0, limit));
+}
+
 Writer::Writer(Type type)
 {
     buf_.reserve(64);
@@ -104,9 +112,12 @@ Writer& Writer::bytes(std::span<const std::uint8_t> v)
 
 Writer& Writer::str(std::string_view v, std::size_t limit)
 {
-    const std::size_t n = std::min(v.size(), limit);
-    u32(static_cast<std::uint32_t>(n));
-    buf_.insert(buf_.end(), v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n));
+    if (v.size() > limit) {
+        oversized_ = true;  // the reader would refuse it: no frame
+        return *this;
+    }
+    u32(static_cast<std::uint32_t>(v.size()));
+    buf_.insert(buf_.end(), v.begin(), v.end());
     return *this;
 }
 
@@ -122,15 +133,19 @@ Writer& Writer::u32s(std::span<const std::uint32_t> v)
 
 Writer& Writer::blob(std::span<const std::uint8_t> v)
 {
+    if (v.size() > max_body_trusted) {
+        oversized_ = true;  // could not be a frame's: never copied
+        return *this;
+    }
     u32(static_cast<std::uint32_t>(v.size()));
     return bytes(v);
 }
 
-Writer& Writer::strs(const std::vector<std::string>& v)
+Writer& Writer::strs(const std::vector<std::string>& v, std::size_t limit)
 {
     u32(static_cast<std::uint32_t>(v.size()));
     for (const auto& x : v)
-        str(x);
+        str(x, limit);
     return *this;
 }
 
@@ -144,6 +159,8 @@ Writer& Writer::blobs(const std::vector<Bytes>& v)
 
 Bytes Writer::finish()
 {
+    if (!fits())
+        return {};
     const auto length = static_cast<std::uint32_t>(buf_.size() - header_size);
     for (int i = 0; i < 4; ++i)
         buf_[4 + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(length >> (24 - 8 * i));
@@ -212,7 +229,7 @@ Bytes Reader::blob()
 // its size before a single element is read.
 constexpr std::size_t reserve_bound = 1024;
 
-std::vector<std::string> Reader::strs()
+std::vector<std::string> Reader::strs(std::size_t limit)
 {
     const std::uint32_t n = u32();
     // Every string takes at least its 4-byte length.
@@ -223,7 +240,7 @@ std::vector<std::string> Reader::strs()
     std::vector<std::string> v;
     v.reserve(std::min<std::size_t>(n, reserve_bound));
     for (std::uint32_t i = 0; i < n && !failed_; ++i)
-        v.push_back(str());
+        v.push_back(str(limit));
     return v;
 }
 
@@ -781,7 +798,8 @@ Result<EnvRequest> EnvRequest::decode(std::span<const std::uint8_t> body)
 
 Bytes EnvReply::encode() const
 {
-    return Writer(Type::env_reply).i32(status).str(error).strs(env).finish();
+    // An entry as long as the frame allows (PMIx's own can be long).
+    return Writer(Type::env_reply).i32(status).str(error).strs(env, max_body).finish();
 }
 
 Result<EnvReply> EnvReply::decode(std::span<const std::uint8_t> body)
@@ -790,7 +808,7 @@ Result<EnvReply> EnvReply::decode(std::span<const std::uint8_t> body)
     EnvReply m;
     m.status = r.i32();
     m.error = r.str();
-    m.env = r.strs();
+    m.env = r.strs(max_body);
     return finish_decode(r, std::move(m), Type::env_reply);
 }
 

@@ -29,6 +29,8 @@ inline constexpr std::size_t header_size = 8;
 inline constexpr std::uint32_t max_body = 64 * 1024;           // before authentication
 inline constexpr std::uint32_t max_body_trusted = 256u << 20;  // after: fence data can be large
 inline constexpr std::size_t max_string = 4096;
+// A frame this large that goes to several links is held once for all.
+inline constexpr std::size_t shared_frame_size = 1u << 20;
 // A fence key names its participants (runs of ranks, as few as they come).
 inline constexpr std::size_t max_fence_key = 1u << 20;
 inline constexpr std::size_t max_fence_ranks = 1u << 22;
@@ -43,6 +45,11 @@ void in_pieces(const std::vector<T>& v, std::size_t n, F f)
         f(std::vector<T>(v.begin() + static_cast<std::ptrdiff_t>(i),
                          v.begin() + static_cast<std::ptrdiff_t>(std::min(v.size(), i + n))));
 }
+
+// Text a task chose (an abort's message, a reason) as a frame's string
+// takes it: whole when it fits `limit`, else cut visibly (it ends in
+// " [cut]"). Nothing else is ever cut.
+std::string clipped(std::string_view text, std::size_t limit = max_string);
 
 enum class Type : std::uint8_t {
     challenge = 1,  // server -> client: a nonce, first frame on a connection
@@ -90,7 +97,11 @@ using Bytes = std::vector<std::uint8_t>;
 using Nonce = std::array<std::uint8_t, 32>;
 using Mac = std::array<std::uint8_t, 32>;
 
-// Builds one frame: header + body.
+// Builds one frame: header + body. Nothing is ever cut to fit: a string
+// over its limit, or a body over max_body_trusted, makes finish() return no
+// frame at all (empty), and senders whose sizes a task chooses (fences,
+// environments, published data) check fits() first and fail that request
+// with a clear status instead.
 class Writer {
 public:
     explicit Writer(Type type);
@@ -100,16 +111,23 @@ public:
     Writer& i32(std::int32_t v) { return u32(static_cast<std::uint32_t>(v)); }
     Writer& i64(std::int64_t v) { return u64(static_cast<std::uint64_t>(v)); }
     Writer& bytes(std::span<const std::uint8_t> v);
-    Writer& str(std::string_view v, std::size_t limit = max_string);  // u32 length + bytes (at most limit)
+    Writer& str(std::string_view v, std::size_t limit = max_string);  // u32 length + bytes (limit: the reader's)
     Writer& u32s(std::span<const std::uint32_t> v);  // u32 count + values
     Writer& blob(std::span<const std::uint8_t> v);    // u32 length + bytes, unbounded but by the frame
-    Writer& strs(const std::vector<std::string>& v);  // u32 count + strings
+    Writer& strs(const std::vector<std::string>& v, std::size_t limit = max_string);  // u32 count + strings
     Writer& blobs(const std::vector<Bytes>& v);       // u32 count + blobs
-    // The frame, with the body length filled in.
+    // Whether what was written so far makes a frame of at most `bound` body
+    // bytes with every string within its limit.
+    bool fits(std::uint32_t bound = max_body_trusted) const noexcept
+    {
+        return !oversized_ && buf_.size() - header_size <= bound;
+    }
+    // The frame, with the body length filled in; empty unless fits().
     Bytes finish();
 
 private:
     Bytes buf_;
+    bool oversized_ = false;
 };
 
 // Reads a body; any overrun or oversized string sets failed() and yields 0s.
@@ -131,7 +149,7 @@ public:
     std::string str(std::size_t limit = max_string);
     std::vector<std::uint32_t> u32s();
     Bytes blob();
-    std::vector<std::string> strs();
+    std::vector<std::string> strs(std::size_t limit = max_string);
     std::vector<Bytes> blobs();
     bool failed() const noexcept { return failed_; }
     // A message's own check failed (a count beyond its bound, ...).

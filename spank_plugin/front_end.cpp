@@ -31,6 +31,7 @@
 #include <cstring>
 #include <list>
 #include <map>
+#include <memory>
 #include <thread>
 
 namespace exitpolicy::plugin {
@@ -84,6 +85,13 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
     void send_tree(const std::vector<std::uint32_t>& nodes, const wire::Bytes& frame) override
     {
         const auto digest = wire::frame_digest(frame);
+        if (nodes.size() > 1 && frame.size() >= wire::shared_frame_size) {
+            // A fence's result: one copy in srun's memory for all children.
+            const auto shared = std::make_shared<const wire::Bytes>(frame);
+            for (std::uint32_t node : nodes)
+                tree_link[node]->channel->send(shared, digest);
+            return;
+        }
         for (std::uint32_t node : nodes)
             tree_link[node]->channel->send(frame, digest);
     }

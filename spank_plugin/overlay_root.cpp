@@ -249,6 +249,10 @@ void OverlayRoot::fence_up(const wire::FenceUp& up)
         return;  // late: that instance is over
     // A subtree that failed it (a timeout), or a participant known
     // dead: it fails for everyone at once.
+    if (up.status == wire::pmix::out_of_resource) {
+        fence_too_large(up.key, id);  // a subtree's data alone
+        return;
+    }
     if (up.status != wire::pmix::success || wire::names_dead(id.ranks, dead)) {
         fail_fence(up.key, id, up.status != wire::pmix::success ? up.status : wire::pmix::proc_term_wo_sync);
         return;
@@ -261,8 +265,27 @@ void OverlayRoot::fence_up(const wire::FenceUp& up)
     if (!wire::FenceTable<>::add(f, up.data))
         return;
     wire::Bytes all = std::move(f.data);
+    auto result = wire::FenceDown{up.key, wire::pmix::success, std::move(all)}.encode();
+    if (result.empty()) {
+        fence_too_large(up.key, id);
+        return;
+    }
     fences.finish(up.key, id);
-    broadcast(wire::FenceDown{up.key, wire::pmix::success, std::move(all)}.encode());
+    broadcast(result);
+}
+
+// What every participant contributed is more than a frame carries: the
+// instance fails on every node with PMIX_ERR_OUT_OF_RESOURCE, srun's user
+// is told why, and every link stays.
+void OverlayRoot::fence_too_large(const std::string& key, const wire::FenceKey& id)
+{
+    std::fprintf(stderr,
+                 "exitpolicy: a fence over %s: the data its participants put is over the %u MiB a message between "
+                 "nodes carries; PMIx_Fence fails with PMIX_ERR_OUT_OF_RESOURCE (collect less, or fetch it with "
+                 "PMIx_Get on demand)\n",
+                 id.ranks.empty() ? "every rank" : ("ranks " + compress_ranks(id.ranks)).c_str(),
+                 wire::max_body_trusted >> 20);
+    fail_fence(key, id, wire::pmix::out_of_resource);
 }
 
 // Fails an instance on every node (they drop what they already ended).

@@ -110,6 +110,7 @@ private:
     void route(std::uint32_t to, const wire::Bytes& frame);
     void enroll(const Peer& from, const wire::Enroll& e);
     void fence_up(const wire::FenceUp& up);
+    void fence_too_large(const std::string& key, const wire::FenceKey& id);
     void fail_fence(const std::string& key, const wire::FenceKey& id, int status);
     void event(const wire::Event& e);
     template <typename Hit>

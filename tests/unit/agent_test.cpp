@@ -190,6 +190,59 @@ TEST_F(AgentTest, AFenceGathersEveryNodesDataThroughTheTreeToEveryNode)
     EXPECT_EQ(data0, (wire::Bytes{0, 4}));
 }
 
+// Data over what one frame carries: a relay whose subtree alone holds too
+// much, or the FE with everyone's, fails the instance on every node with
+// PMIX_ERR_OUT_OF_RESOURCE (srun's user is told why), and every link stays:
+// the next fence goes through. A set of participants too long to name fails
+// at once, alike on every node.
+TEST_F(AgentTest, AFenceOverWhatAFrameCarriesFailsEverywhereAndTheTreeCarriesOn)
+{
+    start(3);  // FE -> 0, 1; 0 -> 2
+    const std::size_t over_half = wire::max_body_trusted / 2 + 1024;
+    // Nodes 0 and 2: node 0 cannot send its subtree's up. Nodes 0 and 1:
+    // the FE cannot send the result down.
+    for (const std::set<std::uint32_t>& big : {std::set<std::uint32_t>{0, 2}, std::set<std::uint32_t>{0, 1}}) {
+        testing::internal::CaptureStderr();
+        std::vector<std::optional<int>> status(nodes.size());
+        std::vector<wire::Bytes> data(nodes.size());
+        for (std::uint32_t i = 0; i < nodes.size(); ++i) {
+            wire::Bytes mine = big.count(i) ? wire::Bytes(over_half, static_cast<std::uint8_t>(i))
+                                            : wire::Bytes{static_cast<std::uint8_t>(i)};
+            nodes[i]->agent->fence({}, std::move(mine), 0, [&status, &data, i](int st, wire::Bytes d) {
+                status[i] = st;
+                data[i] = std::move(d);
+            });
+        }
+        const bool ended = loop.run_until(
+            [&] { return std::all_of(status.begin(), status.end(), [](const auto& st) { return st.has_value(); }); },
+            30s);
+        const std::string said = testing::internal::GetCapturedStderr();
+        ASSERT_TRUE(ended) << "a fence over too much data did not end";
+        for (std::size_t i = 0; i < nodes.size(); ++i) {
+            EXPECT_EQ(status[i], wire::pmix::out_of_resource) << "node " << i;
+            EXPECT_TRUE(data[i].empty()) << "node " << i;
+        }
+        EXPECT_NE(said.find("exitpolicy: a fence over every rank: the data its participants put is over the 256 MiB"),
+                  std::string::npos)
+            << said;
+        for (const auto& r : fence({})) {
+            EXPECT_EQ(r.status, wire::pmix::success);
+            EXPECT_EQ(r.data, (wire::Bytes{0, 1, 2}));
+        }
+    }
+
+    std::vector<std::uint32_t> sparse;  // 200 000 ranks, no two in a row
+    for (std::uint32_t r = 0; r < 400000; r += 2)
+        sparse.push_back(r);
+    std::vector<std::optional<int>> status(nodes.size());
+    for (std::uint32_t i = 0; i < nodes.size(); ++i)
+        nodes[i]->agent->fence(sparse, {}, 0, [&status, i](int st, wire::Bytes) { status[i] = st; });
+    for (std::size_t i = 0; i < nodes.size(); ++i)
+        EXPECT_EQ(status[i], wire::pmix::not_supported) << "node " << i;  // at once
+    for (const auto& r : fence({}))
+        EXPECT_EQ(r.status, wire::pmix::success);
+}
+
 TEST_F(AgentTest, ARequestForOneRankIsRoutedToItsNodeAndAnsweredBack)
 {
     start(6);

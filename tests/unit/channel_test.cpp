@@ -565,5 +565,68 @@ TEST(ChannelTest, LargeAndSmallFramesArriveWholeAndInOrderBothWays)
     event_base_free(base);
 }
 
+// A large frame for many links (a fence's result at the FE or a relay) is
+// held once: each channel's buffer refers to it, none copies it, and it is
+// let go once written.
+TEST(ChannelTest, AFrameForManyLinksIsHeldOnceAndLetGoWhenWritten)
+{
+    event_base* base = event_base_new();
+    ASSERT_NE(base, nullptr);
+    const Secret secret = *random_secret();
+    constexpr int links = 3;
+    Bytes body(8 << 20);
+    for (std::size_t i = 0; i < body.size(); ++i)
+        body[i] = static_cast<std::uint8_t>(i * 7);
+    auto frame = std::make_shared<const Bytes>(Writer(Type::fence_down).bytes(body).finish());
+    const FrameDigest digest = frame_digest(*frame);
+
+    std::vector<std::unique_ptr<Channel>> servers, clients;
+    std::vector<Bytes> got;
+    long held_while_queued = 0;
+    int ready = 0;
+    for (int i = 0; i < links; ++i) {
+        const test::Listener listener = test::listen_on_loopback(1);
+        ASSERT_GE(listener.fd, 0);
+        Channel::Handlers ch;
+        ch.frame = [&got](Channel&, Type type, std::span<const std::uint8_t> b) {
+            got.push_back(Writer(type).bytes(b).finish());
+            return Result<bool>::ok(true);
+        };
+        ch.closed = [](Channel&, Channel::Reason, const std::string& why) { ADD_FAILURE() << why; };
+        Hello me;
+        me.role = Role::daemon;
+        me.hostname = "client";
+        auto client = Channel::connect(base, "127.0.0.1", listener.port(), secret, job, step, me, std::move(ch));
+        ASSERT_TRUE(client) << client.error();
+        clients.push_back(std::move(*client));
+        const int fd = ::accept(listener.fd, nullptr, nullptr);
+        ::close(listener.fd);
+        ASSERT_GE(fd, 0);
+        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+        Channel::Handlers sh;
+        sh.ready = [&](Channel&) {
+            if (++ready < links)
+                return;
+            for (auto& s : servers)
+                s->send(frame, digest);
+            held_while_queued = frame.use_count();
+        };
+        sh.frame = [](Channel&, Type, std::span<const std::uint8_t>) { return Result<bool>::ok(true); };
+        sh.closed = ch.closed;
+        servers.push_back(Channel::accept(base, fd, secret, job, step, std::move(sh)));
+        ASSERT_TRUE(servers.back());
+    }
+    EXPECT_TRUE(test::run_until(base, [&] { return got.size() == links; }, 20s));
+    // A bufferevent writes on a later turn of the loop: each buffer held
+    // its reference, and no copy, when the last send returned.
+    EXPECT_EQ(held_while_queued, 1 + links);
+    EXPECT_EQ(frame.use_count(), 1);
+    for (const Bytes& g : got)
+        EXPECT_TRUE(g == *frame);
+    servers.clear();
+    clients.clear();
+    event_base_free(base);
+}
+
 }  // namespace
 }  // namespace exitpolicy::wire

@@ -322,6 +322,45 @@ TEST(WireTest, RankListsBeyondTheBoundAreRefusedNotTruncated)
     EXPECT_FALSE(NodeDown::decode(body(frame)));
 }
 
+// Nothing is cut to fit: a string over its limit or a body over the
+// trusted bound makes no frame at all (the sender checks fits() and fails
+// that request), and text a task chose is cut only visibly, by clipped().
+TEST(WireTest, WhatDoesNotFitMakesNoFrameAndIsNeverCut)
+{
+    const std::string long_text(max_string + 1, 'x');
+    Writer w(Type::notice);
+    w.u32(0).u32(1).str(long_text);
+    EXPECT_FALSE(w.fits());
+    EXPECT_TRUE(w.finish().empty());
+    EXPECT_TRUE((Notice{0, 1, long_text}.encode().empty()));
+    EXPECT_FALSE((Notice{0, 1, std::string(max_string, 'x')}.encode().empty()));
+
+    // A fence's data over the trusted bound: no frame, and never copied.
+    const Bytes huge(std::size_t{max_body_trusted} + 1, 0);
+    EXPECT_TRUE((FenceDown{"*#1", 0, huge}.encode().empty()));
+    const Bytes fits_whole(std::size_t{max_body_trusted} - 64, 0);
+    EXPECT_FALSE((FenceDown{"*#1", 0, fits_whole}.encode().empty()));
+    // A fence key over its bound, too (a sparse set of 200 000 ranks).
+    std::vector<std::uint32_t> sparse;
+    for (std::uint32_t r = 0; r < 400000; r += 2)
+        sparse.push_back(r);
+    const std::string key = fence_key(sparse, 1);
+    ASSERT_GT(key.size(), max_fence_key);
+    EXPECT_TRUE((FenceUp{key, 0, 1, {}}.encode().empty()));
+
+    // An environment entry longer than any other string goes whole.
+    EnvReply env;
+    env.env = {"PMIX_MCA_long=" + std::string(10000, 'v'), "A=b"};
+    const auto back = EnvReply::decode(body(env.encode()));
+    ASSERT_TRUE(back) << back.error();
+    EXPECT_EQ(back->env, env.env);
+
+    EXPECT_EQ(clipped("short"), "short");
+    const std::string cut = clipped(long_text);
+    EXPECT_EQ(cut.size(), max_string);
+    EXPECT_EQ(cut.substr(cut.size() - 6), " [cut]");
+}
+
 TEST(WireTest, OutcomesAndAcksInBulk)
 {
     Outcomes batch;
