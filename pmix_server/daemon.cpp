@@ -631,7 +631,19 @@ void Daemon::add_local(int fd, uid_t uid, pid_t pid, bool control)
             }
         },
         nullptr,
-        [](bufferevent*, short, void* arg) { static_cast<Local*>(arg)->drop(); },
+        [](bufferevent*, short, void* arg) {
+            auto* l = static_cast<Local*>(arg);
+            Daemon* d = l->d;
+            const bool control = l->control;
+            l->drop();
+            // slurmstepd is gone (killed, crashed): nobody is left to stop
+            // this daemon at the step's end, so it stops now, as at that
+            // end (drained within its bound). It never outlives root.
+            if (control) {
+                log::info("slurmstepd's control link closed: stopping");
+                d->agent_->drain();
+            }
+        },
         l.get());
     bufferevent_enable(l->bev, EV_READ | EV_WRITE);
     locals_.push_back(std::move(l));

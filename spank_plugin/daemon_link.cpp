@@ -321,6 +321,14 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
             ::dup2(devnull, 1) < 0 || ::dup2(devnull, 2) < 0)
             ::_exit(126);
         ::close_range(6, ~0U, 0);
+        // The tasks' limits, lowered only: root may keep them raised.
+        for (const SoftLimit& l : launch.limits) {
+            rlimit r{};
+            if (::getrlimit(l.resource, &r) == 0 && l.value < r.rlim_cur) {
+                r.rlim_cur = l.value;
+                ::setrlimit(l.resource, &r);
+            }
+        }
         if (::setgroups(launch.groups.size(), launch.groups.data()) != 0 || ::setgid(launch.gid) != 0 ||
             ::setuid(launch.uid) != 0)
             ::_exit(126);

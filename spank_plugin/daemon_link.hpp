@@ -13,14 +13,30 @@
 #include "outcome_sink.hpp"
 #include "protocol/wire.hpp"
 
+#include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <sys/resource.h>
 #include <string_view>
 #include <sys/types.h>
 #include <vector>
 
 namespace exitpolicy::plugin {
+
+// A soft resource limit for the daemon: it runs as the job's user, so it
+// gets what srun propagates to the step's tasks (SLURM_RLIMIT_NAME=[U]N),
+// never more than slurmstepd's own (root's, often raised for the site's
+// daemons).
+struct SoftLimit {
+    int resource = 0;  // RLIMIT_*
+    rlim_t value = 0;
+};
+// The limits named in a job's SLURM_RLIMIT_* variables, read through
+// `get(name)`; a malformed value is skipped.
+template <typename Get>
+std::vector<SoftLimit> propagated_limits(Get get);
 
 struct DaemonLaunch {
     std::string path;                  // exitpolicy-pmixd
@@ -30,7 +46,39 @@ struct DaemonLaunch {
     gid_t gid = 0;
     std::vector<gid_t> groups;
     std::chrono::milliseconds ready_timeout{20000};
+    std::vector<SoftLimit> limits;     // applied in the child, each lowered only
 };
+
+template <typename Get>
+std::vector<SoftLimit> propagated_limits(Get get)
+{
+    struct Name {
+        const char* variable;
+        int resource;
+    };
+    static constexpr Name names[] = {
+        {"SLURM_RLIMIT_CPU", RLIMIT_CPU},       {"SLURM_RLIMIT_FSIZE", RLIMIT_FSIZE},
+        {"SLURM_RLIMIT_DATA", RLIMIT_DATA},     {"SLURM_RLIMIT_STACK", RLIMIT_STACK},
+        {"SLURM_RLIMIT_CORE", RLIMIT_CORE},     {"SLURM_RLIMIT_RSS", RLIMIT_RSS},
+        {"SLURM_RLIMIT_NPROC", RLIMIT_NPROC},   {"SLURM_RLIMIT_NOFILE", RLIMIT_NOFILE},
+        {"SLURM_RLIMIT_MEMLOCK", RLIMIT_MEMLOCK}, {"SLURM_RLIMIT_AS", RLIMIT_AS},
+    };
+    std::vector<SoftLimit> out;
+    for (const auto& n : names) {
+        const std::optional<std::string> value = get(n.variable);
+        if (!value)
+            continue;
+        std::string_view digits = *value;
+        if (!digits.empty() && digits.front() == 'U')  // srun --propagate
+            digits.remove_prefix(1);
+        unsigned long long v = 0;
+        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+        if (digits.empty() || ec != std::errc{} || end != digits.data() + digits.size())
+            continue;
+        out.push_back({n.resource, static_cast<rlim_t>(v)});
+    }
+    return out;
+}
 
 // The started daemon: its pid as fork() gave it (never as the daemon, which
 // runs as the job's user, says it), and a pidfd on it (-1 where the kernel

@@ -107,6 +107,7 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
     launch.uid = uid;
     launch.gid = gid;
     launch.secret_hex = wire::to_hex(link.secret);
+    launch.limits = propagated_limits([sp](const char* name) { return job_env(sp, name); });
     launch.args = {"--job", std::to_string(link.job_id), "--step", std::to_string(link.step_id),
                    "--node", std::to_string(link.node_id), "--nnodes", std::to_string(nnodes),
                    "--ntasks", std::to_string(ntasks), "--ranks", join_ranks(link.ranks),

@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from conftest import Plugstack
 from test_pmix import N4N8, client, daemons, lines, node_daemon, srun, srun_mpi
 
 pytestmark = pytest.mark.integration
@@ -203,3 +204,48 @@ def test_a_dead_parent_daemon_leaves_only_what_it_held(cluster, workdir, pmix):
     rc, out, err = step.finish()
     assert settle(cluster, before) == [], err
     assert sorted(os.listdir(d)) == ["rank.0", "rank.1"], out + err
+
+
+def task_of(cluster, node):
+    """A task of the running step on `node` (its environment says where)."""
+    for pid in cluster.ns_pids(cluster.ns_inode()):
+        try:
+            if open(f"/proc/{pid}/comm").read().strip() != "ep_cleanup":
+                continue
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if f"SLURMD_NODENAME={node}".encode() in env:
+            return pid
+    return None
+
+
+def test_a_daemon_never_outlives_its_slurmstepd(new_cluster, exitpolicy_so, workdir):
+    """node2's slurmstepd killed mid-step (SIGKILL, as the OOM killer or a
+    crash would): nobody is left there to stop node2's daemon at the step's
+    end, so it stops as soon as slurmstepd's control link closes; before, it
+    ran on, a process of the user that root no longer watched, until srun
+    went away. A cluster of its own: Slurm drains a node whose slurmstepd
+    died."""
+    cluster = new_cluster(4)
+    up = cluster.up()
+    assert up.returncode == 0, up.stdout + up.stderr
+    Plugstack(cluster, exitpolicy_so).enable("fanout=2", "grace_ms=3000")
+    d = client_dir(workdir, "stepd-killed")
+    step = Step(cluster, workdir, d, "--exit-recoverable", timeout="20")
+    step.wait_ready()
+    daemon = node_daemon("node2")
+    task = task_of(cluster, "node2")
+    assert task, "no task of the step on node2"
+    stepd = int(open(f"/proc/{task}/stat").read().rsplit(")", 1)[1].split()[1])
+    assert open(f"/proc/{stepd}/comm").read().strip() == "slurmstepd"
+    os.kill(stepd, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while daemon in daemons() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    still = daemon in daemons()
+    rc, jobs, err = cluster.exec("squeue", "-h", "-o", "%i")
+    for job in jobs.split():
+        cluster.exec("scancel", job)
+    step.finish()
+    assert not still, "node2's daemon outlived its slurmstepd by 10 s"

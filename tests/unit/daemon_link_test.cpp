@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <cstring>
 #include <string>
 #include <sys/socket.h>
@@ -437,6 +438,40 @@ TEST_F(DaemonLinkTest, TheNextStepRemovesWhatADeadStepLeftAndNothingElse)
     ::unlink(link.c_str());
     for (const auto& p : {*fresh, *live, *other})
         std::filesystem::remove_all(p);
+}
+
+// The daemon is the job's user's process: it gets the limits srun gives the
+// step's tasks, never more than slurmstepd's own. Before, it kept root's.
+TEST_F(DaemonLinkTest, TheDaemonGetsTheTasksLimitsNeverMoreThanRoots)
+{
+    const std::map<std::string, std::string> job{{"SLURM_RLIMIT_NOFILE", "U100"},  // srun --propagate
+                                                 {"SLURM_RLIMIT_CORE", "0"},
+                                                 {"SLURM_RLIMIT_STACK", "99999999999999999999999"},
+                                                 {"SLURM_RLIMIT_AS", "12x"},
+                                                 {"SLURM_RLIMIT_CPU", ""}};
+    const auto limits = propagated_limits([&](const char* name) -> std::optional<std::string> {
+        const auto it = job.find(name);
+        return it == job.end() ? std::nullopt : std::optional<std::string>(it->second);
+    });
+    ASSERT_EQ(limits.size(), 2u);  // the malformed ones are skipped
+    EXPECT_EQ(limits[0].resource, RLIMIT_CORE);
+    EXPECT_EQ(limits[0].value, 0u);
+    EXPECT_EQ(limits[1].resource, RLIMIT_NOFILE);
+    EXPECT_EQ(limits[1].value, 100u);
+
+    rlimit nproc{};
+    ASSERT_EQ(::getrlimit(RLIMIT_NPROC, &nproc), 0);
+    DaemonLaunch l = launch("ulimit -S -n > " + dir + "/nofile; ulimit -S -c > " + dir + "/core; ulimit -S -p > " +
+                            dir + "/nproc; echo 'ready 1' >&4; exec sleep 30");
+    l.limits = limits;
+    if (nproc.rlim_cur != RLIM_INFINITY && nproc.rlim_cur < nproc.rlim_max)
+        l.limits.push_back({RLIMIT_NPROC, nproc.rlim_cur + 1});  // more than root's: not raised
+    auto launched = launch_daemon(l);
+    ASSERT_TRUE(launched) << launched.error();
+    stop_daemon(*launched, 0ms);
+    EXPECT_EQ(read("nofile"), "100");
+    EXPECT_EQ(read("core"), "0");
+    EXPECT_EQ(read("nproc"), nproc.rlim_cur == RLIM_INFINITY ? "unlimited" : std::to_string(nproc.rlim_cur));
 }
 
 // The daemon runs as the job's user: of slurmstepd's (root's) environment it
