@@ -35,6 +35,10 @@ std::atomic<std::int64_t> handshake_deadline_ms{Channel::default_handshake_deadl
 // bound is 16 KiB).
 constexpr std::size_t min_read = 64 * 1024;
 constexpr std::size_t max_per_turn = 4 << 20;
+// Before the handshake a peer is nobody: a read takes only what the frame
+// in progress still needs (its header first), so that a connection that
+// sent a byte and waits costs srun a few hundred bytes, not min_read.
+constexpr std::size_t handshake_read = 512;
 
 }  // namespace
 
@@ -351,17 +355,21 @@ void Channel::on_readable(int fd, short, void* arg) noexcept
     try {
         if (c->closing_)
             return;
-        std::size_t want = min_read;
-        if (const std::size_t have = evbuffer_get_length(c->in_); have >= header_size) {
+        const std::size_t floor = c->ready_ ? min_read : 0;
+        const std::size_t have = evbuffer_get_length(c->in_);
+        std::size_t want = c->ready_ ? min_read : header_size - std::min(have, header_size);
+        if (have >= header_size) {
             std::array<std::uint8_t, header_size> head{};
             evbuffer_copyout(c->in_, head.data(), head.size());
             // A bad header was refused when it came: here it is a length.
             if (auto h = decode_header(head, c->ready_ ? max_body_trusted : max_body)) {
                 const std::size_t whole = header_size + h->length + (c->ready_ ? tag_size : 0);
                 if (whole > have)
-                    want = std::clamp(whole - have, min_read, max_per_turn);
+                    want = std::clamp(whole - have, floor, max_per_turn);
             }
         }
+        if (!c->ready_)
+            want = std::clamp<std::size_t>(want, 1, handshake_read);
         evbuffer_iovec space[2];
         const int n = evbuffer_reserve_space(c->in_, static_cast<ev_ssize_t>(want), space, 2);
         if (n <= 0) {
