@@ -486,8 +486,8 @@ Result<bool> Agent::on_frame(wire::Channel& from, wire::Type type, std::span<con
     // frames wait: a child's, which may have the map before us, and what
     // comes from above after the map. Outcomes and their acks only pass
     // through, and the map itself is what we wait for.
-    const bool passes =
-        type == wire::Type::outcomes || type == wire::Type::acks || (from_above && type == wire::Type::step_map);
+    const bool passes = type == wire::Type::outcomes || type == wire::Type::acks ||
+                        (from_above && (type == wire::Type::step_map || type == wire::Type::step_done));
     if (!serving_ && !passes) {
         early_.push_back(Held{from_above, type, wire::Bytes(body.begin(), body.end())});
         return Result<bool>::ok(true);
@@ -515,6 +515,17 @@ Result<bool> Agent::dispatch(bool from_above, wire::Channel* from, wire::Type ty
         if (!a)
             return R::fail(a.error());
         on_acks(*a);
+        drained();
+        return R::ok(true);
+    }
+    case wire::Type::step_done: {  // from above: every task of the step has ended
+        if (!from_above || !wire::StepDone::decode(body))
+            return R::fail("a step done from below, or malformed");
+        if (!std::exchange(step_done_, true)) {
+            const wire::Bytes frame = wire::StepDone{}.encode();
+            history_.push_back(frame);  // a child adopted later hears it too
+            send_down(std::nullopt, frame);
+        }
         drained();
         return R::ok(true);
     }
@@ -900,8 +911,11 @@ void Agent::drain()
     // children this node relays for closed (their own tasks are done too):
     // a relay that left as soon as its own tasks ended would lose what was
     // on its way through it (a direct-modex request, a fence's share) and
-    // fail its subtree's fences. Both within one bound, under slurmstepd's
-    // patience for the daemon's end.
+    // fail its subtree's fences. And the step's end everywhere (the FE's
+    // step_done): a node that left as soon as its own tasks ended could no
+    // longer answer a direct-modex request for their data from a task
+    // still running elsewhere, which then timed out. All within one bound,
+    // under slurmstepd's patience for the daemon's end.
     if (draining_)
         return;
     draining_ = true;
@@ -914,15 +928,20 @@ void Agent::drain()
             log::error("%zu outcomes not acknowledged at exit", unacked_.size());
         if (const auto n = linked_children(); n > 0)
             log::info("leaving the tree with %zu child daemons still linked; they link further up", n);
+        else if (!step_done_)
+            log::info("leaving before every task of the step has ended: what this node's tasks committed "
+                      "is no longer served to the others");
         quit(0);
     });
 }
 
-// A drain is done once nothing waits for an ack and no child is linked
-// below: the daemon stops. Whether it is stopping.
+// A drain is done once nothing waits for an ack, no child is linked below
+// and every task of the step has ended (a task still running may ask for
+// what this node's tasks committed): the daemon stops. Whether it is
+// stopping.
 bool Agent::drained()
 {
-    if (draining_ && !stopping_ && unacked_.empty() && linked_children() == 0)
+    if (draining_ && !stopping_ && step_done_ && unacked_.empty() && linked_children() == 0)
         quit(0);
     return stopping_;
 }

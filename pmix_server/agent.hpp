@@ -133,8 +133,10 @@ public:
     // a task's log line).
     void to_root(const wire::Bytes& frame) { send_up(frame); }
     // The step's end on this node: the node is told to stop once every
-    // outcome is acknowledged and no child is linked below, or after
-    // drain_limit.
+    // outcome is acknowledged, no child is linked below and the FE said
+    // that every task of the step has ended (until then a task elsewhere
+    // may still ask for what this node's tasks committed: a direct-modex
+    // request for a node that left is lost), or after drain_limit.
     void drain();
 
 private:
@@ -203,6 +205,7 @@ private:
     bool serving_ = false;
     bool stopping_ = false;
     bool draining_ = false;
+    bool step_done_ = false;  // the FE said every task of the step has ended
 
     // Frames for the parent while its link is still being set up.
     std::vector<wire::Bytes> up_queue_;

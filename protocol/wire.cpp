@@ -48,6 +48,7 @@ std::string_view type_name(Type type) noexcept
     case Type::node_down: return "node down";
     case Type::outcomes: return "outcomes";
     case Type::acks: return "acks";
+    case Type::step_done: return "step done";
     }
     return "unknown";
 }
@@ -821,6 +822,17 @@ Result<Stop> Stop::decode(std::span<const std::uint8_t> body)
 {
     Reader r(body);
     return finish_decode(r, Stop{}, Type::stop);
+}
+
+Bytes StepDone::encode() const
+{
+    return Writer(Type::step_done).finish();
+}
+
+Result<StepDone> StepDone::decode(std::span<const std::uint8_t> body)
+{
+    Reader r(body);
+    return finish_decode(r, StepDone{}, Type::step_done);
 }
 
 Bytes Notice::encode() const

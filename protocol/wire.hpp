@@ -24,7 +24,7 @@
 
 namespace exitpolicy::wire {
 
-inline constexpr std::uint8_t protocol_version = 3;  // 2: fence keys name runs of ranks; 3: outcomes in bulk, tags over a digest
+inline constexpr std::uint8_t protocol_version = 4;  // 2: fence keys name runs of ranks; 3: outcomes in bulk, tags over a digest; 4: step done
 inline constexpr std::size_t header_size = 8;
 inline constexpr std::uint32_t max_body = 64 * 1024;           // before authentication
 inline constexpr std::uint32_t max_body_trusted = 256u << 20;  // after: fence data can be large
@@ -83,6 +83,10 @@ enum class Type : std::uint8_t {
     // own tasks' and its children's), acknowledged in one frame per hop.
     outcomes = 24,
     acks = 25,
+    // FE -> every daemon: every task of the step has ended. Until then a
+    // daemon whose own tasks are done stays (within its drain limit): a
+    // task elsewhere may still ask for what its tasks committed.
+    step_done = 26,
 };
 std::string_view type_name(Type type) noexcept;
 
@@ -424,6 +428,11 @@ struct EnvReply {
 struct Stop {
     Bytes encode() const;
     static Result<Stop> decode(std::span<const std::uint8_t> body);
+};
+
+struct StepDone {
+    Bytes encode() const;
+    static Result<StepDone> decode(std::span<const std::uint8_t> body);
 };
 
 struct Notice {

@@ -248,6 +248,7 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
     {
         if (r.recorded == OutcomeSet::Recorded::added && c->role == wire::Role::stepd)
             overlay->direct_outcome(r.frame, r.task.node);
+        overlay->outcome_recorded();
     }
 
     static void on_accept(evconnlistener*, evutil_socket_t fd, sockaddr* addr, int, void* arg) noexcept

@@ -109,6 +109,15 @@ bool OutcomeCollector::complete() const
     return outcomes.complete();
 }
 
+bool OutcomeCollector::missing_only(const std::vector<std::uint32_t>& lost) const
+{
+    std::lock_guard lock(mu);
+    if (outcomes.missing() > lost.size())
+        return false;
+    const auto absent = std::count_if(lost.begin(), lost.end(), [&](std::uint32_t r) { return !outcomes.has(r); });
+    return static_cast<std::uint32_t>(absent) == outcomes.missing();
+}
+
 std::string OutcomeCollector::node_name(std::uint32_t node) const
 {
     std::lock_guard lock(mu);

@@ -67,6 +67,8 @@ public:
 
     // ---- what the FE thread reads ----
     bool complete() const;
+    // Every outcome still missing is of a rank in `lost` (sorted).
+    bool missing_only(const std::vector<std::uint32_t>& lost) const;
     // A node's name ("?" while unknown, and for an id outside the step).
     std::string node_name(std::uint32_t node) const;
     // "rank 3 on node2", for srun's user.

@@ -89,6 +89,18 @@ void OverlayRoot::direct_outcome(const wire::Outcome& o, std::uint32_t node)
             event(*e);
 }
 
+// Every task has ended, or is on a node declared lost (whose outcomes may
+// never come, and whose data nobody can serve any more).
+void OverlayRoot::outcome_recorded()
+{
+    if (step_done_sent || !map_sent() || !(collector.complete() || (!lost_ranks.empty() && collector.missing_only(lost_ranks))))
+        return;
+    step_done_sent = true;
+    const wire::Bytes frame = wire::StepDone{}.encode();
+    history_.push_back(frame);
+    broadcast(frame);
+}
+
 // The daemons linked to the FE that are its children in the tree now.
 std::vector<std::uint32_t> OverlayRoot::children()
 {
@@ -140,6 +152,8 @@ void OverlayRoot::check_lost(std::uint32_t node)
         return;
     declared_down[node] = true;
     dead.insert(down.ranks.begin(), down.ranks.end());
+    lost_ranks.insert(lost_ranks.end(), down.ranks.begin(), down.ranks.end());
+    std::sort(lost_ranks.begin(), lost_ranks.end());
     std::fprintf(stderr, "exitpolicy: %s: node lost (its node daemon and slurmstepd are gone) with rank%s %s\n",
                  down.hostname.c_str(), down.ranks.size() == 1 ? "" : "s", compress_ranks(down.ranks).c_str());
     fail_fences(wire::pmix::proc_term_wo_sync, [&](const std::vector<std::uint32_t>& ranks) {
@@ -150,6 +164,7 @@ void OverlayRoot::check_lost(std::uint32_t node)
     history_.push_back(frame);
     broadcast(frame);
     failure(down.hostname + " was lost");
+    outcome_recorded();  // the others may be over already
 }
 
 void OverlayRoot::broadcast(const wire::Bytes& frame)

@@ -93,6 +93,11 @@ public:
     // link, the first for that rank + epoch: when that node's daemon is
     // gone, the root tells the other nodes' clients.
     void direct_outcome(const wire::Outcome& o, std::uint32_t node);
+    // An outcome was recorded (by any path): once every task of the step
+    // has ended, every daemon is told (once, kept in history()), and may
+    // leave; until then each stays to answer direct-modex requests for its
+    // tasks' data from tasks still running elsewhere.
+    void outcome_recorded();
 
 private:
     struct EventDeleter {
@@ -136,6 +141,8 @@ private:
     std::vector<bool> declared_down;
     // Events and node losses as broadcast, replayed to a daemon adopted later.
     std::vector<wire::Bytes> history_;
+    bool step_done_sent = false;
+    std::vector<std::uint32_t> lost_ranks;  // sorted: the ranks of nodes declared lost
     // Published data (PMIx_Publish), and lookups waiting for it.
     std::map<std::string, std::pair<std::uint32_t, wire::Bytes>> published;
     std::vector<wire::DataRequest> waiting_lookups;

@@ -64,6 +64,7 @@ void decode(Type type, std::span<const std::uint8_t> body)
     case Type::node_down: return round_trip<NodeDown>(body);
     case Type::outcomes: return round_trip<Outcomes>(body);
     case Type::acks: return round_trip<Acks>(body);
+    case Type::step_done: return round_trip<StepDone>(body);
     }
 }
 

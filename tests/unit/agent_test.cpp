@@ -357,6 +357,44 @@ TEST_F(AgentTest, ARelayDrainsOnlyOnceItsOutcomesAreAcknowledgedAndItsChildrenHa
     EXPECT_EQ(nodes[0]->agent->unacked(), 0u);
 }
 
+// A node whose own tasks have all ended still serves what they committed
+// until every task of the step has ended (the FE's step_done): a task
+// elsewhere may still ask for it. Leaving at once lost the direct-modex
+// requests that came later, and their PMIx_Get timed out
+// (tests/integration/test_scale.py, the last nodes' ranks).
+TEST_F(AgentTest, ANodeWhoseTasksEndedServesTheirDataUntilEveryTaskHasEnded)
+{
+    start(6);  // node 5 is a leaf below node 1
+    auto report_node = [&](TestNode& n) {
+        for (std::uint32_t r = 0; r < ranks_per_node; ++r) {
+            wire::Outcome o;
+            o.rank = n.id * ranks_per_node + r;
+            n.agent->report(o);
+        }
+    };
+    report_node(*nodes[5]);
+    nodes[5]->agent->drain();
+    ASSERT_TRUE(loop.run_until([&] { return nodes[5]->agent->unacked() == 0; }));
+    loop.run_until([] { return false; }, 100ms);
+    EXPECT_FALSE(nodes[5]->stopped) << "left while tasks elsewhere still ran";
+    // Node 2 (below node 0) asks for rank 10 (node 5's) after its end.
+    std::optional<int> status;
+    wire::Bytes data;
+    nodes[2]->agent->direct_modex(10, 0, [&](int s, wire::Bytes d) {
+        status = s;
+        data = std::move(d);
+    });
+    ASSERT_TRUE(loop.run_until([&] { return status.has_value(); }));
+    EXPECT_EQ(*status, wire::pmix::success);
+    EXPECT_EQ(data, wire::Bytes{10});
+    // The other tasks end: the FE says so, and node 5 leaves.
+    for (std::size_t i = 0; i < 5; ++i)
+        report_node(*nodes[i]);
+    ASSERT_TRUE(loop.run_until([&] { return nodes[5]->stopped.has_value(); }, 1500ms))
+        << "still there after every task of the step had ended";
+    EXPECT_EQ(*nodes[5]->stopped, 0);
+}
+
 // Every holder keeps an outcome until the FE has it: a relay acknowledges
 // its child's outcomes only when the FE's acknowledgement comes down, so a
 // relay that dies with them on their way loses nothing (the child sends

@@ -854,6 +854,35 @@ TEST(FrontEndOverlayTest, ALostNodeTearsTheStepDownUnlessItIsRecoverable)
     }
 }
 
+// The daemons are told once every task of the step has ended (until then a
+// node whose own tasks are done stays to serve their data), or is on a node
+// declared lost, whose outcome may never come.
+TEST(FrontEndOverlayTest, TheDaemonsHearWhenEveryTaskHasEndedOrIsLost)
+{
+    {
+        auto t = two_nodes(teardown_setup(true));
+        ASSERT_TRUE(t);
+        EXPECT_TRUE(t->stepd1.send_outcome(outcome(1, 0), 2s));
+        t->loop.run_until([] { return false; }, 200ms);
+        EXPECT_EQ(t->d0->count(wire::Type::step_done), 0u) << "rank 0 still runs";
+        EXPECT_TRUE(t->stepd0.send_outcome(outcome(0, 0), 2s));
+        ASSERT_TRUE(t->loop.run_until(
+            [&] { return t->d0->count(wire::Type::step_done) == 1 && t->d1->count(wire::Type::step_done) == 1; }));
+        t->fe->finish(0ms);
+    }
+    {
+        auto t = two_nodes(teardown_setup(true));
+        ASSERT_TRUE(t);
+        t->d0->channel.reset();  // node1 dies with rank 0 unreported
+        t->stepd0.close();
+        ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(wire::Type::node_down) == 1; }));
+        EXPECT_EQ(t->d1->count(wire::Type::step_done), 0u) << "rank 1 still runs";
+        EXPECT_TRUE(t->stepd1.send_outcome(outcome(1, 0), 2s));
+        ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(wire::Type::step_done) == 1; }));
+        t->fe->finish(0ms);
+    }
+}
+
 // Fence instances at the root: FE -> node1 (rank 0), node2 (rank 1).
 class FrontEndFenceTest : public ::testing::Test {
 protected:

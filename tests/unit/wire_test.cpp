@@ -257,7 +257,7 @@ TEST(WireTest, BadHeadersAreErrors)
     Bytes frame = Ack{1, 0}.encode();
     const std::pair<std::function<void(Bytes&)>, std::string> cases[] = {
         {[](Bytes& f) { f[0] = 'X'; }, "not an exitpolicy frame (bad magic)"},
-        {[](Bytes& f) { f[2] = 9; }, "unsupported protocol version 9 (this side speaks 3)"},
+        {[](Bytes& f) { f[2] = 9; }, "unsupported protocol version 9 (this side speaks 4)"},
         {[](Bytes& f) { f[3] = 0; }, "unknown frame type 0"},
         {[](Bytes& f) { f[3] = 99; }, "unknown frame type 99"},
         {[](Bytes& f) { f[4] = 0x7f; }, "frame of 2130706440 bytes exceeds the bound of 65536"},
