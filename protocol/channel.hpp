@@ -189,6 +189,10 @@ private:
     void close(Reason reason, const std::string& why);
     // The handshake's own frames, untagged.
     void send_raw(const Bytes& frame);
+    // Bytes to the peer, in order: written at once when nothing waits before
+    // them (a frame leaves in this loop turn, without a turn of its own for
+    // the socket to become writable), the rest left to the bufferevent.
+    void write(std::span<const std::uint8_t> first, std::span<const std::uint8_t> second = {});
     struct Failure {
         Reason reason;
         std::string why;
