@@ -428,22 +428,36 @@ void PmixHost::notify(int status, std::optional<std::uint32_t> source_rank, std:
     }
 }
 
+// One event per failure for a default (code-less) handler: the failure's
+// own code (requested abort, killed by a signal, terminated without
+// finalizing, non-zero exit), with the failed process as PMIX_PROC in
+// PMIX_EVENT_AFFECTED_PROC (the one info of that type: Open MPI 5 takes
+// every PMIX_PROC it finds as a failed process), PMIX_EXIT_CODE and
+// PMIX_PROC_TERM_STATUS. Then, for handlers registered for them alone
+// (PMIX_EVENT_NON_DEFAULT: a default handler never sees them twice), the
+// standard PMIX_EVENT_PROC_TERMINATED and the legacy PMIX_ERR_PROC_ABORTED
+// (OpenPMIx's examples/fault.c). Open MPI 5's ULFM handler registers
+// PMIX_ERR_PROC_TERM_WO_SYNC, PMIX_ERR_PROC_ABORTED_BY_SIG and
+// PMIX_ERR_PROC_ABORTED, and its default handler aborts on any other code:
+// so neither the standard event nor a non-zero exit's code may reach it.
 void PmixHost::notify_terminated(std::uint32_t rank, int code, int exit_code)
 {
-    // The standard event, the specific code, and always the legacy generic
-    // PMIX_ERR_PROC_ABORTED: Open MPI 5's ULFM handler and OpenPMIx's own
-    // examples/fault.c register that one, not the standard event.
-    std::vector<int> statuses{PMIX_EVENT_PROC_TERMINATED, code};
-    if (code != PMIX_ERR_PROC_ABORTED)
-        statuses.push_back(PMIX_ERR_PROC_ABORTED);
-    for (const int status : statuses) {
-        auto info = std::make_unique<InfoArray>(3);
+    const std::pair<int, bool> events[] = {
+        {code, false}, {PMIX_EVENT_PROC_TERMINATED, true}, {PMIX_ERR_PROC_ABORTED, true}};
+    for (const auto& [status, non_default] : events) {
+        if (non_default && status == code)
+            continue;
+        auto info = std::make_unique<InfoArray>(non_default ? 4 : 3);
         pmix_proc_t affected;
         PMIX_PROC_LOAD(&affected, nspace_.c_str(), rank);
         PMIX_INFO_LOAD(&info->info[0], PMIX_EVENT_AFFECTED_PROC, &affected, PMIX_PROC);
         PMIX_INFO_LOAD(&info->info[1], PMIX_EXIT_CODE, &exit_code, PMIX_INT);
         const pmix_status_t term = code;
         PMIX_INFO_LOAD(&info->info[2], PMIX_PROC_TERM_STATUS, &term, PMIX_STATUS);
+        if (non_default) {
+            const bool yes = true;
+            PMIX_INFO_LOAD(&info->info[3], PMIX_EVENT_NON_DEFAULT, &yes, PMIX_BOOL);
+        }
         notify(status, rank, std::move(info));
     }
 }
@@ -452,7 +466,7 @@ void PmixHost::notify_node_down(std::uint32_t node, const std::string& hostname,
                                 const std::vector<std::uint32_t>& ranks, const std::vector<std::uint32_t>& terminated,
                                 int exit_code)
 {
-    auto info = std::make_unique<InfoArray>(3);
+    auto info = std::make_unique<InfoArray>(4);
     pmix_data_array_t* procs = nullptr;
     PMIX_DATA_ARRAY_CREATE(procs, ranks.size(), PMIX_PROC);
     auto* p = static_cast<pmix_proc_t*>(procs->array);
@@ -462,9 +476,13 @@ void PmixHost::notify_node_down(std::uint32_t node, const std::string& hostname,
     PMIX_DATA_ARRAY_FREE(procs);
     PMIX_INFO_LOAD(&info->info[1], PMIX_HOSTNAME, hostname.c_str(), PMIX_STRING);
     PMIX_INFO_LOAD(&info->info[2], PMIX_NODEID, &node, PMIX_UINT32);
+    // For handlers of it alone: a default handler hears of each of the
+    // node's ranks, below (Open MPI 5's would abort on this code).
+    const bool yes = true;
+    PMIX_INFO_LOAD(&info->info[3], PMIX_EVENT_NON_DEFAULT, &yes, PMIX_BOOL);
     notify(PMIX_EVENT_NODE_DOWN, std::nullopt, std::move(info));
     for (std::uint32_t rank : terminated)
-        notify_terminated(rank, PMIX_ERR_PROC_ABORTED, exit_code);
+        notify_terminated(rank, PMIX_ERR_PROC_TERM_WO_SYNC, exit_code);
 }
 
 }  // namespace exitpolicy::pmixd

@@ -11,15 +11,18 @@ std::optional<Event> termination_event(const Outcome& o, std::uint32_t origin)
     const bool unfinalized =
         (o.flags & Outcome::flag_finalized_known) != 0 && (o.flags & Outcome::flag_finalized) == 0;
     const WaitStatus s = WaitStatus::decode(o.wait_status);
+    // A client that exits without finalizing, with any code, is the
+    // "terminated without sync" of the standard, as PRRTE says it: the code
+    // Open MPI 5's fault tolerance takes, where a non-zero exit's is fatal.
     int code = 0;
     if (aborted)
         code = proc_requested_abort;
     else if (s.kind == WaitStatus::Kind::signaled)
         code = proc_aborted_by_sig;
-    else if (s.kind == WaitStatus::Kind::exited && s.exit_code != 0)
-        code = exit_nonzero_term;
     else if (unfinalized)
         code = proc_term_wo_sync;
+    else if (s.kind == WaitStatus::Kind::exited && s.exit_code != 0)
+        code = exit_nonzero_term;
     else
         return std::nullopt;
     TaskOutcome t;

@@ -31,7 +31,7 @@ inline constexpr int exit_nonzero_term = -404;     // PMIX_ERR_EXIT_NONZERO_TERM
 inline constexpr int node_down = -231;             // PMIX_EVENT_NODE_DOWN
 
 // The event a task's end raises, seen at node `origin`: its specific code
-// (abort, signal, non-zero exit, or a client that never finalized, in that
+// (abort, signal, a client that never finalized, or a non-zero exit, in that
 // order) and the task's code (128 + signal, the abort status, ...); none
 // when the task ended well. What is known of abort and finalization comes in
 // the outcome's flags, and so is whether the task was a PMIx client (the

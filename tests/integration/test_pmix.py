@@ -372,12 +372,14 @@ def parse_events(out):
 
 
 @pytest.mark.parametrize("victim, how, code, specific", [
-    ("0", ["--exit", "1"], 1, "-404"),    # PMIX_ERR_EXIT_NONZERO_TERM, rank 0 on node1
+    ("0", ["--exit", "1"], 1, "-200"),    # PMIX_ERR_PROC_TERM_WO_SYNC (no finalize), rank 0 on node1
+    ("0", ["--exit", "1", "--finalize-victim"], 1, "-404"),  # PMIX_ERR_EXIT_NONZERO_TERM
     ("4", ["--signal", "11"], 139, "-402"),  # PMIX_ERR_PROC_ABORTED_BY_SIG, rank 4 on node3
-], ids=["rank0-exits-1", "node3-segfaults"])
+], ids=["rank0-exits-1", "rank0-finalizes-and-exits-1", "node3-segfaults"])
 def test_every_survivor_gets_every_event(cluster, workdir, pmix, victim, how, code, specific):
-    """Run-through: the survivors hear of the death (the standard event, the
-    specific code and the legacy PMIX_ERR_PROC_ABORTED), then finalize."""
+    """Run-through: the survivors hear of the death (the specific code, the
+    standard event and the legacy PMIX_ERR_PROC_ABORTED, each through the
+    handler registered for it), then finalize."""
     rc, out, err = srun(cluster, workdir, *N4N8, "--exit-recoverable", "--exit-policy=main-rank",
                         client("ep_events"), "--victim", victim, *how, "--expect", "3", "--timeout", "20")
     assert rc == (1 if victim == "0" else 0), err
@@ -785,7 +787,7 @@ def test_a_node_whose_daemon_died_still_tells_the_others(cluster, workdir, pmix)
     events = parse_events(out)
     for rank in (0, 1, 2, 3, 6, 7):  # not on node3
         mine = [e for e in events if e["rank"] == str(rank)]
-        assert sorted(e["status"] for e in mine) == ["-201", "-404", "-7"], f"rank {rank}: {mine}\n{err}"
+        assert sorted(e["status"] for e in mine) == ["-200", "-201", "-7"], f"rank {rank}: {mine}\n{err}"
         assert all(e["affected"].endswith(":5") and e["exit_code"] == "6" for e in mine), mine
         assert f"survivor done rank={rank} events=3" in out, out + err
     assert "exitpolicy:   rank 5 on node3: exited with code 6" in lines(err, "exitpolicy:"), err
@@ -799,7 +801,7 @@ def test_a_lost_node_is_announced_to_every_survivor(crashable, workdir, nodes, t
     """srun --no-kill --exit-recoverable keeps the step running when a node dies. Every
     survivor, on every other node, hears of it from exitpolicy long before
     Slurm notices: PMIX_EVENT_NODE_DOWN naming the node and its ranks, then
-    PROC_TERMINATED and PMIX_ERR_PROC_ABORTED for each lost rank with
+    PMIX_ERR_PROC_TERM_WO_SYNC, PROC_TERMINATED and PMIX_ERR_PROC_ABORTED for each lost rank with
     lost_code as its exit code. The survivors then fence among themselves,
     which needs the tree mended when the lost node was a relay (run-through:
     the daemons below it are adopted by the next live ancestor), and end
@@ -808,7 +810,7 @@ def test_a_lost_node_is_announced_to_every_survivor(crashable, workdir, nodes, t
     victim = lost[-1]  # its events come last: once a survivor has them, it has all
     proc = cluster.popen("srun", "--no-kill", "--exit-recoverable", "--mpi=none", f"-N{nodes}", f"-n{tasks}",
                          "--exit-policy=lowest-rank",
-                         client("ep_events"), "--victim", str(victim), "--hang", "--expect", "3",
+                         client("ep_events"), "--victim", str(victim), "--hang", "--expect", "4",
                          "--timeout", "30", "--fence-survivors", cwd=workdir)
     step = Streamed(proc, f"victim rank={victim} ", 1)
     assert step.wait(60), step.abandon("the victim never got going")
@@ -828,15 +830,16 @@ def test_a_lost_node_is_announced_to_every_survivor(crashable, workdir, nodes, t
         assert sorted(int(a.rsplit(":", 1)[1]) for a in down[0]["affected"].split(",")) == lost, down
         for r in lost:
             about = sorted(e["status"] for e in mine if e["affected"].endswith(f":{r}") and e["status"] != "-231")
-            assert about == ["-201", "-7"], f"rank {rank} about {r}: {mine}"  # PROC_TERMINATED, PROC_ABORTED
+            # TERM_WO_SYNC, PROC_TERMINATED, PROC_ABORTED
+            assert about == ["-200", "-201", "-7"], f"rank {rank} about {r}: {mine}"
         for e in mine:
             if e["status"] != "-231":
-                assert e["exit_code"] == "1" and e["term_status"] == "-7", e
+                assert e["exit_code"] == "1" and e["term_status"] == "-200", e
             # Long before slurmctld declares the node down (SlurmdTimeout=5);
             # bench/run.sh nodeloss has the figures.
             assert int(e["t_us"]) - killed_us < 2_000_000, e
         assert f"survivor fence rank={rank} n={len(survivors)}" in out, out + err
-        assert f"survivor done rank={rank} events=3" in out, out + err
+        assert f"survivor done rank={rank} events=4" in out, out + err
     named = f"rank {lost[0]}" if len(lost) == 1 else f"ranks {lost[0]}-{lost[-1]}"
     reported = [l for l in lines(err, "exitpolicy: ") if "node lost" in l]
     assert reported == [f"exitpolicy: {node}: node lost (its node daemon and slurmstepd are gone) with {named}"], err
