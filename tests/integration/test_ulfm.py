@@ -1,0 +1,68 @@
+"""Open MPI 5's fault tolerance (ULFM) under srun, served by exitpolicy's
+PMIx service: with --exit-recoverable a rank's death reaches every survivor
+on every node as the events Open MPI's ULFM handler takes, and the survivors
+revoke, shrink or agree and finish their work (tests/clients/ep_ulfm.c, with
+OMPI_MCA_mpi_ft_enable=1); srun's code follows the policy. Without
+run-through the step is torn down with the root cause's code, as any other.
+Only where the MPI has ULFM (Debian 13's Open MPI 5.0.7): elsewhere
+ep_ulfm is not built and these are skipped."""
+
+import pytest
+
+from test_pmix import CLIENTS, N4N8, OMPI_ENV, lines, srun
+
+pytestmark = pytest.mark.integration
+
+ULFM_ENV = {**OMPI_ENV, "OMPI_MCA_mpi_ft_enable": "1"}
+
+
+@pytest.fixture
+def ep_ulfm():
+    path = CLIENTS / "ep_ulfm"
+    if not path.is_file():
+        pytest.skip("this MPI has no ULFM (Open MPI 5's ftmpi extension): ep_ulfm is not built")
+    return str(path)
+
+
+@pytest.fixture
+def pmix(plugstack):
+    plugstack.enable("fanout=2", "grace_ms=3000")
+    return plugstack
+
+
+def ulfm(cluster, workdir, ep_ulfm, fail, *srun_args, mode="shrink"):
+    return srun(cluster, workdir, *N4N8, *srun_args, ep_ulfm, "--fail", fail, "--mode", mode, "--timeout", "60",
+                env=ULFM_ENV)
+
+
+def survivors_done(out, survivors):
+    """Each survivor's "done" line says the shrunk communicator holds them all."""
+    n = len(survivors)
+    done = {int(l.split()[1].split("=")[1]): l for l in lines(out, "done rank=")}
+    assert sorted(done) == survivors, out
+    for line in done.values():
+        assert f"size={n} sum={n}" in line, line
+
+
+@pytest.mark.parametrize("mode", ["shrink", "agree"])
+@pytest.mark.parametrize("fail", ["5:segv", "5:exit:3", "5:exit:0"], ids=["segfault", "exit-3", "exit-0"])
+def test_the_survivors_recover_and_finish(cluster, workdir, pmix, ep_ulfm, fail, mode):
+    rc, out, err = ulfm(cluster, workdir, ep_ulfm, fail, "--exit-recoverable", "--exit-policy=main-rank", mode=mode)
+    assert rc == 0, out + err  # main-rank: rank 0's own code
+    assert lines(out, "passed ") == [], out
+    assert len(lines(out, "recovered ")) == 7, out + err
+    survivors_done(out, [0, 1, 2, 3, 4, 6, 7])
+    assert "PMIx Event Notification" not in err, err
+
+
+def test_two_failures_one_after_the_other(cluster, workdir, pmix, ep_ulfm):
+    rc, out, err = ulfm(cluster, workdir, ep_ulfm, "5:segv,2:exit:4", "--exit-recoverable",
+                        "--exit-policy=main-rank")
+    assert rc == 0, out + err
+    survivors_done(out, [0, 1, 3, 4, 6, 7])
+
+
+def test_without_run_through_the_root_cause_ends_the_step(cluster, workdir, pmix, ep_ulfm):
+    rc, out, err = ulfm(cluster, workdir, ep_ulfm, "5:segv", "--exit-policy=first-failure")
+    assert rc == 139, out + err
+    assert "exitpolicy: first failure: rank 5 on node3, killed by SIGSEGV" in lines(err, "exitpolicy:"), err
