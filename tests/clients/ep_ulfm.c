@@ -21,10 +21,12 @@
  * stdout also: "fail rank=R how=HOW t_us=T" just before a failure. */
 #include "ep_common.h"
 
+#include <mpi.h>
+/* after mpi.h, which it needs */
+#include <mpi-ext.h>
+
 #include <getopt.h>
 #include <limits.h>
-#include <mpi-ext.h>
-#include <mpi.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
