@@ -1,24 +1,25 @@
 /* ep_ulfm --fail R:HOW[,R:HOW] [--mode shrink|agree] [--delay MS] [--timeout S]
  *
- * A fault-tolerant MPI program (ULFM, Open MPI 5's mpi-ext.h), as such codes
- * are written: it runs on when ranks die. Every rank: MPI_Init; dups
+ * A fault-tolerant MPI program (ULFM, Open MPI 5's mpi-ext.h), written as
+ * such codes are: it runs on when ranks die. Every rank: MPI_Init; dups
  * MPI_COMM_WORLD with MPI_ERRORS_RETURN; a barrier; prints "ready rank=N".
  * Then one round per failure given: the round's victim waits --delay
- * milliseconds (default 300: the others are inside the round's barrier)
+ * milliseconds (default 300: the others are inside the round's allreduce)
  * and dies HOW:
  *   segv      a segmentation fault (SIGSEGV, core dumps off)
  *   exit:N    exit(N) without MPI_Finalize (exit:0 too)
- * while every other rank's barrier fails (MPIX_ERR_PROC_FAILED, or
- * MPIX_ERR_REVOKED once a peer revoked) and it recovers:
- *   shrink    revokes the communicator and shrinks it to the survivors
- *   agree     acknowledges the failure, agrees with the survivors
- *             (MPIX_Comm_agree), then shrinks
- * and prints "recovered rank=N round=K size=S". After the last round the
- * survivors sum 1 over the shrunk communicator, print
- * "done rank=N size=S sum=T", finalize and exit 0. A barrier that succeeds
- * although its victim died prints "passed rank=N round=K" (a bug).
+ * while every other rank sums 1 over the communicator, resiliently: the
+ * allreduce fails (MPIX_ERR_PROC_FAILED, or MPIX_ERR_REVOKED once a peer
+ * revoked), the survivors agree on whether it succeeded everywhere
+ * (MPIX_Comm_agree; with --mode agree each acknowledges the failures it
+ * knows first, MPIX_Comm_failure_ack), and if not they revoke the
+ * communicator, shrink it to the survivors (MPIX_Comm_shrink), print
+ * "recovered rank=N round=K size=S" and sum again. Each round ends with
+ * "round rank=N round=K size=S sum=T"; after the last the survivors print
+ * "done rank=N size=S sum=T", finalize and exit 0.
  *
- * stdout also: "fail rank=R how=HOW t_us=T" just before a failure. */
+ * stdout also: "fail rank=R how=HOW t_us=T" just before a failure, and
+ * "failed rank=N round=K error=E" for each failed attempt. */
 #include "ep_common.h"
 
 #include <mpi.h>
@@ -76,6 +77,43 @@ static const char *error_name(int rc) {
     return "MPIX_ERR_REVOKED";
   }
   return "another error";
+}
+
+/* Sums 1 over *comm until every member agrees it succeeded, shrinking
+ * *comm to the survivors after each failure. */
+static int resilient_sum(MPI_Comm *comm, int rank, int round, bool ack) {
+  for (;;) {
+    int one = 1, sum = 0;
+    ep_wait_begin("MPI_Allreduce");
+    const int rc = MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, *comm);
+    ep_wait_end();
+    int flag = rc == MPI_SUCCESS;
+    if (rc != MPI_SUCCESS) {
+      ep_out("failed rank=%d round=%d error=%s", rank, round, error_name(rc));
+    }
+    if (ack) {
+      MPIX_Comm_failure_ack(*comm);
+    }
+    ep_wait_begin("MPIX_Comm_agree");
+    const int arc = MPIX_Comm_agree(*comm, &flag);
+    ep_wait_end();
+    if (arc == MPI_SUCCESS && flag) {
+      return sum;
+    }
+    MPIX_Comm_revoke(*comm);
+    MPI_Comm smaller = MPI_COMM_NULL;
+    ep_wait_begin("MPIX_Comm_shrink");
+    if (MPIX_Comm_shrink(*comm, &smaller) != MPI_SUCCESS) {
+      ep_die(EP_EXIT_FAIL, "MPIX_Comm_shrink failed in round %d", round);
+    }
+    ep_wait_end();
+    MPI_Comm_free(comm);
+    *comm = smaller;
+    MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
+    int size = 0;
+    MPI_Comm_size(*comm, &size);
+    ep_out("recovered rank=%d round=%d size=%d", rank, round, size);
+  }
 }
 
 int main(int argc, char **argv) {
@@ -145,6 +183,7 @@ int main(int argc, char **argv) {
   ep_wait_end();
   ep_out("ready rank=%d", rank);
 
+  int size = 0, sum = 0;
   for (int round = 0; round < nfailures; ++round) {
     const struct failure *f = &failures[round];
     if (rank == f->rank) {
@@ -159,45 +198,10 @@ int main(int argc, char **argv) {
       }
       exit((int)f->code);
     }
-    ep_wait_begin("MPI_Barrier (a round)");
-    const int rc = MPI_Barrier(comm);
-    ep_wait_end();
-    if (rc == MPI_SUCCESS) {
-      ep_out("passed rank=%d round=%d", rank, round);
-      continue;
-    }
-    ep_out("failed rank=%d round=%d error=%s", rank, round, error_name(rc));
-    if (agree) {
-      MPIX_Comm_failure_ack(comm);
-      int flag = 1;
-      ep_wait_begin("MPIX_Comm_agree");
-      const int arc = MPIX_Comm_agree(comm, &flag);
-      ep_wait_end();
-      ep_out("agreed rank=%d round=%d rc=%s flag=%d", rank, round, arc == MPI_SUCCESS ? "success" : error_name(arc),
-             flag);
-    }
-    MPIX_Comm_revoke(comm);
-    MPI_Comm smaller = MPI_COMM_NULL;
-    ep_wait_begin("MPIX_Comm_shrink");
-    if (MPIX_Comm_shrink(comm, &smaller) != MPI_SUCCESS) {
-      ep_die(EP_EXIT_FAIL, "MPIX_Comm_shrink failed in round %d", round);
-    }
-    ep_wait_end();
-    MPI_Comm_free(&comm);
-    comm = smaller;
-    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-    int size = 0;
+    sum = resilient_sum(&comm, rank, round, agree);
     MPI_Comm_size(comm, &size);
-    ep_out("recovered rank=%d round=%d size=%d", rank, round, size);
+    ep_out("round rank=%d round=%d size=%d sum=%d", rank, round, size, sum);
   }
-
-  int one = 1, sum = 0, size = 0;
-  MPI_Comm_size(comm, &size);
-  ep_wait_begin("MPI_Allreduce");
-  if (MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, comm) != MPI_SUCCESS) {
-    ep_die(EP_EXIT_FAIL, "the survivors' allreduce failed");
-  }
-  ep_wait_end();
   ep_out("done rank=%d size=%d sum=%d", rank, size, sum);
   MPI_Comm_free(&comm);
   MPI_Finalize();

@@ -13,7 +13,9 @@ from test_pmix import CLIENTS, N4N8, OMPI_ENV, lines, srun
 
 pytestmark = pytest.mark.integration
 
-ULFM_ENV = {**OMPI_ENV, "OMPI_MCA_mpi_ft_enable": "1"}
+# coll/han is not fault tolerant: its first collective over a communicator
+# with a dead member crashes in mca_coll_han_comm_create (Open MPI 5.0.7).
+ULFM_ENV = {**OMPI_ENV, "OMPI_MCA_mpi_ft_enable": "1", "OMPI_MCA_coll": "^han"}
 
 
 @pytest.fixture
