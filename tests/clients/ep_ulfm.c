@@ -93,11 +93,13 @@ static int resilient_sum(MPI_Comm *comm, int rank, int round, bool ack) {
     }
     if (ack) {
       MPIX_Comm_failure_ack(*comm);
+      ep_wait_begin("MPIX_Comm_agree");
+      const int arc = MPIX_Comm_agree(*comm, &flag);
+      ep_wait_end();
+      ep_out("agreed rank=%d round=%d rc=%s flag=%d", rank, round, arc == MPI_SUCCESS ? "success" : error_name(arc),
+             flag);
     }
-    ep_wait_begin("MPIX_Comm_agree");
-    const int arc = MPIX_Comm_agree(*comm, &flag);
-    ep_wait_end();
-    if (arc == MPI_SUCCESS && flag) {
+    if (flag) {
       return sum;
     }
     MPIX_Comm_revoke(*comm);
