@@ -8,13 +8,14 @@
  * and dies HOW:
  *   segv      a segmentation fault (SIGSEGV, core dumps off)
  *   exit:N    exit(N) without MPI_Finalize (exit:0 too)
+ *   hang      waits, for its node to be lost around it (the caller's part)
  * while every other rank sums 1 over the communicator, resiliently: the
  * allreduce fails (MPIX_ERR_PROC_FAILED, or MPIX_ERR_REVOKED once a peer
  * revoked), the survivors agree on whether it succeeded everywhere
  * (MPIX_Comm_agree; with --mode agree each acknowledges the failures it
  * knows first, MPIX_Comm_failure_ack), and if not they revoke the
  * communicator, shrink it to the survivors (MPIX_Comm_shrink), print
- * "recovered rank=N round=K size=S" and sum again. Each round ends with
+ * "recovered rank=N round=K size=S t_us=T" and sum again. Each round ends with
  * "round rank=N round=K size=S sum=T"; after the last the survivors print
  * "done rank=N size=S sum=T", finalize and exit 0.
  *
@@ -35,18 +36,20 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { max_failures = 4 };
 
 struct failure {
   long rank;
-  bool segv;
+  enum { by_signal, by_exit, by_hanging } how;
   long code;
 };
 
 static _Noreturn void usage(const char *why) {
   ep_die(EP_EXIT_USAGE,
-         "%s\nusage: ep_ulfm --fail R:segv|R:exit:N[,...] [--mode shrink|agree] [--delay MS] [--timeout S]", why);
+         "%s\nusage: ep_ulfm --fail R:segv|R:exit:N|R:hang[,...] [--mode shrink|agree] [--delay MS] [--timeout S]",
+         why);
 }
 
 static bool parse_failure(char *text, struct failure *f) {
@@ -59,11 +62,16 @@ static bool parse_failure(char *text, struct failure *f) {
     return false;
   }
   const char *how = colon + 1;
+  f->code = 0;
   if (strcmp(how, "segv") == 0) {
-    f->segv = true;
+    f->how = by_signal;
     return true;
   }
-  f->segv = false;
+  if (strcmp(how, "hang") == 0) {
+    f->how = by_hanging;
+    return true;
+  }
+  f->how = by_exit;
   return strncmp(how, "exit:", 5) == 0 && ep_parse_long(how + 5, 0, 255, &f->code);
 }
 
@@ -114,7 +122,7 @@ static int resilient_sum(MPI_Comm *comm, int rank, int round, bool ack) {
     MPI_Comm_set_errhandler(*comm, MPI_ERRORS_RETURN);
     int size = 0;
     MPI_Comm_size(*comm, &size);
-    ep_out("recovered rank=%d round=%d size=%d", rank, round, size);
+    ep_out("recovered rank=%d round=%d size=%d t_us=%lld", rank, round, size, (long long)ep_now_us());
   }
 }
 
@@ -139,7 +147,7 @@ int main(int argc, char **argv) {
     case 'f':
       for (char *save = NULL, *one = strtok_r(optarg, ",", &save); one != NULL; one = strtok_r(NULL, ",", &save)) {
         if (nfailures == max_failures || !parse_failure(one, &failures[nfailures])) {
-          usage("bad --fail (R:segv or R:exit:N, at most 4, comma-separated)");
+          usage("bad --fail (R:segv, R:exit:N or R:hang, at most 4, comma-separated)");
         }
         ++nfailures;
       }
@@ -189,14 +197,19 @@ int main(int argc, char **argv) {
   for (int round = 0; round < nfailures; ++round) {
     const struct failure *f = &failures[round];
     if (rank == f->rank) {
-      struct timespec pause = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
-      nanosleep(&pause, NULL);
-      ep_out("fail rank=%d how=%s:%ld t_us=%lld", rank, f->segv ? "segv" : "exit", f->segv ? 0L : f->code,
-             (long long)ep_now_us());
-      if (f->segv) {
+      struct timespec delay = {delay_ms / 1000, (delay_ms % 1000) * 1000000L};
+      nanosleep(&delay, NULL);
+      static const char *const names[] = {"segv", "exit", "hang"};
+      ep_out("fail rank=%d how=%s:%ld t_us=%lld", rank, names[f->how], f->code, (long long)ep_now_us());
+      if (f->how == by_signal) {
         struct rlimit none = {0, 0};
         setrlimit(RLIMIT_CORE, &none);
         raise(SIGSEGV);
+      }
+      if (f->how == by_hanging) {
+        for (;;) {
+          pause();
+        }
       }
       exit((int)f->code);
     }

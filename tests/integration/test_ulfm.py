@@ -9,7 +9,7 @@ ep_ulfm is not built and these are skipped."""
 
 import pytest
 
-from test_pmix import CLIENTS, N4N8, OMPI_ENV, lines, srun
+from test_pmix import CLIENTS, N4N8, OMPI_ENV, Streamed, lines, srun
 
 pytestmark = pytest.mark.integration
 
@@ -39,9 +39,9 @@ def pmix(plugstack):
     return plugstack
 
 
-def ulfm(cluster, workdir, ep_ulfm, fail, *srun_args, mode="shrink"):
+def ulfm(cluster, workdir, ep_ulfm, fail, *srun_args, mode="shrink", user=None):
     return srun(cluster, workdir, *N4N8, *srun_args, ep_ulfm, "--fail", fail, "--mode", mode, "--timeout", "60",
-                env=ULFM_ENV)
+                env=ULFM_ENV, user=user)
 
 
 def survivors_done(out, survivors):
@@ -62,6 +62,32 @@ def test_the_survivors_recover_and_finish(cluster, workdir, pmix, ep_ulfm, fail,
     assert len(lines(out, "recovered ")) == 7, out + err
     survivors_done(out, [0, 1, 2, 3, 4, 6, 7])
     assert "PMIx Event Notification" not in err, err
+
+
+def test_an_ordinary_users_step_recovers(cluster, workdir, pmix, ep_ulfm):
+    rc, out, err = ulfm(cluster, workdir, ep_ulfm, "5:segv", "--exit-recoverable", "--exit-policy=main-rank",
+                        user=cluster.NOBODY)
+    assert rc == 0, out + err
+    survivors_done(out, [0, 1, 2, 3, 4, 6, 7])
+
+
+def test_a_lost_node_is_seen_and_the_survivors_finish(crashable, workdir, ep_ulfm):
+    """node3 (ranks 4 and 5) lost whole, its slurmd, slurmstepd, daemon and
+    tasks killed, while the others wait in an allreduce for rank 5: the
+    survivors on the three other nodes see both ranks fail and shrink to six."""
+    cluster = crashable(4)
+    proc = cluster.popen("srun", "--no-kill", "--exit-recoverable", "--exit-policy=main-rank", *N4N8, ep_ulfm,
+                         "--fail", "5:hang", "--timeout", "60", cwd=workdir, env=ULFM_ENV)
+    step = Streamed(proc, "fail rank=5 ", 1)
+    assert step.wait(60), step.abandon("rank 5 never got to its failure")
+    crashed = cluster.crash("node3")
+    assert crashed.returncode == 0, crashed.stderr
+    rc, out, err = step.finish(90)
+    assert rc == 0, out + err  # main-rank: rank 0's own code
+    survivors_done(out, [0, 1, 2, 3, 6, 7])
+    assert "PMIx Event Notification" not in err, err
+    assert "exitpolicy:   ranks 4-5 on node3: lost (no outcome reported; counted as code 1)" \
+        in lines(err, "exitpolicy:"), err
 
 
 def test_two_failures_one_after_the_other(cluster, workdir, pmix, ep_ulfm):
