@@ -428,28 +428,17 @@ void PmixHost::notify(int status, std::optional<std::uint32_t> source_rank, std:
     }
 }
 
-// One event per failure for a default (code-less) handler: the failure's
-// own code (requested abort, killed by a signal, terminated without
-// finalizing, non-zero exit), with the failed process as PMIX_PROC in
-// PMIX_EVENT_AFFECTED_PROC (the one info of that type: Open MPI 5 takes
-// every PMIX_PROC it finds as a failed process), PMIX_EXIT_CODE and
-// PMIX_PROC_TERM_STATUS. Then, for handlers registered for them alone
-// (PMIX_EVENT_NON_DEFAULT: a default handler never sees them twice), the
-// standard PMIX_EVENT_PROC_TERMINATED and the legacy PMIX_ERR_PROC_ABORTED
-// (OpenPMIx's examples/fault.c). Open MPI 5's ULFM handler registers
-// PMIX_ERR_PROC_TERM_WO_SYNC, PMIX_ERR_PROC_ABORTED_BY_SIG and
-// PMIX_ERR_PROC_ABORTED, and its default handler aborts on any other code:
-// so neither the standard event nor a non-zero exit's code may reach it.
-void PmixHost::notify_terminated(std::uint32_t rank, int code, int exit_code)
+std::vector<PmixEvent> termination_events(const std::string& nspace, std::uint32_t rank, int code, int exit_code)
 {
-    const std::pair<int, bool> events[] = {
+    const std::pair<int, bool> kinds[] = {
         {code, false}, {PMIX_EVENT_PROC_TERMINATED, true}, {PMIX_ERR_PROC_ABORTED, true}};
-    for (const auto& [status, non_default] : events) {
+    std::vector<PmixEvent> events;
+    for (const auto& [status, non_default] : kinds) {
         if (non_default && status == code)
             continue;
         auto info = std::make_unique<InfoArray>(non_default ? 4 : 3);
         pmix_proc_t affected;
-        PMIX_PROC_LOAD(&affected, nspace_.c_str(), rank);
+        PMIX_PROC_LOAD(&affected, nspace.c_str(), rank);
         PMIX_INFO_LOAD(&info->info[0], PMIX_EVENT_AFFECTED_PROC, &affected, PMIX_PROC);
         PMIX_INFO_LOAD(&info->info[1], PMIX_EXIT_CODE, &exit_code, PMIX_INT);
         const pmix_status_t term = code;
@@ -458,8 +447,15 @@ void PmixHost::notify_terminated(std::uint32_t rank, int code, int exit_code)
             const bool yes = true;
             PMIX_INFO_LOAD(&info->info[3], PMIX_EVENT_NON_DEFAULT, &yes, PMIX_BOOL);
         }
-        notify(status, rank, std::move(info));
+        events.push_back({status, std::move(info)});
     }
+    return events;
+}
+
+void PmixHost::notify_terminated(std::uint32_t rank, int code, int exit_code)
+{
+    for (auto& e : termination_events(nspace_, rank, code, exit_code))
+        notify(e.status, rank, std::move(e.info));
 }
 
 void PmixHost::notify_node_down(std::uint32_t node, const std::string& hostname,

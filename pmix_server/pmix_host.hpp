@@ -28,6 +28,38 @@
 
 namespace exitpolicy::pmixd {
 
+// One PMIx event as PMIx_Notify_event takes it.
+struct PmixEvent {
+    int status = 0;
+    std::unique_ptr<InfoArray> info;
+};
+
+// What the clients hear of one abnormal end: rank `rank` of `nspace` ended
+// with the specific `code` (PMIX_ERR_PROC_REQUESTED_ABORT,
+// PMIX_ERR_PROC_ABORTED_BY_SIG, PMIX_ERR_PROC_TERM_WO_SYNC or
+// PMIX_ERR_EXIT_NONZERO_TERM: wire::pmix::termination_event) and the task's
+// code `exit_code`. Each event, in order:
+//   1. `code`, for every handler of it and every default (code-less) one:
+//      once per failure. Open MPI 5's fault tolerance (ULFM) registers
+//      PMIX_ERR_PROC_TERM_WO_SYNC, PMIX_ERR_PROC_ABORTED_BY_SIG and
+//      PMIX_ERR_PROC_ABORTED and marks the process failed; Open MPI's
+//      default handler (4.1 and 5) ends the process on any code.
+//   2. PMIX_EVENT_PROC_TERMINATED, the standard's event of any end, and
+//   3. PMIX_ERR_PROC_ABORTED, the legacy generic code (OpenPMIx's
+//      examples/fault.c), unless it is `code`: both for handlers registered
+//      for them alone (PMIX_EVENT_NON_DEFAULT), since Open MPI 5's default
+//      handler aborts on them. (ULFM's handler hears 3 too, and ignores a
+//      process it has marked failed already.)
+// The infos of each:
+//   PMIX_EVENT_AFFECTED_PROC  the process that ended (PMIX_PROC): the only
+//                             info of that type, since Open MPI 5.0's ULFM
+//                             takes every PMIX_PROC info as a failed process
+//   PMIX_EXIT_CODE            `exit_code` (PMIX_INT)
+//   PMIX_PROC_TERM_STATUS     `code` (PMIX_STATUS)
+//   PMIX_EVENT_NON_DEFAULT    true, on 2 and 3 (PMIX_BOOL)
+// The event's source is the process that ended (PmixHost::notify).
+std::vector<PmixEvent> termination_events(const std::string& nspace, std::uint32_t rank, int code, int exit_code);
+
 // Deregisters `ranks` of `nspace`, then `nspace` itself, each call bounded
 // by `bound`: the cleanup its clients asked for through job control
 // (PMIX_REGISTER_CLEANUP, PMIX_REGISTER_CLEANUP_DIR) runs now, and the
@@ -69,14 +101,14 @@ public:
     Result<std::vector<std::string>> environment(std::uint32_t rank);
     // The data a local rank committed, for a peer node's direct modex.
     void dmodex(std::uint32_t rank, std::function<void(int status, wire::Bytes data)> done);
-    // Tells every local client that `rank` ended abnormally: the standard
-    // PMIX_EVENT_PROC_TERMINATED, the specific code, and the legacy
-    // PMIX_ERR_PROC_ABORTED (unless that is the specific code).
+    // Tells every local client that `rank` ended abnormally with the
+    // specific `code`: termination_events().
     void notify_terminated(std::uint32_t rank, int code, int exit_code);
     // Tells every local client that a node is lost: PMIX_EVENT_NODE_DOWN
-    // (its lost ranks as the affected procs, hostname, node id), then the
-    // termination events (PMIX_ERR_PROC_ABORTED, `exit_code`) for each rank
-    // of `terminated` (those the clients have not heard of yet).
+    // (its lost ranks as the affected procs, hostname, node id; for handlers
+    // of that code alone), then the termination events of
+    // PMIX_ERR_PROC_TERM_WO_SYNC with `exit_code` for each rank of
+    // `terminated` (those the clients have not heard of yet).
     void notify_node_down(std::uint32_t node, const std::string& hostname, const std::vector<std::uint32_t>& ranks,
                           const std::vector<std::uint32_t>& terminated, int exit_code);
     // An event a client on another node raised: to our clients.

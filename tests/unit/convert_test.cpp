@@ -1,6 +1,8 @@
-// convert_test.cpp - PMIx <-> wire (pmix_server/convert.hpp), with the real
+// convert_test.cpp - PMIx <-> wire (pmix_server/convert.hpp), and the
+// events a task's end becomes (pmix_server/pmix_host.hpp), with the real
 // PMIx library (initialised by upcalls_test.cpp's environment).
 #include "convert.hpp"
+#include "pmix_host.hpp"
 
 #include <gtest/gtest.h>
 
@@ -8,6 +10,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace exitpolicy::pmixd {
 namespace {
@@ -144,6 +147,74 @@ TEST(Convert, ALookupReplyBecomesPdataAndSkipsWhatDoesNotUnpack)
     EXPECT_EQ(pdata->data[0].proc.rank, 3u);
     EXPECT_STREQ(pdata->data[0].proc.nspace, "exitpolicy.1.0");
     EXPECT_STREQ(pdata->data[0].value.data.string, "one");
+}
+
+
+// What a handler reads of a termination event: each info by its key.
+const pmix_info_t* find(const PmixEvent& e, const char* key)
+{
+    for (std::size_t i = 0; i < e.info->n; ++i)
+        if (PMIX_CHECK_KEY(&e.info->info[i], key))
+            return &e.info->info[i];
+    return nullptr;
+}
+
+TEST(TerminationEvents, ADefaultHandlerHearsOnceAndTheOthersOnlyByTheirCodes)
+{
+    struct Case {
+        int code;
+        std::vector<int> statuses;
+    };
+    const Case cases[] = {
+        {PMIX_ERR_PROC_ABORTED_BY_SIG, {PMIX_ERR_PROC_ABORTED_BY_SIG, PMIX_EVENT_PROC_TERMINATED, PMIX_ERR_PROC_ABORTED}},
+        {PMIX_ERR_PROC_TERM_WO_SYNC, {PMIX_ERR_PROC_TERM_WO_SYNC, PMIX_EVENT_PROC_TERMINATED, PMIX_ERR_PROC_ABORTED}},
+        {PMIX_ERR_EXIT_NONZERO_TERM, {PMIX_ERR_EXIT_NONZERO_TERM, PMIX_EVENT_PROC_TERMINATED, PMIX_ERR_PROC_ABORTED}},
+        {PMIX_ERR_PROC_REQUESTED_ABORT,
+         {PMIX_ERR_PROC_REQUESTED_ABORT, PMIX_EVENT_PROC_TERMINATED, PMIX_ERR_PROC_ABORTED}},
+        {PMIX_ERR_PROC_ABORTED, {PMIX_ERR_PROC_ABORTED, PMIX_EVENT_PROC_TERMINATED}},  // never twice
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(PMIx_Error_string(c.code));
+        const auto events = termination_events("step.ns", 5, c.code, 139);
+        std::vector<int> statuses;
+        for (const auto& e : events)
+            statuses.push_back(e.status);
+        EXPECT_EQ(statuses, c.statuses);
+        for (std::size_t k = 0; k < events.size(); ++k) {
+            const PmixEvent& e = events[k];
+            SCOPED_TRACE(PMIx_Error_string(e.status));
+            // Open MPI 5.0's ULFM takes every PMIX_PROC info as a failed
+            // process: the one of that type is the affected process.
+            std::size_t procs = 0;
+            for (std::size_t i = 0; i < e.info->n; ++i)
+                procs += e.info->info[i].value.type == PMIX_PROC;
+            EXPECT_EQ(procs, 1u);
+            const pmix_info_t* affected = find(e, PMIX_EVENT_AFFECTED_PROC);
+            ASSERT_NE(affected, nullptr);
+            ASSERT_EQ(affected->value.type, PMIX_PROC);
+            EXPECT_STREQ(affected->value.data.proc->nspace, "step.ns");
+            EXPECT_EQ(affected->value.data.proc->rank, 5u);
+            const pmix_info_t* exit_code = find(e, PMIX_EXIT_CODE);
+            ASSERT_NE(exit_code, nullptr);
+            ASSERT_EQ(exit_code->value.type, PMIX_INT);
+            EXPECT_EQ(exit_code->value.data.integer, 139);
+            const pmix_info_t* term = find(e, PMIX_PROC_TERM_STATUS);
+            ASSERT_NE(term, nullptr);
+            ASSERT_EQ(term->value.type, PMIX_STATUS);
+            EXPECT_EQ(term->value.data.status, c.code);
+            // The first for every default handler; the others for their own.
+            const pmix_info_t* non_default = find(e, PMIX_EVENT_NON_DEFAULT);
+            if (k == 0) {
+                EXPECT_EQ(non_default, nullptr);
+                EXPECT_EQ(e.info->n, 3u);
+            } else {
+                ASSERT_NE(non_default, nullptr);
+                ASSERT_EQ(non_default->value.type, PMIX_BOOL);
+                EXPECT_TRUE(non_default->value.data.flag);
+                EXPECT_EQ(e.info->n, 4u);
+            }
+        }
+    }
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
-// wire_test.cpp - the frame codec, fence keys and the authentication proofs.
+// wire_test.cpp - the frame codec, fence keys, the authentication proofs and
+// the PMIx event a task's end raises.
 #include "protocol/auth.hpp"
+#include "protocol/events.hpp"
 #include "protocol/fences.hpp"
 #include "protocol/wire.hpp"
 
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <optional>
 #include <random>
 
 namespace exitpolicy::wire {
@@ -438,6 +441,52 @@ TEST(WireTest, RandomBytesNeverCrashTheDecoders)
             (void)decode_header(std::span<const std::uint8_t, header_size>(junk.data(), header_size));
     }
     EXPECT_GT(accepted, 0);  // fixed-size messages of the right length do decode
+}
+
+TEST(EventsTest, EachEndRaisesItsOwnCodeOnce)
+{
+    constexpr std::uint8_t known = Outcome::flag_finalized_known;
+    constexpr std::uint8_t finalized = Outcome::flag_finalized_known | Outcome::flag_finalized;
+    struct Case {
+        const char* what;
+        std::int32_t wait_status;
+        std::uint8_t flags;
+        std::int32_t abort_status;
+        std::optional<int> code;  // none: no event
+        int exit_code;
+        bool client;
+    };
+    const Case cases[] = {
+        {"a client killed by SIGSEGV", 11, known, 0, pmix::proc_aborted_by_sig, 139, true},
+        {"a finalized client killed by SIGKILL", 9, finalized, 0, pmix::proc_aborted_by_sig, 137, true},
+        {"a client that exits 3 unfinalized", 3 << 8, known, 0, pmix::proc_term_wo_sync, 3, true},
+        {"a client that exits 0 unfinalized", 0, known, 0, pmix::proc_term_wo_sync, 0, true},
+        {"a client that finalizes and exits 3", 3 << 8, finalized, 0, pmix::exit_nonzero_term, 3, true},
+        {"a client that finalizes and exits 0", 0, finalized, 0, std::nullopt, 0, true},
+        {"a client that aborts with 7", 7 << 8, known | Outcome::flag_aborted, 7, pmix::proc_requested_abort, 7,
+         true},
+        {"a task that is no client exits 3", 3 << 8, 0, 0, pmix::exit_nonzero_term, 3, false},
+        {"a task that is no client exits 0", 0, 0, 0, std::nullopt, 0, false},
+        {"a task that is no client is killed", 15, 0, 0, pmix::proc_aborted_by_sig, 143, false},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.what);
+        Outcome o;
+        o.rank = 5;
+        o.wait_status = c.wait_status;
+        o.flags = c.flags;
+        o.abort_status = c.abort_status;
+        const auto e = pmix::termination_event(o, 3);
+        ASSERT_EQ(e.has_value(), c.code.has_value());
+        if (!e)
+            continue;
+        EXPECT_EQ(e->code, *c.code);
+        EXPECT_EQ(e->exit_code, c.exit_code);
+        EXPECT_EQ(e->client, c.client);
+        EXPECT_EQ(e->origin, 3u);
+        EXPECT_EQ(e->rank, 5u);
+        EXPECT_EQ(e->wait_status, c.wait_status);
+    }
 }
 
 TEST(AuthTest, ProofsBindTheSecretTheNoncesAndTheIdentity)
