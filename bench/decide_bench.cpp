@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // decide_bench.cpp - deciding and reporting over large steps.
 //
 // Run: bench/run.sh (or build/bench/decide_bench). Prints the time to decide

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """failure_bench.py - how long a step whose rank dies lives on, ours vs Slurm's mpi/pmix.
 
 An Open MPI program (tests/clients/ep_mpi_fail) with -N4 -n8: rank 5, on

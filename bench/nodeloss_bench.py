@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """nodeloss_bench.py - how soon the survivors hear of a lost node.
 
 For each run: a fresh 4-node cluster (SlurmdTimeout=5) with exitpolicy's

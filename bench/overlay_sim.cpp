@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // overlay_sim.cpp - the step's overlay at scale, without Slurm or PMIx.
 //
 // srun's real front end (spank_plugin/front_end.hpp, its own thread, as in

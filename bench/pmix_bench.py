@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """pmix_bench.py - exitpolicy's PMIx service against Slurm's own, on the real cluster.
 
 1. An Open MPI program (tests/clients/ep_mpi_ring: MPI_Init, Allreduce, a

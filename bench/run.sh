@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/run.sh - build and run exitpolicy's benchmarks, print the figures.
 #
 #   bash bench/run.sh          all benchmarks

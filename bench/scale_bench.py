@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """scale_bench.py - one row of `bench/run.sh scale`: a step over N nodes of the
 local cluster, 2 ranks per node, measured in paired, interleaved rounds.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // seal_bench.cpp - what the per-frame tag (protocol/auth.hpp) costs: the
 // time to tag one frame of each size a step sends (an outcome or ack of
 // ~64 bytes, a notice or small fence of 4 KiB, fence data of 64 KiB and

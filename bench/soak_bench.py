@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """soak_bench.py - does a step leave anything behind, however it ends?
 
 With exitpolicy enabled as sites get it (pmix=auto), srun -N4 -n8 steps of

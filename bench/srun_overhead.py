@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """srun_overhead.py - what the plugin costs a step, measured on the real cluster.
 
 Times `srun -N4 -n8 true` on the local 4-node cluster (contrib/slurm/cluster)

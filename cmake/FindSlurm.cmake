@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake/FindSlurm.cmake - the Slurm that exitpolicy is built for: its headers,
 # its libslurm, its plugin directory and its release. A SPANK plugin loads only
 # into the Slurm release (major.minor) whose headers it was built with, so

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // outcome.cpp - wait-status decoding and per-task facts. See outcome.hpp.
 #include "outcome.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // outcome.hpp - how one task ended.
 //
 // The one place that decodes a raw wait status (as slurmstepd hands it to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // policy.cpp - the exit policies and the root cause. See policy.hpp.
 #include "policy.hpp"
 

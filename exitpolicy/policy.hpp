@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // policy.hpp - the exit policies: which code srun ends with.
 //
 // decide() applies one policy to every task's outcome, as the README's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // report.cpp - the human summary and the JSON document. See report.hpp.
 #include "report.hpp"
 

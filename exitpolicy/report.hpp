@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // report.hpp - what srun tells its user about how the step ended.
 //
 // The human summary (grouped by outcome, compressed rank ranges, Slurm

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // result.hpp - a value or a user-facing error message, for functions that
 // must not throw (the whole policy core).
 #pragma once

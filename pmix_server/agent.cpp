@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agent.cpp - a node's agent in the overlay tree. See agent.hpp.
 #include "agent.hpp"
 

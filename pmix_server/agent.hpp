@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agent.hpp - a node's agent in the step's overlay tree, without PMIx.
 //
 // The agent enrolls with srun's front end (FE), gets the step map, links to

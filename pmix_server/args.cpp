@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // args.cpp - see args.hpp.
 #include "args.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // args.hpp - the daemon's bootstrap arguments, as the plugin passes them on
 // exitpolicy-pmixd's command line. The secret never travels on argv: it is
 // read from an inherited file descriptor.

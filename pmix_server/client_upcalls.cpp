@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // client_upcalls.cpp - a client's life: connected, finalized, abort.
 #include "upcalls.hpp"
 

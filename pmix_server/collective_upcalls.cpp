@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // collective_upcalls.cpp - fence and direct modex: the overlay carries the
 // data between the nodes (Daemon::fence, Daemon::direct_modex).
 #include "upcalls.hpp"

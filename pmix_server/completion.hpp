@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // completion.hpp - the answer to one PMIx server upcall.
 //
 // Each upcall gets its client's callback (cbfunc, cbdata) and must end in

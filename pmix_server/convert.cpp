@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // convert.cpp - see convert.hpp.
 #include "convert.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // convert.hpp - PMIx <-> wire: the one place where PMIx's types (procs,
 // info arrays, values, data buffers) become the overlay's (ranks, keys,
 // packed bytes) and back. Packing uses the PMIx library's own buffer format,

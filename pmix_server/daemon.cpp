@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // daemon.cpp - the node's side of the step: the loop, the local socket and
 // tasks, the PMIx server's link to the overlay agent. See daemon.hpp.
 #include "daemon.hpp"

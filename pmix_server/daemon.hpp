@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // daemon.hpp - exitpolicy-pmixd: one per node per step, as the job's user.
 //
 // One libevent loop thread owns all state. The daemon is the node's side of

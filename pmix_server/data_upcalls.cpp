@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // data_upcalls.cpp - publish, lookup, unpublish: the data is kept at srun's
 // front end, which answers with PMIx statuses by name (protocol/events.hpp).
 #include "upcalls.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // event_anchor.cpp - see event_anchor.hpp.
 #include "event_anchor.hpp"
 

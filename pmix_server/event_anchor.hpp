@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // event_anchor.hpp - makes the node's PMIx server keep clients' default
 // event handlers.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // event_upcalls.cpp - events clients raise, and their registrations.
 #include "upcalls.hpp"
 

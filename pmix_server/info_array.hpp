@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // info_array.hpp - an owned pmix_info_t array (PMIX_INFO_CREATE / _FREE),
 // for the daemon's calls into the PMIx library.
 #pragma once

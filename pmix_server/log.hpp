@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // log.hpp - the daemon's log: levelled lines tagged with job.step and node,
 // to a file in log_dir when given, else syslog.
 #pragma once

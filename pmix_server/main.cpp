@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // main.cpp - exitpolicy-pmixd: the per-node PMIx server and overlay agent of
 // one Slurm job step. Started by the plugin in slurmstepd (see
 // spank_plugin/daemon_link.cpp), never by hand; `--event-anchor` runs

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // module.cpp - the PMIx server module table (upcalls.hpp).
 #include "upcalls.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // overlay.hpp - what the PMIx upcalls ask of the rest of the step: the
 // node daemon (daemon.hpp) implements it; the upcalls' unit test gives its
 // own (tests/unit/upcalls_test.cpp).

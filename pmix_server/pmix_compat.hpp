@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pmix_compat.hpp - where the OpenPMIx versions the project supports (4.2 on
 // Debian 12, 5.0 on Debian 13) differ for a server: the one place that says
 // so, decided at compile time from OpenPMIx's own version macros.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pmix_host.cpp - the daemon's calls into the PMIx server library: init
 // and finalize, the namespace, the tasks' environment, direct-modex
 // requests and the events this server raises. The upcalls are in the

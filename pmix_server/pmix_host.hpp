@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pmix_host.hpp - the PMIx server of the node: OpenPMIx's server library
 // with our module (upcalls.hpp), the namespace of the step, the tasks'
 // environment, direct-modex answers and termination events.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // timers.cpp - see timers.hpp.
 #include "timers.hpp"
 

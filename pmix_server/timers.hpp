@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // timers.hpp - timers and deferred work on one libevent loop, owned by
 // whoever schedules them: what is still pending when the owner goes is
 // dropped uncalled, so no callback outlives the object it was for (an

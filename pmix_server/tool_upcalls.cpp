@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tool_upcalls.cpp - job control and log; spawn and connect are refused.
 #include "upcalls.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // topology.cpp - the node's hardware topology for the clients (PmixHost).
 #include "pmix_host.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // upcalls.hpp - the PMIx server module: the upcalls OpenPMIx makes into
 // this daemon, one file per family, as PRRTE's src/prted/pmix/ has them:
 //

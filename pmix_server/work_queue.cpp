@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // work_queue.cpp - see work_queue.hpp.
 #include "work_queue.hpp"
 

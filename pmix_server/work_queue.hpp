@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // work_queue.hpp - work handed from other threads (PMIx's progress thread,
 // the init thread) to the daemon's loop thread.
 //

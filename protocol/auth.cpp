@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // auth.cpp - secrets, nonces and HMAC proofs (OpenSSL). See auth.hpp.
 #include "auth.hpp"
 

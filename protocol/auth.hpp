@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // auth.hpp - the per-step secret and the mutual challenge-response over it.
 //
 // srun's front end makes a random 32-byte secret per step and hands it to the

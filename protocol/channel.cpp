@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // channel.cpp - see channel.hpp.
 #include "channel.hpp"
 

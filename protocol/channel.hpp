@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // channel.hpp - one authenticated, framed overlay connection on a libevent
 // loop: srun's front end and the node daemons use it for all their links
 // (slurmstepd's blocking side, spank_plugin/node_link.cpp, speaks the same

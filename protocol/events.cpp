@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // events.cpp - see events.hpp.
 #include "events.hpp"
 

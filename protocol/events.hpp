@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // events.hpp - which PMIx event a task's end raises, decided once for the
 // node daemons (which see their own tasks end) and the FE (which sees the
 // ends of a node whose daemon is gone, by slurmstepd's direct link).

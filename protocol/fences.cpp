@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fences.cpp - see fences.hpp.
 #include "fences.hpp"
 

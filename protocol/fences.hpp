@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fences.hpp - the fence bookkeeping of every node of the overlay tree,
 // written once for srun's front end (the root) and the node daemons.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tree.cpp - see tree.hpp.
 #include "tree.hpp"
 

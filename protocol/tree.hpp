@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tree.hpp - the overlay's k-ary tree over a step's nodes, rooted at srun's
 // front end.
 //

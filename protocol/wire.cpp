@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // wire.cpp - frame header, body writer/reader and the messages. See wire.hpp.
 #include "wire.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // wire.hpp - the frames exitpolicy's processes exchange: srun's front end,
 // slurmstepd, the node daemons (overlay and local socket) and the tasks
 // asking their daemon for a PMIx environment.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // allocator.cpp - the allocator context: sbatch and salloc.
 //
 // sbatch --exit-policy=X (or salloc) makes X the default of every srun in the

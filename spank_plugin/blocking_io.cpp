@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // blocking_io.cpp - see blocking_io.hpp.
 #include "blocking_io.hpp"
 

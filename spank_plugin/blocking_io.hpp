@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // blocking_io.hpp - framed I/O on a non-blocking socket with poll()
 // deadlines, for the plugin's blocking sides (slurmstepd, tasks). `peer`
 // names the other side in error messages ("the front end").

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // config.cpp - plugstack.conf arguments. See config.hpp.
 #include "config.hpp"
 

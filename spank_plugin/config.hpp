@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // config.hpp - the site's plugstack.conf arguments.
 //
 //   optional exitpolicy.so default_policy=main-rank report=auto grace_ms=3000 ...

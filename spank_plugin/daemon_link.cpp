@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // daemon_link.cpp - see daemon_link.hpp.
 #include "daemon_link.hpp"
 

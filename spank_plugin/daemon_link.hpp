@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // daemon_link.hpp - the plugin's side of the node daemon (exitpolicy-pmixd):
 // starting it from slurmstepd, asking it for a task's PMIx environment,
 // handing it task outcomes, and stopping it at the step's end. Blocking,

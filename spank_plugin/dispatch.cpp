@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dispatch.cpp - the SPANK entry points. Each is a guard around the hook of
 // the running context: srun.cpp (local), slurmstepd.cpp (remote),
 // allocator.cpp (sbatch, salloc). Nothing else is exported (exitpolicy.map).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // front_end.cpp - the FE's libevent thread and its links. See front_end.hpp.
 //
 // Every peer connects here, proves it holds the step's secret and says who

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // front_end.hpp - the step's front end (FE) in srun.
 //
 // One libevent thread with a TCP listener. Each node's slurmstepd connects

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // guard.hpp - no exception crosses into Slurm's C frames.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // log.cpp - see log.hpp.
 #include "log.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // log.hpp - the plugin's log lines, through Slurm's own logging
 // (slurm_error/info/verbose/debug, resolved from srun or slurmstepd), every
 // line prefixed "exitpolicy: ". Messages are formatted into a fixed buffer:

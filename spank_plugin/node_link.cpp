@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // node_link.cpp - the blocking node-side client. See node_link.hpp.
 #include "node_link.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // node_link.hpp - a node's connection to the step's front end, as used from
 // slurmstepd: blocking, bounded by poll() timeouts, no threads, no
 // libevent. One connection per node per step, opened in remote

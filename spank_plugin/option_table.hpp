@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // option_table.hpp - every name a user or a site writes, spelled once: the
 // srun/sbatch/salloc options with their environment variables and help
 // texts, and the plugstack.conf arguments. The SPANK option table, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // options.cpp - resolving a step's options. See options.hpp.
 #include "options.hpp"
 

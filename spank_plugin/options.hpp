@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // options.hpp - what a step asks of exitpolicy: from srun's command line, its
 // environment (SLURM_EXIT_POLICY, ...; sbatch/salloc --exit-policy sets these
 // for the job), and the site's defaults. The command line wins over the

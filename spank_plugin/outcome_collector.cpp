@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // outcome_collector.cpp - the step's outcomes and nodes under one mutex.
 // See outcome_collector.hpp.
 #include "outcome_collector.hpp"

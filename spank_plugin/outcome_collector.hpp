@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // outcome_collector.hpp - what the front end collects for srun's main thread.
 //
 // The FE thread records here what the step's peers say: which node is which

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // outcome_sink.cpp - see outcome_sink.hpp.
 #include "outcome_sink.hpp"
 

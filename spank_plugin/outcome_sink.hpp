@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // outcome_sink.hpp - where the slurmstepd side sends a task's outcome.
 //
 // slurmstepd.cpp tries its sinks in order: the node daemon first, when the

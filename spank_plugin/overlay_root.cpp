@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // overlay_root.cpp - the root of the node daemons' tree, on the FE thread.
 // See overlay_root.hpp.
 #include "overlay_root.hpp"

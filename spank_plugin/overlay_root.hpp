@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // overlay_root.hpp - the front end as the root of the node daemons' tree.
 //
 // In a step with the PMIx service every node's daemon enrolls with the FE

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // plugin.cpp - what every context does: read plugstack.conf arguments and
 // register the options.
 #include "plugin.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // plugin.hpp - the plugin's state and the hooks of each context.
 //
 // dispatch.cpp holds the slurm_spank_* entry points and switches on the

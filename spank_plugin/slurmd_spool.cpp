@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // slurmd_spool.cpp - SlurmdSpoolDir from the step's own socket.
 #include "slurmd_spool.hpp"
 

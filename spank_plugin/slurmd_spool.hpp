@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // slurmd_spool.hpp - where slurmd keeps its files (SlurmdSpoolDir), as seen
 // from a slurmstepd: SPANK has no item for it, and slurm.conf may not be on
 // the node at all (configless). Each slurmstepd listens on its step's socket

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // slurmstepd.cpp - the remote context: slurmstepd, once per node per step,
 // as root.
 //

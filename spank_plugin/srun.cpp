@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // srun.cpp - the local context: srun.
 //
 // init_post_opt: resolve the step's options (bad ones stop srun before it

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # tests/run.sh - the project's test command.
 #
 # On a Debian 12 machine, as root: installs what is missing (apt-get),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # contrib/debian/cpack_check.cmake - run by cpack before it packs: a package
 # from a tree that is not configured for Debian's paths would name paths in
 # its plugin that it does not hold (see package.cmake).

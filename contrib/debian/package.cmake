@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # contrib/debian/package.cmake - the Debian package, made by CPack's DEB
 # generator from what `cmake --install` installs:
 #

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ep_abort --status N [--rank R] [--peers-first] [--timeout S]
  *
  * All ranks PMIx_Init and fence. Rank R (default 0) prints

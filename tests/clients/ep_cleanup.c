@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ep_cleanup --dir DIR [--scope proc|job] [--then HOW] [--timeout S]
  *
  * Asks the PMIx server to remove a directory of ours once we are gone, as

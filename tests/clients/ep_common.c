@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ep_common.c - shared helpers of the exitpolicy test clients. */
 #include "ep_common.h"
 

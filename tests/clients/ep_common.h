@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ep_common.h - shared helpers of the exitpolicy test clients (no PMIx, no MPI).
  *
  * Output conventions (see README.md):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ep_events --victim R (--exit CODE | --signal SIG | --hang) [--delay S] [--expect K]
  *           [--timeout S] [--no-finalize-victim | --finalize-victim] [--fence-survivors]
  *           [--register all|default|aborted]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ep_fence [--data] [--fence-timeout T] [--skip R:S | --die R:CODE] [--timeout S]
  *
  * Fence over the whole namespace. With --data every rank first puts

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ep_hello [--timeout S]
  *
  * PMIx_Init, then the job's and the process's basic keys:

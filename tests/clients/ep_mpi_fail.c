@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ep_mpi_fail --fail R:HOW [--delay MS] [--timeout S]
  *
  * A real MPI program whose rank R dies in the middle of a collective, as

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ep_mpi_ring [--abort R:CODE] [--timeout S]
  *
  * MPI_Init; MPI_Allreduce of the ranks (sum, checked against N*(N-1)/2);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ep_notify [--timeout S]: rank 0 raises an application event
  * (PMIx_Notify_event, a code of its own, range namespace) with one info
  * "ep.note" = "from-<rank>"; every other rank, on every node, waits for it.

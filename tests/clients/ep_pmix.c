@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ep_pmix.c - PMIx helpers of the exitpolicy test clients. */
 #include "ep_pmix.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ep_pmix.h - PMIx helpers of the exitpolicy test clients.
  *
  * Every helper that blocks is bounded by the watchdog (ep_wait_begin), and

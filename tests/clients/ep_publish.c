@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ep_publish [--timeout S] [--missing T] [--duplicate]
  *
  * --missing T: every rank looks up "ep.never", which nobody publishes, with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ep_putget --mode=fence|dmodex [--timeout S]
  *
  * Every rank puts

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ep_ulfm --fail R:HOW[,R:HOW] [--mode shrink|agree] [--delay MS] [--timeout S]
  *
  * A fault-tolerant MPI program (ULFM, Open MPI 5's mpi-ext.h), written as

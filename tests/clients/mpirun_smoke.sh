@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # tests/clients/mpirun_smoke.sh - run the test clients under Open MPI's mpirun
 # (its own PMIx server, no Slurm, no exitpolicy) and check what mpirun can
 # show. A manual check of the clients themselves; not part of CTest.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # tests/cmake/find_slurm_test.cmake - what cmake says about the Slurm it is
 # given (cmake/FindSlurm.cmake), by configuring this source tree for real:
 #   -DSLURM_ROOT=<missing directory>       one error: not a directory

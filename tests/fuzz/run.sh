@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # tests/fuzz/run.sh [SECONDS] - fuzz the frame codec (protocol/wire) with
 # libFuzzer + ASan + UBSan for SECONDS (default 60).
 #

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // wire_fuzz.cpp - libFuzzer target for the frame codec (protocol/wire).
 //
 // An input is what a peer could send on a connection: a stream of frames.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // wire_seeds.cpp - writes the fuzzer's seed corpus: one valid frame of every
 // message type, each in a file of its own in DIR, plus a stream of several.
 // usage: wire_seeds DIR

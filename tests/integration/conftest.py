@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures for integration tests against a real local Slurm cluster.
 
 The cluster is contrib/slurm/cluster: real munged, slurmctld and one slurmd per

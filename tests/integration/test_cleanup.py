@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A step leaves nothing behind, however it ends (docs/pmix-service.md,
 "What a step leaves"): on the real 4-node cluster, after Open MPI steps that
 succeed, fail, are torn down or abort, and after real PMIx clients

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The local cluster itself (contrib/slurm/cluster) against real Slurm 22.05.
 
 These pin down what every other integration test relies on: four distinct

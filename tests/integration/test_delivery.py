@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """No outcome lost while any path to srun lives, on the real 4-node cluster
 (docs/pmix-service.md, "Outcomes").
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the node daemon's children hold of it, on the real cluster
 (docs/security.md, "What root does, and why it is safe"): nothing.
 

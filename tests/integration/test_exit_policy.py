@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Exit policies end to end: real srun, real tasks, exitpolicy.so loaded from
 the cluster's plugstack.d (see the README's "Using it" and "Policies", and
 contrib/slurm/plugstack.conf.example).

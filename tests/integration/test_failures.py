@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Failures in a PMIx step, on the real 4-node cluster: teardown by default,
 run-through on request (--exit-recoverable), and the root cause as srun's
 code (docs/pmix-service.md).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Debian package end to end, as a site installs it: built with
 contrib/deb, checked by lintian, installed on this machine with apt-get,
 enabled on the local cluster by the plugstack.conf.d file it installs (the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """exitpolicy's PMIx service end to end: real srun --mpi=none steps on the
 4-node cluster whose tasks are real PMIx clients (tests/clients) and a real
 Open MPI program, served by one exitpolicy-pmixd per node, with fanout=2 so

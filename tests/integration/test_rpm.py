@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The RPM for a site's own Slurm, end to end: contrib/rpm/build runs
 rpmbuild on contrib/rpm/exitpolicy.spec against the Slurm the cluster runs
 (EXITPOLICY_SLURM_PREFIX, a release built from source by contrib/slurm/build),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A step over 16 nodes, four times the cluster the other tests use: with
 fanout=2 the overlay tree is four levels deep, so fences, events and
 outcomes pass relays of relays, and the front end serves 16 daemons and 16

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The site's settings hold on the nodes, not only in srun, on the real
 cluster (docs/security.md): the bootstrap variable reaches slurmstepd from
 the job's environment, which its user can set."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A short soak on the real 4-node cluster: bench/soak_bench.py with 12
 steps in a row (two of each of its six kinds: success, a non-main rank's
 exit 3, a segfault, a PMIx fence, an Open MPI ring, an MPI_Abort) and one

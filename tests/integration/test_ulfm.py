@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Open MPI 5's fault tolerance (ULFM) under srun, served by exitpolicy's
 PMIx service: with --exit-recoverable a rank's death reaches every survivor
 on every node as the events Open MPI's ULFM handler takes, and the survivors

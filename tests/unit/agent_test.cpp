@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // agent_test.cpp - the overlay agents (pmix_server/agent.hpp) under srun's
 // real front end, over real loopback sockets with the real handshake: the
 // tree's fences, routing, events, a lost relay and its adoption, frames held

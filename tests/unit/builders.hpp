@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // builders.hpp - terse task outcomes for the table-driven unit tests.
 #pragma once
 

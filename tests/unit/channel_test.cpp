@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // channel_test.cpp - protocol/channel.hpp's lifetimes over a real loopback
 // socket: handlers that close their channel, and owners that destroy it
 // inside `closed`, in the middle of a burst of frames. Meant for the

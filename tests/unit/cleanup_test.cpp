@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cleanup_test.cpp - what clients ask the node's PMIx server to remove
 // when they are gone (PMIX_REGISTER_CLEANUP_DIR through job control, as
 // Open MPI does for its session directory) is removed when the server

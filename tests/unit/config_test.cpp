@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // config_test.cpp - plugstack.conf arguments, strictly parsed.
 #include "spank_plugin/config.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // convert_test.cpp - PMIx <-> wire (pmix_server/convert.hpp), and the
 // events a task's end becomes (pmix_server/pmix_host.hpp), with the real
 // PMIx library (initialised by upcalls_test.cpp's environment).

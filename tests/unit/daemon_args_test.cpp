@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // daemon_args_test.cpp - exitpolicy-pmixd's bootstrap arguments.
 #include "pmix_server/args.hpp"
 

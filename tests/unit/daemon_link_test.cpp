@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // daemon_link_test.cpp - how slurmstepd starts and ends the node daemon
 // (spank_plugin/daemon_link.hpp), with a shell script in the daemon's place:
 // the pid root keeps is the one fork() gave, whatever the daemon (the job's

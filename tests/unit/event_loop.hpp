@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // event_loop.hpp - a libevent loop the unit tests drive themselves: turned
 // without blocking until a condition holds, or a bound passes.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fences_test.cpp - the fence bookkeeping shared by srun's front end and the
 // node daemons (protocol/fences.hpp).
 #include "protocol/fences.hpp"

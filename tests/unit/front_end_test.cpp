@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // front_end_test.cpp - srun's front end and the node link, over real TCP
 // sockets on loopback: the same code srun and slurmstepd run, without Slurm.
 #include "event_loop.hpp"

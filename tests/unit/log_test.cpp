@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // log_test.cpp - the daemon's log file in a directory others may share
 // (pmix_server/log.hpp): no link is followed, no file of another's is taken.
 #include "log.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // node_link_test.cpp - slurmstepd's link to srun's front end against a front
 // end that holds the step's secret (as the job's user's srun does) and
 // breaks the protocol: what it sends can cost a task's exit no more than

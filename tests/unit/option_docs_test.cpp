@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // option_docs_test.cpp - the documents name every srun option, environment
 // variable and plugstack.conf argument of option_table.hpp, and no option,
 // variable or argument that is not there.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // options_test.cpp - command line > environment > site, and their errors.
 #include "spank_plugin/options.hpp"
 

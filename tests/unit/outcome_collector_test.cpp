@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // outcome_collector_test.cpp - what the front end collects, alone: real
 // outcome frames as the wire carries them, recorded as the FE thread
 // records them, and what srun's main thread then waits for and takes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // outcome_sink_test.cpp - what the slurmstepd side reads before it registers
 // its sinks (the bootstrap variable), and the node daemon's sink against a
 // fake daemon on a real Unix socket. (The daemon's ready line: in

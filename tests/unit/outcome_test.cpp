@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // outcome_test.cpp - wait-status decoding and per-task facts.
 #include "builders.hpp"
 #include "exitpolicy/outcome.hpp"

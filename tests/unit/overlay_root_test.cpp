@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // overlay_root_test.cpp - the root of the daemons' tree, alone: real frames
 // in, the frames it sends down taken at the links' boundary, the teardown's
 // grace on a real loop, what it keeps in a real OutcomeCollector.

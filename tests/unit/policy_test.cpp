@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // policy_test.cpp - the exit policies, table first.
 #include "builders.hpp"
 #include "exitpolicy/policy.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // report_test.cpp - rank ranges, hostlists, the summary text and the JSON.
 #include "builders.hpp"
 #include "exitpolicy/report.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // slurmd_spool_test.cpp - finding SlurmdSpoolDir from the step's own socket
 // (spank_plugin/slurmd_spool.hpp) with real sockets: one this process
 // holds, as slurmstepd holds its step's, and one of the same name that

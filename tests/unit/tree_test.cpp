@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tree_test.cpp - routes in the overlay tree.
 #include "protocol/tree.hpp"
 

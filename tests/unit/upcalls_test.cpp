@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // upcalls_test.cpp - every PMIx server upcall answers exactly once, on
 // every path: success, an error from the overlay, the step lost, a `done`
 // dropped or called twice, the daemon stopping, an exception of any type

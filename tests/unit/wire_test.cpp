@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // wire_test.cpp - the frame codec, fence keys, the authentication proofs and
 // the PMIx event a task's end raises.
 #include "protocol/auth.hpp"

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+// source_tree_test.cpp - the source tree names its license: LICENSE holds
+// the Apache License 2.0, and every source file says so in its first lines
+// (an SPDX line), so that a file copied out of the tree still does.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr const char* spdx = "SPDX-License-Identifier: Apache-2.0";
+
+bool is_source(const std::filesystem::path& p)
+{
+    static const std::set<std::string> extensions = {".cpp", ".hpp", ".c", ".h", ".py", ".sh", ".cmake"};
+    static const std::set<std::string> scripts = {"cluster", "build", "rootfs", "deb", "demo", "install-deps", "run"};
+    const std::string name = p.filename().string();
+    if (name == "CMakeLists.txt" || extensions.count(p.extension().string()))
+        return true;
+    // The scripts without an extension: contrib/... and .ci/run.
+    const std::string dir = p.parent_path().filename().string();
+    return p.extension().empty() && scripts.count(name) && (dir == "contrib" || dir == "slurm" || dir == "rpm" ||
+                                                             dir == ".ci");
+}
+
+TEST(SourceTree, LicenseIsTheApacheLicense)
+{
+    std::ifstream in(std::filesystem::path(EXITPOLICY_SOURCE_DIR) / "LICENSE");
+    ASSERT_TRUE(in.good());
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("Apache License"), std::string::npos);
+    EXPECT_NE(text.find("Version 2.0, January 2004"), std::string::npos);
+}
+
+TEST(SourceTree, EverySourceFileNamesItsLicense)
+{
+    const std::filesystem::path root = EXITPOLICY_SOURCE_DIR;
+    std::vector<std::string> missing;
+    std::size_t checked = 0;
+    auto check = [&](const std::filesystem::path& p) {
+        std::ifstream in(p);
+        std::string first, second;
+        std::getline(in, first);
+        std::getline(in, second);
+        ++checked;
+        // After a #! line, the second.
+        const bool named = first.find(spdx) != std::string::npos ||
+                           (first.starts_with("#!") && second.find(spdx) != std::string::npos);
+        if (!named)
+            missing.push_back(std::filesystem::relative(p, root).string());
+    };
+    check(root / "CMakeLists.txt");
+    for (const char* dir : {"exitpolicy", "protocol", "spank_plugin", "pmix_server", "tests", "bench", "contrib",
+                            "cmake", "docs", ".ci"})
+        for (const auto& entry : std::filesystem::recursive_directory_iterator(root / dir))
+            if (entry.is_regular_file() && is_source(entry.path()))
+                check(entry.path());
+    EXPECT_GT(checked, 150u);
+    EXPECT_TRUE(missing.empty()) << "without \"" << spdx
+                                 << "\" in their first lines: " << ::testing::PrintToString(missing);
+}
+
+}  // namespace
