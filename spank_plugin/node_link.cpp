@@ -141,29 +141,6 @@ Result<NodeLink> NodeLink::connect(const LinkSetup& setup, std::chrono::millisec
     return R::ok(std::move(link));
 }
 
-Result<bool> NodeLink::send_outcome(const wire::Outcome& outcome, std::chrono::milliseconds timeout)
-{
-    if (fd_ < 0)
-        return Result<bool>::fail("not connected to the front end");
-    const auto deadline = Clock::now() + timeout;
-    auto fail = [this](const std::string& why) {
-        close();
-        return Result<bool>::fail(why);
-    };
-    if (auto w = write_sealed(fd_, outcome.encode(), seal_, deadline, fe); !w)
-        return fail(w.error());
-    auto body = read_frame(fd_, wire::Type::ack, deadline, fe, &seal_);
-    if (!body)
-        return fail(body.error());
-    auto ack = wire::Ack::decode(*body);
-    if (!ack)
-        return fail(ack.error());
-    if (ack->rank != outcome.rank || ack->epoch != outcome.epoch)
-        return fail("the front end acknowledged rank " + std::to_string(ack->rank) + ", not " +
-                    std::to_string(outcome.rank));
-    return Result<bool>::ok(true);
-}
-
 Result<bool> NodeLink::post_notice(const std::string& text, std::chrono::milliseconds timeout)
 {
     if (fd_ < 0)

@@ -41,10 +41,6 @@ public:
 
     bool connected() const noexcept { return fd_ >= 0; }
 
-    // Sends one outcome and waits for its acknowledgement within timeout.
-    // On failure the connection is closed.
-    Result<bool> send_outcome(const wire::Outcome& outcome, std::chrono::milliseconds timeout);
-
     // A line for srun's stderr (not acknowledged).
     Result<bool> post_notice(const std::string& text, std::chrono::milliseconds timeout);
 

@@ -62,7 +62,6 @@ public:
     Result<bool> open();
     Result<bool> deliver(const wire::Outcome& outcome) override;
     Result<bool> flush(std::chrono::milliseconds timeout) override;
-    bool gave_up() const noexcept { return gave_up_; }
     // Tells srun's user something (connecting first if need be).
     Result<bool> notice(const std::string& text);
 

@@ -45,6 +45,22 @@ std::unique_ptr<FrontEnd> start(std::uint32_t ntasks, std::uint32_t nnodes)
     return fe ? std::move(*fe) : nullptr;
 }
 
+// One outcome and its acknowledgement within `timeout`, as slurmstepd's
+// sink sends it; the link is closed when none comes.
+Result<bool> send_outcome(NodeLink& link, const wire::Outcome& outcome, std::chrono::milliseconds timeout)
+{
+    if (auto posted = link.post_outcome(outcome, timeout); !posted)
+        return posted;
+    auto acks = link.read_acks(1, timeout);
+    if (!acks)
+        return Result<bool>::fail(acks.error());
+    for (const wire::Ack& ack : *acks)
+        if (ack.rank == outcome.rank && ack.epoch == outcome.epoch)
+            return Result<bool>::ok(true);
+    link.close();
+    return Result<bool>::fail("no acknowledgement of rank " + std::to_string(outcome.rank));
+}
+
 LinkSetup node(std::uint16_t port, const wire::Secret& secret, std::uint32_t id, std::vector<std::uint32_t> ranks)
 {
     LinkSetup s;
@@ -103,11 +119,11 @@ TEST(FrontEndTest, CollectsEveryOutcomeFromEveryNode)
     EXPECT_GT(fe->port(), 0);
     NodeLink a = connect(node(*fe, 0, {0, 1}));
     NodeLink b = connect(node(*fe, 1, {2, 3}));
-    EXPECT_TRUE(a.send_outcome(outcome(0, 0), 2s));
-    EXPECT_TRUE(a.send_outcome(outcome(1, 3 << 8), 2s));
-    EXPECT_TRUE(a.send_outcome(outcome(1, 3 << 8), 2s));  // a retry: acknowledged, kept once
-    EXPECT_TRUE(b.send_outcome(outcome(2, SIGSEGV, 500), 2s));
-    EXPECT_TRUE(b.send_outcome(outcome(3, 0), 2s));
+    EXPECT_TRUE(send_outcome(a, outcome(0, 0), 2s));
+    EXPECT_TRUE(send_outcome(a, outcome(1, 3 << 8), 2s));
+    EXPECT_TRUE(send_outcome(a, outcome(1, 3 << 8), 2s));  // a retry: acknowledged, kept once
+    EXPECT_TRUE(send_outcome(b, outcome(2, SIGSEGV, 500), 2s));
+    EXPECT_TRUE(send_outcome(b, outcome(3, 0), 2s));
 
     const auto start_wait = std::chrono::steady_clock::now();
     const Collected got = fe->finish(10s);
@@ -137,9 +153,9 @@ TEST(FrontEndTest, RanksOfANodeThatClosedEarlyAreLostOnThatNode)
     {
         NodeLink a = connect(node(*fe, 0, {0, 1}));
         NodeLink b = connect(node(*fe, 1, {2, 3}));
-        EXPECT_TRUE(a.send_outcome(outcome(0, 0), 2s));
-        EXPECT_TRUE(a.send_outcome(outcome(1, 0), 2s));
-        EXPECT_TRUE(b.send_outcome(outcome(2, 0), 2s));
+        EXPECT_TRUE(send_outcome(a, outcome(0, 0), 2s));
+        EXPECT_TRUE(send_outcome(a, outcome(1, 0), 2s));
+        EXPECT_TRUE(send_outcome(b, outcome(2, 0), 2s));
     }  // both close; rank 3 never came
     const auto t0 = std::chrono::steady_clock::now();
     const Collected got = fe->finish(10s);
@@ -157,7 +173,7 @@ TEST(FrontEndTest, ANodeThatNeverCameIsCountedAndTheGraceBoundsTheWait)
     auto fe = start(2, 2);
     ASSERT_TRUE(fe);
     NodeLink a = connect(node(*fe, 0, {0}));
-    EXPECT_TRUE(a.send_outcome(outcome(0, 0), 2s));
+    EXPECT_TRUE(send_outcome(a, outcome(0, 0), 2s));
     const Collected got = fe->finish(200ms);
     EXPECT_EQ(got.missing, 1u);
     EXPECT_EQ(got.nodes_reporting, 1u);
@@ -211,7 +227,7 @@ TEST(FrontEndTest, GarbageClosesThatConnectionOnly)
     ::close(fd);
 
     NodeLink a = connect(node(*fe, 0, {0}));  // the FE still serves others
-    EXPECT_TRUE(a.send_outcome(outcome(0, 0), 2s));
+    EXPECT_TRUE(send_outcome(a, outcome(0, 0), 2s));
     const Collected got = fe->finish(1s);
     EXPECT_EQ(got.missing, 0u);
     ASSERT_EQ(got.problems.size(), 1u);
@@ -294,8 +310,8 @@ TEST(FrontEndTest, IdleConnectionsBeyondTheCapAreClosedAndANodeStillReports)
 
     const auto began = std::chrono::steady_clock::now();
     NodeLink a = connect(node(*fe, 0, {0, 1}));
-    EXPECT_TRUE(a.send_outcome(outcome(0, 0), 2s));
-    EXPECT_TRUE(a.send_outcome(outcome(1, 0), 2s));
+    EXPECT_TRUE(send_outcome(a, outcome(0, 0), 2s));
+    EXPECT_TRUE(send_outcome(a, outcome(1, 0), 2s));
     const Collected got = fe->finish(10s);
     EXPECT_LT(std::chrono::steady_clock::now() - began, 2s);
     EXPECT_EQ(got.missing, 0u);
@@ -411,8 +427,8 @@ TEST(FrontEndTest, IdlePeersCannotTakeTheDescriptorsANodeNeeds)
     std::this_thread::sleep_for(300ms);
     auto link = NodeLink::connect(node(port, secret, 0, {0, 1}), 3s);
     ASSERT_TRUE(link) << link.error();
-    EXPECT_TRUE(link->send_outcome(outcome(0, 0), 2s));
-    EXPECT_TRUE(link->send_outcome(outcome(1, 0), 2s));
+    EXPECT_TRUE(send_outcome(*link, outcome(0, 0), 2s));
+    EXPECT_TRUE(send_outcome(*link, outcome(1, 0), 2s));
     for (int fd : idle)
         ::close(fd);
     ASSERT_EQ(::write(down[1], "g", 1), 1);
@@ -507,7 +523,7 @@ TEST(FrontEndTest, AcceptFailuresAreLoggedOnceAndTheListenerRecovers)
     EXPECT_NE(said.find("cannot accept connections: Too many open files"), std::string::npos) << said;
 
     NodeLink a = connect(node(*fe, 0, {0}));
-    EXPECT_TRUE(a.send_outcome(outcome(0, 0), 2s));
+    EXPECT_TRUE(send_outcome(a, outcome(0, 0), 2s));
     const Collected got = fe->finish(2s);
     EXPECT_EQ(got.missing, 0u);
     for (int fd : clients)
@@ -550,10 +566,10 @@ TEST(NodeLinkTest, AFrontEndThatGoesAwayFailsTheSend)
     auto fe = start(2, 1);
     ASSERT_TRUE(fe);
     NodeLink a = connect(node(*fe, 0, {0, 1}));
-    EXPECT_TRUE(a.send_outcome(outcome(0, 0), 2s));
+    EXPECT_TRUE(send_outcome(a, outcome(0, 0), 2s));
     fe->finish(0ms);
     fe.reset();
-    const auto sent = a.send_outcome(outcome(1, 0), 1s);
+    const auto sent = send_outcome(a, outcome(1, 0), 1s);
     EXPECT_FALSE(sent);
     EXPECT_FALSE(a.connected());
 }
@@ -591,7 +607,6 @@ TEST(FrontEndSinkTest, GivesUpOnceTheFrontEndIsGone)
     ASSERT_FALSE(flushed);
     EXPECT_EQ(flushed.error(), "cannot connect to the front end at 127.0.0.1:" + std::to_string(port) +
                                    ": Connection refused");
-    EXPECT_TRUE(sink.gave_up());
     // No further attempt: the error says so instead of a connect failure.
     EXPECT_EQ(sink.deliver(outcome(2, 0)).error(), "gave up on the front end earlier in this step: " + flushed.error());
 }
@@ -718,7 +733,7 @@ TEST(FrontEndOverlayTest, ADaemonThatDiesAloneIsNoLostNode)
     ASSERT_TRUE(loop.run_until([&] { return d0->count(wire::Type::step_map) && d1->count(wire::Type::step_map); }));
     d0->channel.reset();
     loop.run_until([] { return false; }, 200ms);  // the FE sees it go
-    EXPECT_TRUE(stepd0.send_outcome(outcome(0, SIGSEGV), 2s));
+    EXPECT_TRUE(send_outcome(stepd0, outcome(0, SIGSEGV), 2s));
     ASSERT_TRUE(loop.run_until([&] { return d1->count(wire::Type::event) == 1; }));
     const auto e = d1->last<wire::Event>(wire::Type::event);
     EXPECT_EQ(e.rank, 0u);
@@ -863,10 +878,10 @@ TEST(FrontEndOverlayTest, TheDaemonsHearWhenEveryTaskHasEndedOrIsLost)
     {
         auto t = two_nodes(teardown_setup(true));
         ASSERT_TRUE(t);
-        EXPECT_TRUE(t->stepd1.send_outcome(outcome(1, 0), 2s));
+        EXPECT_TRUE(send_outcome(t->stepd1, outcome(1, 0), 2s));
         t->loop.run_until([] { return false; }, 200ms);
         EXPECT_EQ(t->d0->count(wire::Type::step_done), 0u) << "rank 0 still runs";
-        EXPECT_TRUE(t->stepd0.send_outcome(outcome(0, 0), 2s));
+        EXPECT_TRUE(send_outcome(t->stepd0, outcome(0, 0), 2s));
         ASSERT_TRUE(t->loop.run_until(
             [&] { return t->d0->count(wire::Type::step_done) == 1 && t->d1->count(wire::Type::step_done) == 1; }));
         t->fe->finish(0ms);
@@ -878,7 +893,7 @@ TEST(FrontEndOverlayTest, TheDaemonsHearWhenEveryTaskHasEndedOrIsLost)
         t->stepd0.close();
         ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(wire::Type::node_down) == 1; }));
         EXPECT_EQ(t->d1->count(wire::Type::step_done), 0u) << "rank 1 still runs";
-        EXPECT_TRUE(t->stepd1.send_outcome(outcome(1, 0), 2s));
+        EXPECT_TRUE(send_outcome(t->stepd1, outcome(1, 0), 2s));
         ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(wire::Type::step_done) == 1; }));
         t->fe->finish(0ms);
     }
