@@ -83,8 +83,8 @@ public:
     // Requests to other nodes fail with PMIX_ERR_TIMEOUT after the caller's
     // timeout, or after this many seconds when it gave none.
     static constexpr int default_timeout_s = 30;
-    // Under slurmstepd's wait for the daemon's end (3 s, slurmstepd.cpp).
-    static constexpr std::chrono::milliseconds drain_limit{2000};
+    // Under slurmstepd's wait for the daemon's end (wire::daemon_stop_wait).
+    static constexpr std::chrono::milliseconds drain_limit = wire::daemon_drain_limit;
 
     Agent(event_base* base, AgentSetup setup, wire::Secret secret, Node& node);
     // Closes every link: a child reroutes what it has not had confirmed as

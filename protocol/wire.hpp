@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -36,6 +37,12 @@ inline constexpr std::size_t shared_frame_size = 1u << 20;
 inline constexpr std::size_t max_fence_key = 1u << 20;
 inline constexpr std::size_t max_fence_ranks = 1u << 22;
 inline constexpr std::size_t max_ranks = 8192;  // tasks on one node
+// The node daemon's end: it drains (waits for srun's step_done and for what
+// it passed on to be acknowledged) at most daemon_drain_limit; slurmstepd,
+// which asks it to stop at the step's end, waits daemon_stop_wait for it,
+// the drain and a margin, before it kills it.
+inline constexpr std::chrono::milliseconds daemon_drain_limit{2000};
+inline constexpr std::chrono::milliseconds daemon_stop_wait = daemon_drain_limit + std::chrono::milliseconds{1000};
 
 // Calls f with consecutive pieces of v of at most n elements each: a list
 // cut into frames.

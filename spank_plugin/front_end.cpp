@@ -7,6 +7,7 @@
 // OverlayRoot (overlay_root.hpp), which reaches the daemons back through
 // the links kept here.
 #include "front_end.hpp"
+#include "user_line.hpp"
 
 #include "outcome_collector.hpp"
 #include "overlay_root.hpp"
@@ -315,7 +316,7 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
         // Straight to srun's stderr, once per episode of failed accepts.
         accept_backoff = std::make_unique<wire::AcceptBackoff>(
             listener.get(),
-            [](const std::string& line) { std::fprintf(stderr, "exitpolicy: front end: %s\n", line.c_str()); },
+            [](const std::string& line) { user_line("front end: %s", line.c_str()); },
             [this] { return close_oldest_pending(); });
         evconnlistener_set_error_cb(listener.get(), [](evconnlistener*, void* arg) {
             static_cast<Impl*>(arg)->accept_backoff->failed(EVUTIL_SOCKET_ERROR());

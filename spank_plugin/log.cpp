@@ -58,10 +58,4 @@ void debug(const char* fmt, ...) noexcept
         slurm_debug("exitpolicy: %s", buf);
 }
 
-void user(const char* fmt, ...) noexcept
-{
-    EXITPOLICY_FORMAT(buf);
-    std::fprintf(stderr, "exitpolicy: %s\n", buf);
-}
-
 }  // namespace exitpolicy::plugin::log

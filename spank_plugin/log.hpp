@@ -16,8 +16,4 @@ void info(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 void verbose(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 void debug(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 
-// A line for the user on srun's stderr, "exitpolicy: " + text, not through
-// Slurm's log (no "srun: " prefix): the report and warnings.
-void user(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
-
 }  // namespace exitpolicy::plugin::log

@@ -2,6 +2,7 @@
 // overlay_root.cpp - the root of the node daemons' tree, on the FE thread.
 // See overlay_root.hpp.
 #include "overlay_root.hpp"
+#include "user_line.hpp"
 
 #include "option_table.hpp"
 
@@ -155,8 +156,8 @@ void OverlayRoot::check_lost(std::uint32_t node)
     dead.insert(down.ranks.begin(), down.ranks.end());
     lost_ranks.insert(lost_ranks.end(), down.ranks.begin(), down.ranks.end());
     std::sort(lost_ranks.begin(), lost_ranks.end());
-    std::fprintf(stderr, "exitpolicy: %s: node lost (its node daemon and slurmstepd are gone) with rank%s %s\n",
-                 down.hostname.c_str(), down.ranks.size() == 1 ? "" : "s", compress_ranks(down.ranks).c_str());
+    user_line("%s: node lost (its node daemon and slurmstepd are gone) with rank%s %s", down.hostname.c_str(),
+              down.ranks.size() == 1 ? "" : "s", compress_ranks(down.ranks).c_str());
     fail_fences(wire::pmix::proc_term_wo_sync, [&](const std::vector<std::uint32_t>& ranks) {
         return std::any_of(down.ranks.begin(), down.ranks.end(),
                            [&](std::uint32_t r) { return std::binary_search(ranks.begin(), ranks.end(), r); });
@@ -220,8 +221,7 @@ void OverlayRoot::teardown_after(const std::string& what)
 {
     if (collector.complete())
         return;
-    std::fprintf(stderr, "exitpolicy: %s: ending the step (srun --%s lets the others run on)\n", what.c_str(),
-                 opt_recoverable.option);
+    user_line("%s: ending the step (srun --%s lets the others run on)", what.c_str(), opt_recoverable.option);
     teardown(what);
 }
 
@@ -295,12 +295,10 @@ void OverlayRoot::fence_up(const wire::FenceUp& up)
 // is told why, and every link stays.
 void OverlayRoot::fence_too_large(const std::string& key, const wire::FenceKey& id)
 {
-    std::fprintf(stderr,
-                 "exitpolicy: a fence over %s: the data its participants put is over the %u MiB a message between "
-                 "nodes carries; PMIx_Fence fails with PMIX_ERR_OUT_OF_RESOURCE (collect less, or fetch it with "
-                 "PMIx_Get on demand)\n",
-                 id.ranks.empty() ? "every rank" : ("ranks " + compress_ranks(id.ranks)).c_str(),
-                 wire::max_body_trusted >> 20);
+    user_line("a fence over %s: the data its participants put is over the %u MiB a message between nodes carries; "
+              "PMIx_Fence fails with PMIX_ERR_OUT_OF_RESOURCE (collect less, or fetch it with PMIx_Get on demand)",
+              id.ranks.empty() ? "every rank" : ("ranks " + compress_ranks(id.ranks)).c_str(),
+              wire::max_body_trusted >> 20);
     fail_fence(key, id, wire::pmix::out_of_resource);
 }
 
@@ -465,7 +463,7 @@ Result<bool> OverlayRoot::daemon_frame(const Peer& from, wire::Type type, std::s
             return Result<bool>::ok(true);
         }
         const std::uint32_t node = from.role == wire::Role::stepd ? from.node : n->node;
-        std::fprintf(stderr, "exitpolicy: %s: %s\n", collector.node_name(node).c_str(), n->text.c_str());
+        user_line("%s: %s", collector.node_name(node).c_str(), n->text.c_str());
         return Result<bool>::ok(true);
     }
     case wire::Type::relay: {

@@ -11,6 +11,7 @@
 // (bounded) for what is unacknowledged, stop the daemon. No threads; any
 // trouble is logged once and the step goes on as without us.
 #include "log.hpp"
+#include "spank.hpp"
 #include "daemon_link.hpp"
 #include "outcome_sink.hpp"
 #include "slurmd_spool.hpp"
@@ -35,6 +36,10 @@ namespace {
 constexpr std::chrono::milliseconds connect_timeout{5000};
 constexpr std::chrono::milliseconds ack_timeout{2000};
 constexpr std::chrono::milliseconds remove_timeout{2000};
+// A task's PMIx environment: the daemon gives it once its PMIx server is up
+// and the step's namespace registered; the task starts without it after
+// this long.
+constexpr std::chrono::milliseconds environment_timeout{10000};
 // A step directory unchanged this long whose daemon does not listen is a
 // dead step's.
 constexpr std::chrono::seconds stale_step_dir_age{300};
@@ -61,12 +66,6 @@ std::optional<std::string> job_env(spank_t sp, const char* name)
     if (spank_getenv(sp, name, buf, sizeof(buf)) != ESPANK_SUCCESS)
         return std::nullopt;
     return std::string(buf);
-}
-
-template <typename T>
-bool item(spank_t sp, spank_item_t which, T& out)
-{
-    return spank_get_item(sp, which, &out) == ESPANK_SUCCESS;
 }
 
 std::string join_ranks(const std::vector<std::uint32_t>& ranks)
@@ -264,7 +263,7 @@ int task_init(spank_t sp)
     std::uint32_t rank = 0;
     if (!item(sp, S_TASK_GLOBAL_ID, rank))
         return 0;
-    auto env = request_environment(remote.daemon_dir, rank, ::getpid(), std::chrono::milliseconds(10000));
+    auto env = request_environment(remote.daemon_dir, rank, ::getpid(), environment_timeout);
     if (!env) {
         log::error("step %u.%u: rank %u gets no PMIx environment: %s", remote.job_id, remote.step_id, rank,
                    env.error().c_str());
@@ -319,7 +318,7 @@ int exit(spank_t)
     const bool had_daemon = remote.daemon.pid > 0;
     std::vector<wire::Ack> confirmed;
     if (had_daemon)
-        confirmed = stop_daemon(remote.daemon, std::chrono::milliseconds(3000));
+        confirmed = stop_daemon(remote.daemon, wire::daemon_stop_wait);
     if (remote.daemon_sink && remote.fe_sink) {
         const auto resend = remote.daemon_sink->unconfirmed(confirmed);
         if (!resend.empty())

@@ -9,6 +9,8 @@
 // srun keeps Slurm's exit code.
 #include "front_end.hpp"
 #include "log.hpp"
+#include "spank.hpp"
+#include "user_line.hpp"
 #include "plugin.hpp"
 
 #include "exitpolicy/report.hpp"
@@ -48,19 +50,13 @@ std::optional<std::string> env_value(const char* name)
     return std::string(v);
 }
 
-template <typename T>
-bool item(spank_t sp, spank_item_t which, T& out)
-{
-    return spank_get_item(sp, which, &out) == ESPANK_SUCCESS;
-}
-
 void write_json(const std::string& path, const std::string& text)
 {
     std::ofstream out(path, std::ios::trunc);
     out << text;
     out.close();
     if (!out)
-        log::user("warning: cannot write the JSON report to %s", path.c_str());
+        user_line("warning: cannot write the JSON report to %s", path.c_str());
 }
 
 }  // namespace
@@ -71,7 +67,7 @@ int init_post_opt(spank_t)
     const RawOptions env = options_from_env(env_value);
     if (st.disabled) {
         if (st.cli.any() || env.any())
-            log::user("warning: the plugin is disabled by a plugstack.conf error (see above or the Slurm log); "
+            user_line("warning: the plugin is disabled by a plugstack.conf error (see above or the Slurm log); "
                       "--exit-* options and SLURM_EXIT_* variables are ignored");
         return 0;
     }
@@ -87,7 +83,7 @@ int init_post_opt(spank_t)
             options->policy = Policy::max;
             local.report_only = true;
         } else if (options->main_rank_given) {
-            log::user("warning: --%s has no effect without --%s", opt_main_rank.option, opt_policy.option);
+            user_line("warning: --%s has no effect without --%s", opt_main_rank.option, opt_policy.option);
         }
     }
     local.options = *options;
@@ -114,7 +110,7 @@ int local_user_init(spank_t sp)
     std::uint32_t nnodes = 0;
     if (!item(sp, S_JOB_ID, local.job_id) || !item(sp, S_JOB_STEPID, local.step_id) ||
         !item(sp, S_JOB_TOTAL_TASK_COUNT, local.ntasks) || !item(sp, S_JOB_NNODES, nnodes)) {
-        log::user("warning: the step's size is unknown; srun keeps Slurm's exit code");
+        user_line("warning: the step's size is unknown; srun keeps Slurm's exit code");
         return 0;
     }
     if (auto ok = check_main_rank(*local.options, local.ntasks); local.options->policy && !ok) {
@@ -127,7 +123,7 @@ int local_user_init(spank_t sp)
     setup.teardown_grace = std::chrono::milliseconds(state().config.teardown_grace_ms);
     auto fe = FrontEnd::start(setup);
     if (!fe) {
-        log::user("warning: %s; srun keeps Slurm's exit code", fe.error().c_str());
+        user_line("warning: %s; srun keeps Slurm's exit code", fe.error().c_str());
         return 0;
     }
     local.fe = std::move(*fe);
@@ -136,7 +132,7 @@ int local_user_init(spank_t sp)
         bootstrap += ":pmix:" + std::to_string(state().config.fanout);
     // srun copies its environment into the step's: spank_setenv is refused here.
     if (::setenv(bootstrap_env, bootstrap.c_str(), 1) != 0) {
-        log::user("warning: cannot export the bootstrap variable; srun keeps Slurm's exit code");
+        user_line("warning: cannot export the bootstrap variable; srun keeps Slurm's exit code");
         local.fe.reset();
         return 0;
     }
@@ -174,7 +170,7 @@ int exit(spank_t)
     }
 
     if (got.missing && got.nodes_reporting < got.nnodes) {
-        log::user("warning: %u of %u nodes never reported (see the Slurm log of those nodes); "
+        user_line("warning: %u of %u nodes never reported (see the Slurm log of those nodes); "
                   "srun keeps Slurm's exit code",
                   got.nnodes - got.nodes_reporting, got.nnodes);
         return 0;
@@ -182,7 +178,7 @@ int exit(spank_t)
     const Settings settings{*opts.policy, opts.main_rank, st.config.lost_code};
     auto decision = decide(got.step, settings);
     if (!decision) {
-        log::user("warning: %s; srun keeps Slurm's exit code", decision.error().c_str());
+        user_line("warning: %s; srun keeps Slurm's exit code", decision.error().c_str());
         return 0;
     }
     if (should_report(opts.report, !local.report_only, *decision)) {
