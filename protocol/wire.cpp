@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// wire.cpp - frame header, body writer/reader and the messages. See wire.hpp.
+// wire.cpp - the frame header, fence keys and the messages, each one's fields
+// listed once and walked by both the writer and the reader. See wire.hpp;
+// the body writer and reader are in codec.cpp.
 #include "wire.hpp"
 
 #include <algorithm>
 #include <charconv>
+#include <optional>
+#include <tuple>
+#include <type_traits>
 
 namespace exitpolicy::wire {
 namespace {
-
-constexpr std::uint8_t magic0 = 'E';
-constexpr std::uint8_t magic1 = 'P';
 
 template <typename T>
 Result<T> finish_decode(const Reader& r, T msg, Type type)
@@ -78,477 +80,6 @@ std::string clipped(std::string_view text, std::size_t limit)
     if (text.size() <= limit)
         return std::string(text);
     return std::string(text.substr(0, limit > mark.size() ? limit - mark.size() : 0)) + std::string(mark.substr(0, limit));
-}
-
-Writer::Writer(Type type)
-{
-    buf_.reserve(64);
-    buf_.insert(buf_.end(), {magic0, magic1, protocol_version, static_cast<std::uint8_t>(type), 0, 0, 0, 0});
-}
-
-Writer& Writer::u8(std::uint8_t v)
-{
-    buf_.push_back(v);
-    return *this;
-}
-
-Writer& Writer::u32(std::uint32_t v)
-{
-    for (int shift = 24; shift >= 0; shift -= 8)
-        buf_.push_back(static_cast<std::uint8_t>(v >> shift));
-    return *this;
-}
-
-Writer& Writer::u64(std::uint64_t v)
-{
-    for (int shift = 56; shift >= 0; shift -= 8)
-        buf_.push_back(static_cast<std::uint8_t>(v >> shift));
-    return *this;
-}
-
-Writer& Writer::bytes(std::span<const std::uint8_t> v)
-{
-    buf_.insert(buf_.end(), v.begin(), v.end());
-    return *this;
-}
-
-Writer& Writer::str(std::string_view v, std::size_t limit)
-{
-    if (v.size() > limit) {
-        oversized_ = true;  // the reader would refuse it: no frame
-        return *this;
-    }
-    u32(static_cast<std::uint32_t>(v.size()));
-    buf_.insert(buf_.end(), v.begin(), v.end());
-    return *this;
-}
-
-Writer& Writer::u32s(std::span<const std::uint32_t> v)
-{
-    // Whole, like every other list: a receiver's bound refuses the frame
-    // rather than a writer cutting it short unseen.
-    u32(static_cast<std::uint32_t>(v.size()));
-    for (const std::uint32_t x : v)
-        u32(x);
-    return *this;
-}
-
-Writer& Writer::blob(std::span<const std::uint8_t> v)
-{
-    if (v.size() > max_body_trusted) {
-        oversized_ = true;  // could not be a frame's: never copied
-        return *this;
-    }
-    u32(static_cast<std::uint32_t>(v.size()));
-    return bytes(v);
-}
-
-Writer& Writer::strs(const std::vector<std::string>& v, std::size_t limit)
-{
-    u32(static_cast<std::uint32_t>(v.size()));
-    for (const auto& x : v)
-        str(x, limit);
-    return *this;
-}
-
-Writer& Writer::blobs(const std::vector<Bytes>& v)
-{
-    u32(static_cast<std::uint32_t>(v.size()));
-    for (const auto& x : v)
-        blob(x);
-    return *this;
-}
-
-Bytes Writer::finish()
-{
-    if (!fits())
-        return {};
-    const auto length = static_cast<std::uint32_t>(buf_.size() - header_size);
-    for (int i = 0; i < 4; ++i)
-        buf_[4 + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(length >> (24 - 8 * i));
-    return std::move(buf_);
-}
-
-void Reader::take(std::uint8_t* out, std::size_t n)
-{
-    if (failed_ || body_.size() - pos_ < n) {
-        failed_ = true;
-        std::fill(out, out + n, std::uint8_t{0});
-        return;
-    }
-    std::copy_n(body_.begin() + static_cast<std::ptrdiff_t>(pos_), n, out);
-    pos_ += n;
-}
-
-std::uint8_t Reader::u8()
-{
-    std::uint8_t v = 0;
-    take(&v, 1);
-    return v;
-}
-
-std::uint32_t Reader::u32()
-{
-    std::array<std::uint8_t, 4> b{};
-    take(b.data(), b.size());
-    return (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) | (std::uint32_t{b[2]} << 8) | b[3];
-}
-
-std::uint64_t Reader::u64()
-{
-    const std::uint64_t hi = u32();
-    return (hi << 32) | u32();
-}
-
-std::vector<std::uint32_t> Reader::u32s()
-{
-    const std::uint32_t n = u32();
-    if (failed_ || n > max_ranks || (body_.size() - pos_) / 4 < n) {
-        failed_ = true;
-        return {};
-    }
-    std::vector<std::uint32_t> v(n);
-    for (auto& x : v)
-        x = u32();
-    return v;
-}
-
-Bytes Reader::blob()
-{
-    const std::uint32_t n = u32();
-    if (failed_ || body_.size() - pos_ < n) {
-        failed_ = true;
-        return {};
-    }
-    Bytes b(body_.begin() + static_cast<std::ptrdiff_t>(pos_), body_.begin() + static_cast<std::ptrdiff_t>(pos_ + n));
-    pos_ += n;
-    return b;
-}
-
-// A count read off the wire reserves at most this many elements up front:
-// an element in memory (a string, a vector) is 6 to 8 times its 4 wire
-// bytes, so a frame full of empty ones would otherwise cost that many times
-// its size before a single element is read.
-constexpr std::size_t reserve_bound = 1024;
-
-std::vector<std::string> Reader::strs(std::size_t limit)
-{
-    const std::uint32_t n = u32();
-    // Every string takes at least its 4-byte length.
-    if (failed_ || (body_.size() - pos_) / 4 < n) {
-        failed_ = true;
-        return {};
-    }
-    std::vector<std::string> v;
-    v.reserve(std::min<std::size_t>(n, reserve_bound));
-    for (std::uint32_t i = 0; i < n && !failed_; ++i)
-        v.push_back(str(limit));
-    return v;
-}
-
-std::vector<Bytes> Reader::blobs()
-{
-    const std::uint32_t n = u32();
-    // Every blob takes at least its 4-byte length.
-    if (failed_ || (body_.size() - pos_) / 4 < n) {
-        failed_ = true;
-        return {};
-    }
-    std::vector<Bytes> v;
-    v.reserve(std::min<std::size_t>(n, reserve_bound));
-    for (std::uint32_t i = 0; i < n && !failed_; ++i)
-        v.push_back(blob());
-    return v;
-}
-
-std::string Reader::str(std::size_t limit)
-{
-    const std::uint32_t n = u32();
-    if (failed_ || n > limit || body_.size() - pos_ < n) {
-        failed_ = true;
-        return {};
-    }
-    std::string s(reinterpret_cast<const char*>(body_.data() + pos_), n);
-    pos_ += n;
-    return s;
-}
-
-Bytes Challenge::encode() const
-{
-    return Writer(Type::challenge).bytes(nonce).u32(job_id).u32(step_id).finish();
-}
-
-Result<Challenge> Challenge::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    Challenge m;
-    m.nonce = r.array<32>();
-    m.job_id = r.u32();
-    m.step_id = r.u32();
-    return finish_decode(r, m, Type::challenge);
-}
-
-Bytes Hello::encode() const
-{
-    return Writer(Type::hello)
-        .u8(static_cast<std::uint8_t>(role))
-        .u32(node_id)
-        .str(hostname)
-        .u32s(ranks)
-        .bytes(nonce)
-        .bytes(mac)
-        .finish();
-}
-
-Result<Hello> Hello::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    Hello m;
-    const std::uint8_t role = r.u8();
-    m.node_id = r.u32();
-    m.hostname = r.str();
-    m.ranks = r.u32s();
-    m.nonce = r.array<32>();
-    m.mac = r.array<32>();
-    if (role < static_cast<std::uint8_t>(Role::stepd) || role > static_cast<std::uint8_t>(Role::orphan))
-        return Result<Hello>::fail("hello with unknown role " + std::to_string(role));
-    m.role = static_cast<Role>(role);
-    return finish_decode(r, std::move(m), Type::hello);
-}
-
-Bytes Welcome::encode() const
-{
-    return Writer(Type::welcome).bytes(mac).finish();
-}
-
-Result<Welcome> Welcome::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    Welcome m;
-    m.mac = r.array<32>();
-    return finish_decode(r, m, Type::welcome);
-}
-
-namespace {
-
-// An outcome's fields, alone or in a list.
-void put(Writer& w, const Outcome& m)
-{
-    w.u32(m.rank).u32(m.epoch).i64(m.pid).i32(m.wait_status).i64(m.end_time_us).u8(m.flags).i32(m.abort_status);
-}
-
-Outcome get_outcome(Reader& r)
-{
-    Outcome m;
-    m.rank = r.u32();
-    m.epoch = r.u32();
-    m.pid = r.i64();
-    m.wait_status = r.i32();
-    m.end_time_us = r.i64();
-    m.flags = r.u8();
-    m.abort_status = r.i32();
-    return m;
-}
-
-constexpr std::size_t outcome_size = 33;
-constexpr std::size_t ack_size = 8;
-
-// A list's count, checked against the bound and what is left of the body.
-std::uint32_t list_count(Reader& r, std::size_t left, std::size_t item)
-{
-    const std::uint32_t n = r.u32();
-    if (!r.failed() && n <= max_ranks && (left - 4) / item >= n)
-        return n;
-    r.fail();
-    return 0;
-}
-
-}  // namespace
-
-Bytes Outcome::encode() const
-{
-    Writer w(Type::outcome);
-    put(w, *this);
-    return w.finish();
-}
-
-Result<Outcome> Outcome::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    return finish_decode(r, get_outcome(r), Type::outcome);
-}
-
-Bytes Ack::encode() const
-{
-    return Writer(Type::ack).u32(rank).u32(epoch).finish();
-}
-
-Result<Ack> Ack::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    Ack m;
-    m.rank = r.u32();
-    m.epoch = r.u32();
-    return finish_decode(r, m, Type::ack);
-}
-
-Bytes Outcomes::encode() const
-{
-    Writer w(Type::outcomes);
-    w.u32(static_cast<std::uint32_t>(list.size()));
-    for (const auto& o : list)
-        put(w, o);
-    return w.finish();
-}
-
-Result<Outcomes> Outcomes::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    Outcomes m;
-    const std::uint32_t n = list_count(r, body.size(), outcome_size);
-    m.list.reserve(n);
-    for (std::uint32_t i = 0; i < n; ++i)
-        m.list.push_back(get_outcome(r));
-    return finish_decode(r, std::move(m), Type::outcomes);
-}
-
-Bytes Acks::encode() const
-{
-    Writer w(Type::acks);
-    w.u32(static_cast<std::uint32_t>(list.size()));
-    for (const auto& a : list)
-        w.u32(a.rank).u32(a.epoch);
-    return w.finish();
-}
-
-Result<Acks> Acks::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    Acks m;
-    const std::uint32_t n = list_count(r, body.size(), ack_size);
-    m.list.reserve(n);
-    for (std::uint32_t i = 0; i < n; ++i) {
-        Ack a;
-        a.rank = r.u32();
-        a.epoch = r.u32();
-        m.list.push_back(a);
-    }
-    return finish_decode(r, std::move(m), Type::acks);
-}
-
-// ---- overlay messages ---------------------------------------------------------
-
-Bytes Enroll::encode() const
-{
-    return Writer(Type::enroll).str(host).u32(port).finish();
-}
-
-Result<Enroll> Enroll::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    Enroll m;
-    m.host = r.str();
-    m.port = r.u32();
-    return finish_decode(r, std::move(m), Type::enroll);
-}
-
-Bytes StepMap::encode() const
-{
-    Writer w(Type::step_map);
-    w.str(nspace).u32(fanout).strs(hostnames).strs(hosts);
-    w.u32(static_cast<std::uint32_t>(ports.size()));
-    for (auto p : ports)
-        w.u32(p);
-    w.u32(static_cast<std::uint32_t>(rank_node.size()));
-    for (auto n : rank_node)
-        w.u32(n);
-    w.u8(recoverable ? 1 : 0);
-    return w.finish();
-}
-
-Result<StepMap> StepMap::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    StepMap m;
-    m.nspace = r.str();
-    m.fanout = r.u32();
-    m.hostnames = r.strs();
-    m.hosts = r.strs();
-    for (auto* v : {&m.ports, &m.rank_node}) {
-        const std::uint32_t n = r.u32();
-        if (r.failed() || n > body.size() / 4)
-            return Result<StepMap>::fail("malformed step map frame");
-        v->resize(n);
-        for (auto& x : *v)
-            x = r.u32();
-    }
-    const std::uint8_t recoverable = r.u8();
-    if (recoverable > 1)
-        return Result<StepMap>::fail("malformed step map frame: recoverable is neither 0 nor 1");
-    m.recoverable = recoverable == 1;
-    if (m.hosts.size() != m.hostnames.size() || m.ports.size() != m.hostnames.size())
-        return Result<StepMap>::fail("malformed step map frame: node lists differ in length");
-    for (auto n : m.rank_node)
-        if (n >= m.hostnames.size())
-            return Result<StepMap>::fail("malformed step map frame: a rank on an unknown node");
-    return finish_decode(r, std::move(m), Type::step_map);
-}
-
-Bytes Event::encode() const
-{
-    return Writer(Type::event)
-        .u32(origin)
-        .u32(rank)
-        .i32(code)
-        .i32(exit_code)
-        .i32(wait_status)
-        .u8(client ? 1 : 0)
-        .finish();
-}
-
-Result<Event> Event::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    Event m;
-    m.origin = r.u32();
-    m.rank = r.u32();
-    m.code = r.i32();
-    m.exit_code = r.i32();
-    m.wait_status = r.i32();
-    const std::uint8_t flags = r.u8();
-    if (flags > 1)
-        return Result<Event>::fail("malformed event frame: unknown flags");
-    m.client = flags == 1;
-    return finish_decode(r, m, Type::event);
-}
-
-Bytes Gone::encode() const
-{
-    return Writer(Type::gone).u32(node).finish();
-}
-
-Result<Gone> Gone::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    Gone m;
-    m.node = r.u32();
-    return finish_decode(r, m, Type::gone);
-}
-
-Bytes NodeDown::encode() const
-{
-    return Writer(Type::node_down).u32(node).str(hostname).u32s(ranks).i32(exit_code).finish();
-}
-
-Result<NodeDown> NodeDown::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    NodeDown m;
-    m.node = r.u32();
-    m.hostname = r.str();
-    m.ranks = r.u32s();
-    m.exit_code = r.i32();
-    return finish_decode(r, std::move(m), Type::node_down);
 }
 
 std::string fence_set(const std::vector<std::uint32_t>& sorted_ranks)
@@ -620,235 +151,338 @@ std::optional<FenceKey> parse_fence_key(std::string_view key)
     return id;
 }
 
-Bytes FenceUp::encode() const
+namespace {
+
+// ---- the messages: each one's fields, once ------------------------------------
+//
+// Fields<M>::of(m) lists a message's fields in wire order; the writer
+// (Put) and the reader (Get) both walk that one list, so the two can never
+// disagree on order or type. A field is written by its C++ type:
+//   u8, u32, u64, i32, i64     big-endian, as Writer
+//   bool, enum                 one byte (a bool must read 0 or 1)
+//   std::array<u8, N>          N bytes
+//   std::string                u32 length + bytes, at most max_string
+//   vector<u32>                u32 count + values, at most max_ranks (a node's)
+//   vector<string>, Bytes, vector<Bytes>   as Writer::strs, blob, blobs
+// and by a wrapper where it differs: limited() (another bound on a string or
+// strings), many() (a list of u32 bounded by the frame alone), records() (a
+// list of messages of a fixed wire size). What a field list cannot say
+// (a value's range, lists that must agree) is checked by check(), on a body
+// that read whole.
+
+template <class S>
+struct Limited {
+    S& value;
+    std::size_t limit;
+};
+template <class S>
+Limited<S> limited(S& value, std::size_t limit)
 {
-    return Writer(Type::fence_up).str(key, max_fence_key).i32(status).u32(contributors).blob(data).finish();
+    return {value, limit};
 }
 
-Result<FenceUp> FenceUp::decode(std::span<const std::uint8_t> body)
+template <class V>
+struct Many {
+    V& list;
+};
+template <class V>
+Many<V> many(V& list)
 {
-    Reader r(body);
-    FenceUp m;
-    m.key = r.str(max_fence_key);
-    m.status = r.i32();
-    m.contributors = r.u32();
-    m.data = r.blob();
-    if (!r.failed() && !parse_fence_key(m.key))
-        return Result<FenceUp>::fail("fence up frame with a malformed fence key");
-    return finish_decode(r, std::move(m), Type::fence_up);
+    return {list};
 }
 
-Bytes FenceDown::encode() const
+template <class V>
+struct Records {
+    V& list;
+    std::size_t wire_size;  // of one record
+};
+template <class V>
+Records<V> records(V& list, std::size_t wire_size)
 {
-    return Writer(Type::fence_down).str(key, max_fence_key).i32(status).blob(data).finish();
+    return {list, wire_size};
 }
 
-Result<FenceDown> FenceDown::decode(std::span<const std::uint8_t> body)
+// A field list: references to the message's fields, wrappers by value.
+template <class... F>
+std::tuple<F...> list(F&&... f)
 {
-    Reader r(body);
-    FenceDown m;
-    m.key = r.str(max_fence_key);
-    m.status = r.i32();
-    m.data = r.blob();
-    if (!r.failed() && !parse_fence_key(m.key))
-        return Result<FenceDown>::fail("fence down frame with a malformed fence key");
-    return finish_decode(r, std::move(m), Type::fence_down);
+    return std::tuple<F...>(std::forward<F>(f)...);
 }
 
-Bytes DmodexReq::encode() const
+template <class M>
+struct Fields;
+
+constexpr std::size_t outcome_size = 33;  // Fields<Outcome>'s bytes
+constexpr std::size_t ack_size = 8;
+
+#define EXITPOLICY_FIELDS(Message, frame_type, ...)       \
+    template <>                                           \
+    struct Fields<Message> {                              \
+        static constexpr Type type = Type::frame_type;    \
+        static auto of([[maybe_unused]] auto& m) { return list(__VA_ARGS__); } \
+    };
+
+EXITPOLICY_FIELDS(Challenge, challenge, m.nonce, m.job_id, m.step_id)
+EXITPOLICY_FIELDS(Hello, hello, m.role, m.node_id, m.hostname, m.ranks, m.nonce, m.mac)
+EXITPOLICY_FIELDS(Welcome, welcome, m.mac)
+EXITPOLICY_FIELDS(Outcome, outcome, m.rank, m.epoch, m.pid, m.wait_status, m.end_time_us, m.flags, m.abort_status)
+EXITPOLICY_FIELDS(Ack, ack, m.rank, m.epoch)
+EXITPOLICY_FIELDS(Outcomes, outcomes, records(m.list, outcome_size))
+EXITPOLICY_FIELDS(Acks, acks, records(m.list, ack_size))
+EXITPOLICY_FIELDS(Enroll, enroll, m.host, m.port)
+EXITPOLICY_FIELDS(StepMap, step_map, m.nspace, m.fanout, m.hostnames, m.hosts, many(m.ports), many(m.rank_node),
+                  m.recoverable)
+EXITPOLICY_FIELDS(Event, event, m.origin, m.rank, m.code, m.exit_code, m.wait_status, m.client)
+EXITPOLICY_FIELDS(Gone, gone, m.node)
+EXITPOLICY_FIELDS(NodeDown, node_down, m.node, m.hostname, m.ranks, m.exit_code)
+EXITPOLICY_FIELDS(FenceUp, fence_up, limited(m.key, max_fence_key), m.status, m.contributors, m.data)
+EXITPOLICY_FIELDS(FenceDown, fence_down, limited(m.key, max_fence_key), m.status, m.data)
+EXITPOLICY_FIELDS(DmodexReq, dmodex_req, m.id, m.from, m.to, m.rank)
+EXITPOLICY_FIELDS(DmodexResp, dmodex_resp, m.id, m.from, m.to, m.status, m.data)
+EXITPOLICY_FIELDS(Abort, abort, m.rank, m.status, m.message)
+EXITPOLICY_FIELDS(Terminate, terminate, m.reason, m.kill_after_ms)
+EXITPOLICY_FIELDS(Relay, relay, m.origin, m.code, m.source_rank, m.info)
+EXITPOLICY_FIELDS(DataRequest, data_request, m.op, m.id, m.node, m.rank, m.wait, m.keys, m.values)
+EXITPOLICY_FIELDS(DataReply, data_reply, m.id, m.node, m.status, m.keys, m.ranks, m.values)
+EXITPOLICY_FIELDS(EnvRequest, env_request, m.rank, m.pid)
+// An entry as long as the frame allows (PMIx's own can be long).
+EXITPOLICY_FIELDS(EnvReply, env_reply, m.status, m.error, limited(m.env, max_body))
+EXITPOLICY_FIELDS(Stop, stop)
+EXITPOLICY_FIELDS(StepDone, step_done)
+EXITPOLICY_FIELDS(Notice, notice, m.node, m.rank, m.text)
+
+#undef EXITPOLICY_FIELDS
+
+template <class M>
+void put_fields(Writer& w, const M& m);
+
+// Writes one field.
+struct Put {
+    Writer& w;
+    void operator()(std::uint8_t v) { w.u8(v); }
+    void operator()(std::uint32_t v) { w.u32(v); }
+    void operator()(std::uint64_t v) { w.u64(v); }
+    void operator()(std::int32_t v) { w.i32(v); }
+    void operator()(std::int64_t v) { w.i64(v); }
+    void operator()(bool v) { w.u8(v ? 1 : 0); }
+    template <class E>
+        requires std::is_enum_v<E>
+    void operator()(E v)
+    {
+        w.u8(static_cast<std::uint8_t>(v));
+    }
+    template <std::size_t N>
+    void operator()(const std::array<std::uint8_t, N>& v)
+    {
+        w.bytes(v);
+    }
+    void operator()(const std::string& v) { w.str(v); }
+    void operator()(const std::vector<std::uint32_t>& v) { w.u32s(v); }
+    void operator()(const std::vector<std::string>& v) { w.strs(v); }
+    void operator()(const Bytes& v) { w.blob(v); }
+    void operator()(const std::vector<Bytes>& v) { w.blobs(v); }
+    void operator()(Limited<const std::string> v) { w.str(v.value, v.limit); }
+    void operator()(Limited<const std::vector<std::string>> v) { w.strs(v.value, v.limit); }
+    void operator()(Many<const std::vector<std::uint32_t>> v) { w.u32s(v.list); }
+    template <class V>
+    void operator()(Records<V> v)
+    {
+        w.u32(static_cast<std::uint32_t>(v.list.size()));
+        for (const auto& record : v.list)
+            put_fields(w, record);
+    }
+};
+
+template <class M>
+void put_fields(Writer& w, const M& m)
 {
-    return Writer(Type::dmodex_req).u64(id).u32(from).u32(to).u32(rank).finish();
+    std::apply([&w](auto&&... f) { (Put{w}(f), ...); }, Fields<M>::of(m));
 }
 
-Result<DmodexReq> DmodexReq::decode(std::span<const std::uint8_t> body)
+template <class M>
+void get_fields(Reader& r, M& m);
+
+// Reads one field.
+struct Get {
+    Reader& r;
+    void operator()(std::uint8_t& v) { v = r.u8(); }
+    void operator()(std::uint32_t& v) { v = r.u32(); }
+    void operator()(std::uint64_t& v) { v = r.u64(); }
+    void operator()(std::int32_t& v) { v = r.i32(); }
+    void operator()(std::int64_t& v) { v = r.i64(); }
+    void operator()(bool& v)
+    {
+        const std::uint8_t b = r.u8();
+        if (b > 1)
+            r.fail();
+        v = b == 1;
+    }
+    // Any byte (the enums' underlying type is u8); check() says which are known.
+    template <class E>
+        requires std::is_enum_v<E>
+    void operator()(E& v)
+    {
+        v = static_cast<E>(r.u8());
+    }
+    template <std::size_t N>
+    void operator()(std::array<std::uint8_t, N>& v)
+    {
+        v = r.array<N>();
+    }
+    void operator()(std::string& v) { v = r.str(); }
+    void operator()(std::vector<std::uint32_t>& v) { v = r.u32s(); }
+    void operator()(std::vector<std::string>& v) { v = r.strs(); }
+    void operator()(Bytes& v) { v = r.blob(); }
+    void operator()(std::vector<Bytes>& v) { v = r.blobs(); }
+    void operator()(Limited<std::string> v) { v.value = r.str(v.limit); }
+    void operator()(Limited<std::vector<std::string>> v) { v.value = r.strs(v.limit); }
+    void operator()(Many<std::vector<std::uint32_t>> v)
+    {
+        const std::uint32_t n = r.u32();
+        if (r.failed() || r.left() / 4 < n) {
+            r.fail();
+            return;
+        }
+        v.list.resize(n);
+        for (auto& x : v.list)
+            x = r.u32();
+    }
+    template <class V>
+    void operator()(Records<V> v)
+    {
+        const std::uint32_t n = r.u32();
+        if (r.failed() || n > max_ranks || r.left() / v.wire_size < n) {
+            r.fail();
+            return;
+        }
+        v.list.resize(n);
+        for (auto& record : v.list)
+            get_fields(r, record);
+    }
+};
+
+template <class M>
+void get_fields(Reader& r, M& m)
 {
-    Reader r(body);
-    DmodexReq m;
-    m.id = r.u64();
-    m.from = r.u32();
-    m.to = r.u32();
-    m.rank = r.u32();
-    return finish_decode(r, m, Type::dmodex_req);
+    std::apply([&r](auto&&... f) { (Get{r}(f), ...); }, Fields<M>::of(m));
 }
 
-Bytes DmodexResp::encode() const
+// What a field list cannot say; none by default.
+template <class M>
+std::optional<std::string> check(const M&)
 {
-    return Writer(Type::dmodex_resp).u64(id).u32(from).u32(to).i32(status).blob(data).finish();
+    return std::nullopt;
 }
 
-Result<DmodexResp> DmodexResp::decode(std::span<const std::uint8_t> body)
+std::optional<std::string> check(const Hello& m)
 {
-    Reader r(body);
-    DmodexResp m;
-    m.id = r.u64();
-    m.from = r.u32();
-    m.to = r.u32();
-    m.status = r.i32();
-    m.data = r.blob();
-    return finish_decode(r, std::move(m), Type::dmodex_resp);
+    const auto role = static_cast<std::uint8_t>(m.role);
+    if (role < static_cast<std::uint8_t>(Role::stepd) || role > static_cast<std::uint8_t>(Role::orphan))
+        return "hello with unknown role " + std::to_string(role);
+    return std::nullopt;
 }
 
-Bytes Abort::encode() const
+std::optional<std::string> check(const StepMap& m)
 {
-    return Writer(Type::abort).u32(rank).i32(status).str(message).finish();
+    if (m.hosts.size() != m.hostnames.size() || m.ports.size() != m.hostnames.size())
+        return "malformed step map frame: node lists differ in length";
+    for (auto n : m.rank_node)
+        if (n >= m.hostnames.size())
+            return "malformed step map frame: a rank on an unknown node";
+    return std::nullopt;
 }
 
-Result<Abort> Abort::decode(std::span<const std::uint8_t> body)
+std::optional<std::string> check(const FenceUp& m)
 {
-    Reader r(body);
-    Abort m;
-    m.rank = r.u32();
-    m.status = r.i32();
-    m.message = r.str();
-    return finish_decode(r, std::move(m), Type::abort);
+    if (!parse_fence_key(m.key))
+        return "fence up frame with a malformed fence key";
+    return std::nullopt;
 }
 
-Bytes Terminate::encode() const
+std::optional<std::string> check(const FenceDown& m)
 {
-    return Writer(Type::terminate).str(reason).u32(kill_after_ms).finish();
+    if (!parse_fence_key(m.key))
+        return "fence down frame with a malformed fence key";
+    return std::nullopt;
 }
 
-Result<Terminate> Terminate::decode(std::span<const std::uint8_t> body)
+std::optional<std::string> check(const DataRequest& m)
 {
-    Reader r(body);
-    Terminate m;
-    m.reason = r.str();
-    m.kill_after_ms = r.u32();
-    return finish_decode(r, std::move(m), Type::terminate);
-}
-
-Bytes Relay::encode() const
-{
-    return Writer(Type::relay).u32(origin).i32(code).u32(source_rank).blob(info).finish();
-}
-
-Result<Relay> Relay::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    Relay m;
-    m.origin = r.u32();
-    m.code = r.i32();
-    m.source_rank = r.u32();
-    m.info = r.blob();
-    return finish_decode(r, std::move(m), Type::relay);
-}
-
-Bytes DataRequest::encode() const
-{
-    Writer w(Type::data_request);
-    w.u8(static_cast<std::uint8_t>(op)).u64(id).u32(node).u32(rank).u8(wait).strs(keys);
-    w.blobs(values);
-    return w.finish();
-}
-
-Result<DataRequest> DataRequest::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    DataRequest m;
-    const std::uint8_t op = r.u8();
-    m.id = r.u64();
-    m.node = r.u32();
-    m.rank = r.u32();
-    m.wait = r.u8();
-    m.keys = r.strs();
-    m.values = r.blobs();
+    const auto op = static_cast<std::uint8_t>(m.op);
     if (op < 1 || op > 3)
-        return Result<DataRequest>::fail("data request with unknown operation " + std::to_string(op));
-    m.op = static_cast<Op>(op);
-    if (m.op == Op::publish && m.values.size() != m.keys.size())
-        return Result<DataRequest>::fail("publish request with " + std::to_string(m.keys.size()) + " keys and " +
-                                         std::to_string(m.values.size()) + " values");
-    return finish_decode(r, std::move(m), Type::data_request);
+        return "data request with unknown operation " + std::to_string(op);
+    if (m.op == DataRequest::Op::publish && m.values.size() != m.keys.size())
+        return "publish request with " + std::to_string(m.keys.size()) + " keys and " +
+               std::to_string(m.values.size()) + " values";
+    return std::nullopt;
 }
 
-Bytes DataReply::encode() const
+std::optional<std::string> check(const DataReply& m)
 {
-    Writer w(Type::data_reply);
-    w.u64(id).u32(node).i32(status).strs(keys).u32s(ranks);
-    w.blobs(values);
+    if (m.ranks.size() != m.keys.size() || m.values.size() != m.keys.size())
+        return "malformed data reply frame";
+    return std::nullopt;
+}
+
+template <class M>
+Bytes encode_message(const M& m)
+{
+    Writer w(Fields<M>::type);
+    put_fields(w, m);
     return w.finish();
 }
 
-Result<DataReply> DataReply::decode(std::span<const std::uint8_t> body)
+template <class M>
+Result<M> decode_message(std::span<const std::uint8_t> body)
 {
     Reader r(body);
-    DataReply m;
-    m.id = r.u64();
-    m.node = r.u32();
-    m.status = r.i32();
-    m.keys = r.strs();
-    m.ranks = r.u32s();
-    m.values = r.blobs();
-    if (m.ranks.size() != m.keys.size() || m.values.size() != m.keys.size())
-        return Result<DataReply>::fail("malformed data reply frame");
-    return finish_decode(r, std::move(m), Type::data_reply);
+    M m;
+    get_fields(r, m);
+    if (!r.failed())
+        if (auto bad = check(m))
+            return Result<M>::fail(*bad);
+    return finish_decode(r, std::move(m), Fields<M>::type);
 }
 
-Bytes EnvRequest::encode() const
-{
-    return Writer(Type::env_request).u32(rank).i64(pid).finish();
-}
+}  // namespace
 
-Result<EnvRequest> EnvRequest::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    EnvRequest m;
-    m.rank = r.u32();
-    m.pid = r.i64();
-    return finish_decode(r, m, Type::env_request);
-}
+#define EXITPOLICY_CODEC(Message)                                                  \
+    Bytes Message::encode() const                                                  \
+    {                                                                              \
+        return encode_message(*this);                                              \
+    }                                                                              \
+    Result<Message> Message::decode(std::span<const std::uint8_t> body)            \
+    {                                                                              \
+        return decode_message<Message>(body);                                      \
+    }
 
-Bytes EnvReply::encode() const
-{
-    // An entry as long as the frame allows (PMIx's own can be long).
-    return Writer(Type::env_reply).i32(status).str(error).strs(env, max_body).finish();
-}
+EXITPOLICY_CODEC(Challenge)
+EXITPOLICY_CODEC(Hello)
+EXITPOLICY_CODEC(Welcome)
+EXITPOLICY_CODEC(Outcome)
+EXITPOLICY_CODEC(Ack)
+EXITPOLICY_CODEC(Outcomes)
+EXITPOLICY_CODEC(Acks)
+EXITPOLICY_CODEC(Enroll)
+EXITPOLICY_CODEC(StepMap)
+EXITPOLICY_CODEC(Event)
+EXITPOLICY_CODEC(Gone)
+EXITPOLICY_CODEC(NodeDown)
+EXITPOLICY_CODEC(FenceUp)
+EXITPOLICY_CODEC(FenceDown)
+EXITPOLICY_CODEC(DmodexReq)
+EXITPOLICY_CODEC(DmodexResp)
+EXITPOLICY_CODEC(Abort)
+EXITPOLICY_CODEC(Terminate)
+EXITPOLICY_CODEC(Relay)
+EXITPOLICY_CODEC(DataRequest)
+EXITPOLICY_CODEC(DataReply)
+EXITPOLICY_CODEC(EnvRequest)
+EXITPOLICY_CODEC(EnvReply)
+EXITPOLICY_CODEC(Stop)
+EXITPOLICY_CODEC(StepDone)
+EXITPOLICY_CODEC(Notice)
 
-Result<EnvReply> EnvReply::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    EnvReply m;
-    m.status = r.i32();
-    m.error = r.str();
-    m.env = r.strs(max_body);
-    return finish_decode(r, std::move(m), Type::env_reply);
-}
-
-Bytes Stop::encode() const
-{
-    return Writer(Type::stop).finish();
-}
-
-Result<Stop> Stop::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    return finish_decode(r, Stop{}, Type::stop);
-}
-
-Bytes StepDone::encode() const
-{
-    return Writer(Type::step_done).finish();
-}
-
-Result<StepDone> StepDone::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    return finish_decode(r, StepDone{}, Type::step_done);
-}
-
-Bytes Notice::encode() const
-{
-    return Writer(Type::notice).u32(node).u32(rank).str(text).finish();
-}
-
-Result<Notice> Notice::decode(std::span<const std::uint8_t> body)
-{
-    Reader r(body);
-    Notice m;
-    m.node = r.u32();
-    m.rank = r.u32();
-    m.text = r.str();
-    return finish_decode(r, std::move(m), Type::notice);
-}
+#undef EXITPOLICY_CODEC
 
 }  // namespace exitpolicy::wire

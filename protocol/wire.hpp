@@ -27,7 +27,9 @@
 namespace exitpolicy::wire {
 
 inline constexpr std::uint8_t protocol_version = 4;  // 2: fence keys name runs of ranks; 3: outcomes in bulk, tags over a digest; 4: step done
-inline constexpr std::size_t header_size = 8;
+inline constexpr std::size_t header_size = 8;  // magic, version, type, u32 body length
+inline constexpr std::uint8_t magic0 = 'E';
+inline constexpr std::uint8_t magic1 = 'P';
 inline constexpr std::uint32_t max_body = 64 * 1024;           // before authentication
 inline constexpr std::uint32_t max_body_trusted = 256u << 20;  // after: fence data can be large
 inline constexpr std::size_t max_string = 4096;
@@ -164,6 +166,8 @@ public:
     std::vector<std::string> strs(std::size_t limit = max_string);
     std::vector<Bytes> blobs();
     bool failed() const noexcept { return failed_; }
+    // Bytes not yet read.
+    std::size_t left() const noexcept { return body_.size() - pos_; }
     // A message's own check failed (a count beyond its bound, ...).
     void fail() noexcept { failed_ = true; }
     // Everything read, nothing left over, nothing failed.
