@@ -1,0 +1,234 @@
+// SPDX-License-Identifier: Apache-2.0
+// daemon_local.cpp - the node daemon's local socket: who may connect (the
+// job's user, slurmstepd as root), the tasks' environment requests, and
+// slurmstepd's control link (outcomes in, the stop). See daemon.hpp.
+#include "daemon_local.hpp"
+
+#include "event_anchor.hpp"
+#include "exitpolicy/outcome.hpp"
+#include "exitpolicy/policy.hpp"
+#include "log.hpp"
+#include "pmix_host.hpp"
+#include "protocol/events.hpp"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <event2/thread.h>
+
+#include <pmix_common.h>
+
+#include <algorithm>
+#include <utility>
+#include <charconv>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <csignal>
+#include <cstring>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+namespace exitpolicy::pmixd {
+
+Daemon::Local* Daemon::confirm_to_slurmstepd()
+{
+    const auto control = std::find_if(locals_.begin(), locals_.end(), [](const auto& l) { return l->control; });
+    const auto& confirmed = agent_->confirmed();
+    if (control == locals_.end()) {
+        log::debug("no control link to tell slurmstepd that srun has %zu of its outcomes", confirmed.size());
+        return nullptr;
+    }
+    log::debug("telling slurmstepd that srun has %zu of its outcomes", confirmed.size());
+    if (confirmed.empty())
+        return nullptr;  // its silence says as much
+    // Frames on the control link are read as unauthenticated ones: at most
+    // wire::max_body bytes, a count and 8 bytes an ack.
+    constexpr std::size_t per_frame = (wire::max_body - 4) / 8;
+    wire::in_pieces(
+        confirmed, per_frame,
+        [&](std::vector<wire::Ack> part) {
+            const wire::Bytes frame = wire::Acks{std::move(part)}.encode();
+            bufferevent_write((*control)->bev, frame.data(), frame.size());
+        });
+    return control->get();
+}
+
+// ---- local socket --------------------------------------------------------------------
+
+// A local connection: a task's or root's by the socket's path (pid and
+// uid as the kernel says), or slurmstepd's control link.
+void Daemon::add_local(int fd, uid_t uid, pid_t pid, bool control)
+{
+    auto l = std::make_unique<Local>();
+    l->d = this;
+    l->uid = uid;
+    l->pid = pid;
+    l->control = control;
+    l->bev = bufferevent_socket_new(base_, fd, BEV_OPT_CLOSE_ON_FREE);
+    bufferevent_setcb(
+        l->bev,
+        [](bufferevent* bev, void* arg) noexcept {
+            auto* l = static_cast<Local*>(arg);
+            try {
+                evbuffer* in = bufferevent_get_input(bev);
+                while (evbuffer_get_length(in) >= wire::header_size) {
+                    std::array<std::uint8_t, wire::header_size> head{};
+                    evbuffer_copyout(in, head.data(), head.size());
+                    auto h = wire::decode_header(head);
+                    if (!h || (h->type != wire::Type::env_request && h->type != wire::Type::outcome &&
+                               h->type != wire::Type::stop)) {
+                        // Bad magic, version, type or length: nothing more of it is read.
+                        const std::string why = h ? "a " + std::string(wire::type_name(h->type)) +
+                                                        " frame is no local request"
+                                                  : h.error();
+                        log::info("closed a local connection of pid %d: %s", static_cast<int>(l->pid),
+                                  why.c_str());
+                        l->drop();
+                        return;
+                    }
+                    if (evbuffer_get_length(in) < wire::header_size + h->length)
+                        return;  // the rest is on its way
+                    evbuffer_drain(in, wire::header_size);
+                    wire::Bytes body(h->length);
+                    evbuffer_remove(in, body.data(), body.size());
+                    try {
+                        l->d->on_local_frame(*l, h->type, body);
+                    } catch (const std::exception& e) {
+                        log::error("local request: %s", e.what());
+                    }
+                }
+            } catch (...) {
+                log::error("closed a local connection of pid %d: internal error", static_cast<int>(l->pid));
+                l->drop();
+            }
+        },
+        nullptr,
+        [](bufferevent*, short, void* arg) {
+            auto* l = static_cast<Local*>(arg);
+            Daemon* d = l->d;
+            const bool control = l->control;
+            l->drop();
+            // slurmstepd is gone (killed, crashed): nobody is left to stop
+            // this daemon at the step's end, so it stops now, as at that
+            // end (drained within its bound). It never outlives root.
+            if (control) {
+                log::info("slurmstepd's control link closed: stopping");
+                d->agent_->drain();
+            }
+        },
+        l.get());
+    bufferevent_enable(l->bev, EV_READ | EV_WRITE);
+    locals_.push_back(std::move(l));
+}
+
+void Daemon::listen_local()
+{
+    const std::string path = args_.dir + "/daemon.sock";
+    sockaddr_un sun{};
+    sun.sun_family = AF_UNIX;
+    if (path.size() >= sizeof(sun.sun_path)) {
+        log::error("socket path too long: %s", path.c_str());
+        return;
+    }
+    std::strcpy(sun.sun_path, path.c_str());
+    ::unlink(path.c_str());
+    local_listener_ = evconnlistener_new_bind(
+        base_,
+        [](evconnlistener*, evutil_socket_t fd, sockaddr*, int, void* arg) {
+            auto* d = static_cast<Daemon*>(arg);
+            ucred cred{};
+            socklen_t len = sizeof(cred);
+            if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+                (cred.uid != 0 && cred.uid != d->args_.uid)) {
+                ::close(fd);
+                return;
+            }
+            d->add_local(fd, cred.uid, cred.pid, false);
+        },
+        this, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 64, reinterpret_cast<sockaddr*>(&sun), sizeof(sun));
+    if (!local_listener_)
+        log::error("cannot listen on %s: %s", path.c_str(), std::strerror(errno));
+    // slurmstepd's control link, which no other process holds.
+    if (args_.control_fd >= 0) {
+        ::fcntl(args_.control_fd, F_SETFD, FD_CLOEXEC);
+        evutil_make_socket_nonblocking(args_.control_fd);
+        add_local(std::exchange(args_.control_fd, -1), 0, -1, true);
+    }
+}
+
+void Daemon::on_local_frame(Local& l, wire::Type type, std::span<const std::uint8_t> body)
+{
+    auto reply = [&](const wire::Bytes& frame) { bufferevent_write(l.bev, frame.data(), frame.size()); };
+    switch (type) {
+    case wire::Type::env_request: {
+        // A task starts once the event anchor is in place: its default
+        // event handler must find the anchor's registration.
+        if (!anchor_settled_) {
+            env_waiting_.emplace_back(&l, wire::Bytes(body.begin(), body.end()));
+            return;
+        }
+        auto r = wire::EnvRequest::decode(body);
+        wire::EnvReply out;
+        if (!r || std::find(args_.ranks.begin(), args_.ranks.end(), r->rank) == args_.ranks.end()) {
+            out.status = 1;
+            out.error = r ? "rank " + std::to_string(r->rank) + " is not a task of this node" : r.error();
+        } else if (auto env = pmix_->environment(r->rank); !env) {
+            out.status = 1;
+            out.error = env.error();
+        } else {
+            // The task itself asks, before exec: its pid is the peer's.
+            auto task = std::make_unique<Task>();
+            task->pid = l.pid;
+            task->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, l.pid, 0));
+            watch_exit(*task);
+            tasks_[r->rank] = std::move(task);
+            out.env = std::move(*env);
+        }
+        auto frame = out.encode();
+        if (frame.empty() || frame.size() - wire::header_size > wire::max_body) {
+            wire::EnvReply too_long;
+            too_long.status = 1;
+            too_long.error = "the PMIx environment of rank " + std::to_string(r->rank) +
+                             " is over the " + std::to_string(wire::max_body / 1024) +
+                             " KiB its reply carries (are PMIX_MCA_* settings that long?)";
+            frame = too_long.encode();
+        }
+        reply(frame);
+        return;
+    }
+    case wire::Type::outcome: {
+        if (!l.control)
+            return;  // only slurmstepd reports exits, on its control link
+        auto o = wire::Outcome::decode(body);
+        if (!o)
+            return;
+        if (std::find(args_.ranks.begin(), args_.ranks.end(), o->rank) == args_.ranks.end()) {
+            log::error("an outcome for rank %u, which is not a task of this node, is ignored", o->rank);
+            return;
+        }
+        outcome(*o);
+        reply(wire::Ack{o->rank, o->epoch}.encode());
+        return;
+    }
+    case wire::Type::stop:
+        if (!l.control)
+            return;
+        log::debug("stopping at the step's end (%zu outcomes to flush)", agent_->unacked());
+        reply(wire::Ack{}.encode());
+        agent_->drain();
+        return;
+    default:
+        return;
+    }
+}
+
+}  // namespace exitpolicy::pmixd

@@ -1,0 +1,289 @@
+// SPDX-License-Identifier: Apache-2.0
+// daemon_tasks.cpp - the node's tasks: their clients' abort, log and
+// finalization, failures known here and elsewhere (and what is collateral
+// to them), the local teardown, each task's exit watched through its pidfd,
+// and the outcomes passed on. See daemon.hpp.
+#include "daemon.hpp"
+
+#include "event_anchor.hpp"
+#include "exitpolicy/outcome.hpp"
+#include "exitpolicy/policy.hpp"
+#include "log.hpp"
+#include "pmix_host.hpp"
+#include "protocol/events.hpp"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <event2/thread.h>
+
+#include <pmix_common.h>
+
+#include <algorithm>
+#include <utility>
+#include <charconv>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <csignal>
+#include <cstring>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+namespace exitpolicy::pmixd {
+namespace {
+
+std::int64_t now_us()
+{
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    return std::int64_t{now.tv_sec} * 1'000'000 + now.tv_nsec / 1000;
+}
+
+// The process has begun to exit (PF_EXITING in /proc/PID/stat's flags): a
+// signal can no longer change how it ends. Its sockets may be closed and
+// its peers told, while its pidfd turns readable only once it is gone.
+bool exiting(pid_t pid)
+{
+    constexpr unsigned long pf_exiting = 0x4;
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat;
+    if (!std::getline(in, stat))
+        return false;
+    const auto paren = stat.rfind(')');  // the name may hold anything
+    if (paren == std::string::npos)
+        return false;
+    std::istringstream fields(stat.substr(paren + 1));
+    std::string skip;
+    unsigned long flags = 0;
+    for (int i = 3; i < 9; ++i)  // state ppid pgrp session tty_nr tpgid
+        fields >> skip;
+    return fields >> flags && (flags & pf_exiting) != 0;
+}
+
+// A failure of the task's own: an exit or a signal, not an abort or the
+// SIGTERM or SIGKILL of a teardown.
+bool own_end(int wait_status, bool aborted)
+{
+    TaskOutcome t;
+    t.wait_status = wait_status;
+    return !aborted && !killed_by_teardown(t);
+}
+
+}  // namespace
+
+void Daemon::peer_failed(const wire::Event& e)
+{
+    failure_known(e.rank, own_end(e.wait_status, e.code == wire::pmix::proc_requested_abort));
+    if (notified_.insert(e.rank).second)  // the origin told its own clients already
+        pmix_->notify_terminated(e.rank, e.code, e.exit_code);
+}
+
+// ---- abort, clients ----------------------------------------------------------------
+
+void Daemon::abort(std::uint32_t rank, int status, std::string message)
+{
+    // The first call is the failure's moment: Open MPI's MPI_Abort calls
+    // PMIx_Abort twice (its peers, then everyone), the teardown in between.
+    aborts_.try_emplace(rank, AbortCall{status, now_us()});
+    failure_known(rank, false);
+    log::info("rank %u called abort with status %d: %s", rank, status, message.c_str());
+    agent_->to_root(wire::Abort{rank, status, wire::clipped(message)}.encode());
+}
+
+
+void Daemon::relay(int code, std::uint32_t source_rank, wire::Bytes info)
+{
+    agent_->to_root(wire::Relay{args_.node_id, code, source_rank, std::move(info)}.encode());
+}
+
+void Daemon::terminate_step(const std::string& why)
+{
+    agent_->to_root(wire::Terminate{wire::clipped(why)}.encode());
+}
+
+void Daemon::task_log(std::uint32_t rank, const std::string& text)
+{
+    // A long line goes whole, in pieces the FE prints one after the other.
+    for (std::size_t at = 0; at < text.size() || at == 0; at += wire::max_string)
+        agent_->to_root(wire::Notice{args_.node_id, rank, text.substr(at, wire::max_string)}.encode());
+}
+
+void Daemon::client_connected(std::uint32_t rank)
+{
+    connected_.insert(rank);
+    // OpenPMIx talks to its clients over loopback TCP without TCP_NODELAY:
+    // an event sent while the client still owes a delayed ACK (right after a
+    // fence, say) waits up to 40 ms. The sockets are the library's, but
+    // they live in this process: turn Nagle off on every TCP socket we have.
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", std::filesystem::directory_options::skip_permission_denied)) {
+        int fd = -1;
+        const std::string name = entry.path().filename();
+        if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc())
+            continue;
+        sockaddr_storage addr{};
+        socklen_t len = sizeof(addr);
+        int type = 0;
+        socklen_t tlen = sizeof(type);
+        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+            (addr.ss_family != AF_INET && addr.ss_family != AF_INET6) ||
+            ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_STREAM)
+            continue;
+        const int on = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+    }
+}
+
+void Daemon::client_finalized(std::uint32_t rank)
+{
+    finalized_.insert(rank);
+}
+
+void Daemon::failure_known(std::uint32_t rank, bool own_end)
+{
+    if (!first_known_)
+        first_known_ = KnownFailure{rank, now_us(), own_end};
+}
+
+// Signalled by our own teardown, or a PMIx client (which can have been
+// told) that ended or aborted at `when_us`, after this node knew of another
+// task's failure. A task that never used PMIx heard of nothing: its failure
+// is its own.
+bool Daemon::collateral(std::uint32_t rank, std::int64_t when_us, bool own_end) const
+{
+    // A task that called abort failed by itself when it did: the teardown
+    // that abort started may still find it running.
+    if (torn_down_.count(rank) && !aborts_.count(rank))
+        return true;
+    if (!connected_.count(rank) || !first_known_ || first_known_->rank == rank)
+        return false;
+    // An abort, and the teardown it starts, can be a reaction to this
+    // task's own end, whose sockets closed before the end was seen: then
+    // the root cause decides (reaction_window_us in policy.hpp).
+    const std::int64_t margin = own_end && !first_known_->own_end ? reaction_window_us : 0;
+    return when_us > first_known_->at_us + margin;
+}
+
+void Daemon::terminate_local(const std::string& why, std::uint32_t kill_after_ms)
+{
+    if (!torn_down_.empty())
+        return;  // a teardown is under way here already
+    std::set<std::uint32_t> running;
+    for (const auto& [rank, task] : tasks_)
+        if (!ended_.count(rank) && !exited(*task))
+            running.insert(rank);
+    log::info("terminating %zu local tasks: %s", running.size(), why.c_str());
+    if (running.empty())
+        return;
+    torn_down_ = running;
+    signal_local(SIGTERM, running);
+    signal_local(SIGCONT, running);  // a stopped task must see its SIGTERM
+    after_ms(kill_after_ms, [this] {
+        std::set<std::uint32_t> left;
+        for (std::uint32_t rank : torn_down_)
+            if (!ended_.count(rank))
+                left.insert(rank);
+        if (left.empty())
+            return;
+        log::info("%zu local tasks outlived SIGTERM: SIGKILL", left.size());
+        signal_local(SIGKILL, left);
+    });
+}
+
+// Asks the kernel, not the loop: an exit whose event is still queued
+// behind the one being handled counts, and so does one under way.
+bool Daemon::exited(Task& task)
+{
+    if (task.exited_at_us == 0 && task.pidfd >= 0) {
+        pollfd p{task.pidfd, POLLIN, 0};
+        // Should the pid be gone and taken by another process between the
+        // two looks, the task has exited all the same.
+        if ((::poll(&p, 1, 0) == 1 && (p.revents & POLLIN)) || exiting(task.pid))
+            task.exited_at_us = now_us();
+    }
+    return task.exited_at_us != 0;
+}
+
+void Daemon::watch_exit(Task& task)
+{
+    if (task.pidfd < 0)
+        return;  // no pidfds on this kernel: the outcome's own time stands
+    task.exit_watch = event_new(
+        base_, task.pidfd, EV_READ,
+        [](evutil_socket_t, short, void* arg) {
+            auto* t = static_cast<Task*>(arg);
+            if (t->exited_at_us == 0)
+                t->exited_at_us = now_us();
+        },
+        &task);
+    if (!task.exit_watch)
+        return;
+    event_priority_set(task.exit_watch, 0);
+    if (event_add(task.exit_watch, nullptr) != 0) {
+        event_free(task.exit_watch);
+        task.exit_watch = nullptr;
+    }
+}
+
+void Daemon::signal_local(int sig, const std::set<std::uint32_t>& ranks)
+{
+    for (std::uint32_t rank : ranks) {
+        auto it = tasks_.find(rank);
+        if (it == tasks_.end() || ended_.count(rank))
+            continue;
+        const Task& t = *it->second;
+        if (t.pidfd >= 0) {
+            if (::syscall(SYS_pidfd_send_signal, t.pidfd, sig, nullptr, 0) != 0 && errno != ESRCH)
+                log::error("cannot signal rank %u: %s", rank, std::strerror(errno));
+        } else if (t.pid > 0) {
+            ::kill(t.pid, sig);  // no pidfds on this kernel
+        }
+    }
+}
+
+// ---- outcomes ----------------------------------------------------------------------
+
+void Daemon::outcome(const wire::Outcome& in)
+{
+    wire::Outcome o = in;
+    log::debug("rank %u ended: wait status %d, at %lld us", o.rank, o.wait_status,
+               static_cast<long long>(o.end_time_us));
+    ended_.insert(o.rank);
+    if (const auto task = tasks_.find(o.rank); task != tasks_.end() && task->second->exited_at_us > 0)
+        o.end_time_us = std::min(o.end_time_us, task->second->exited_at_us);
+    const auto aborted = aborts_.find(o.rank);
+    if (aborted != aborts_.end()) {
+        o.flags |= wire::Outcome::flag_aborted;
+        o.abort_status = aborted->second.status;
+        o.end_time_us = std::min(o.end_time_us, aborted->second.when_us);
+    }
+    const bool was_client = connected_.count(o.rank) != 0;
+    if (was_client) {
+        o.flags |= wire::Outcome::flag_finalized_known;
+        if (finalized_.count(o.rank))
+            o.flags |= wire::Outcome::flag_finalized;
+    }
+    if (const auto event = wire::pmix::termination_event(o, args_.node_id)) {
+        const bool called_abort = aborted != aborts_.end();
+        const std::int64_t when = called_abort ? aborted->second.when_us : o.end_time_us;
+        const bool own = own_end(o.wait_status, called_abort);
+        if (collateral(o.rank, when, own))
+            o.flags |= wire::Outcome::flag_collateral;
+        failure_known(o.rank, own);
+        // Our own clients first, then everyone else through the FE.
+        if (notified_.insert(o.rank).second)
+            pmix_->notify_terminated(o.rank, event->code, event->exit_code);
+        agent_->task_failed(*event);
+    }
+    agent_->report(o);
+}
+
+}  // namespace exitpolicy::pmixd
