@@ -59,7 +59,6 @@ int main(int argc, char **argv) {
     if (c == -1) {
       break;
     }
-    double t = 0;
     switch (c) {
     case 's':
       if (!ep_parse_long(optarg, INT_MIN, INT_MAX, &status)) {
@@ -73,10 +72,9 @@ int main(int argc, char **argv) {
       }
       break;
     case 't':
-      if (!ep_parse_seconds(optarg, &t)) {
+      if (!ep_timeout_option(optarg)) {
         usage("bad --timeout (seconds > 0)");
       }
-      ep_set_timeout(t);
       break;
     case 'p': peers_first = true; break;
     case 'h': usage("help");

@@ -27,6 +27,14 @@ const char *ep_prog(void) { return g_prog; }
 void ep_set_rank(long rank) { g_rank = rank; }
 long ep_rank(void) { return g_rank; }
 void ep_set_timeout(double seconds) { g_timeout = seconds; }
+bool ep_timeout_option(const char *arg) {
+  double t = 0;
+  if (!ep_parse_seconds(arg, &t)) {
+    return false;
+  }
+  ep_set_timeout(t);
+  return true;
+}
 double ep_timeout(void) { return g_timeout; }
 
 static void rank_str(char *buf, size_t len) {

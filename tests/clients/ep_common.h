@@ -54,6 +54,8 @@ bool ep_parse_long(const char *s, long min, long max, long *out);
 
 /* The per-wait timeout in seconds (default 30). */
 void ep_set_timeout(double seconds);
+/* --timeout's argument: parsed as ep_parse_seconds and set; false when bad. */
+bool ep_timeout_option(const char *arg);
 double ep_timeout(void);
 
 /* Arm the watchdog for one blocking step named `what` (a string literal):

@@ -293,7 +293,6 @@ int main(int argc, char **argv) {
     if (c == -1) {
       break;
     }
-    double t = 0;
     switch (c) {
     case 'v':
       if (!ep_parse_long(optarg, 0, INT_MAX, &victim)) {
@@ -317,10 +316,9 @@ int main(int argc, char **argv) {
       }
       break;
     case 't':
-      if (!ep_parse_seconds(optarg, &t)) {
+      if (!ep_timeout_option(optarg)) {
         usage("bad --timeout (seconds > 0)");
       }
-      ep_set_timeout(t);
       break;
     case 'n': finalize_victim = false; break;
     case 'f': finalize_victim = true; break;

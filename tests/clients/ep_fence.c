@@ -155,7 +155,6 @@ int main(int argc, char **argv) {
     if (c == -1) {
       break;
     }
-    double t = 0;
     char *rest = NULL;
     switch (c) {
     case 'd': data = true; break;
@@ -175,10 +174,9 @@ int main(int argc, char **argv) {
       }
       break;
     case 't':
-      if (!ep_parse_seconds(optarg, &t)) {
+      if (!ep_timeout_option(optarg)) {
         usage("bad --timeout (seconds > 0)");
       }
-      ep_set_timeout(t);
       break;
     case 'h': usage("help");
     default: usage("bad option");

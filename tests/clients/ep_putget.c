@@ -74,14 +74,12 @@ int main(int argc, char **argv) {
     if (c == -1) {
       break;
     }
-    double t = 0;
     switch (c) {
     case 'm': mode = optarg; break;
     case 't':
-      if (!ep_parse_seconds(optarg, &t)) {
+      if (!ep_timeout_option(optarg)) {
         usage("bad --timeout (seconds > 0)");
       }
-      ep_set_timeout(t);
       break;
     case 'h': usage("help");
     default: usage("bad option");

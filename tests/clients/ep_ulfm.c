@@ -143,7 +143,6 @@ int main(int argc, char **argv) {
     if (c == -1) {
       break;
     }
-    double t = 0;
     switch (c) {
     case 'f':
       for (char *save = NULL, *one = strtok_r(optarg, ",", &save); one != NULL; one = strtok_r(NULL, ",", &save)) {
@@ -165,10 +164,9 @@ int main(int argc, char **argv) {
       }
       break;
     case 't':
-      if (!ep_parse_seconds(optarg, &t)) {
+      if (!ep_timeout_option(optarg)) {
         usage("bad --timeout (seconds > 0)");
       }
-      ep_set_timeout(t);
       break;
     case 'h': usage("help");
     default: usage("bad option");
