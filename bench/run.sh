@@ -9,6 +9,11 @@
 #                              beside a plain copy of the same bytes
 #   bash bench/run.sh srun     srun -N4 -n8 true on the local cluster: plugin off,
 #                              loaded, and with a policy (ROUNDS=15 paired rounds)
+#   bash bench/run.sh cost     what a step pays, as one table: no plugin, pmix=never,
+#                              pmix=auto with tasks that never use PMIx and with Open
+#                              MPI ones, Slurm's --mpi=pmix; time (COST_ROUNDS=9
+#                              interleaved rounds, medians of per-round ratios) and
+#                              memory per node (RSS and PSS, bench/cost_bench.py)
 #   bash bench/run.sh pmix     Open MPI -N4 -n8 under exitpolicy's PMIx servers vs
 #                              Slurm's mpi/pmix (PAIRS=9), failure-event latency
 #                              (EVENT_RUNS=10); the daemons' fan-out is the site
@@ -51,8 +56,8 @@ case $what in
     echo "== policy core: deciding and reporting (bench/decide_bench.cpp)"
     "$build/bench/decide_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
       --benchmark_min_time=0.5 2>/dev/null | grep -E '^Benchmark|_median' ;;
-  srun|pmix|nodeloss|failure|seal|soak|scale|overlay) ;;
-  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, pmix, nodeloss, failure, soak, scale, overlay" >&2; exit 2 ;;
+  srun|cost|pmix|nodeloss|failure|seal|soak|scale|overlay) ;;
+  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, cost, pmix, nodeloss, failure, soak, scale, overlay" >&2; exit 2 ;;
 esac
 case $what in
   all|seal)
@@ -117,6 +122,12 @@ case $what in
     echo "== srun overhead on a real 4-node cluster (bench/srun_overhead.py)"
     "$cluster" exec /usr/bin/python3 "$src/bench/srun_overhead.py" \
       "$build/spank_plugin/exitpolicy.so" "$EXITPOLICY_CLUSTER_DIR/etc/plugstack.d" "${ROUNDS:-15}" ;;
+esac
+case $what in
+  all|cost)
+    echo "== what a step pays: time and memory per node (bench/cost_bench.py)"
+    "$cluster" exec /usr/bin/python3 "$src/bench/cost_bench.py" "$build/spank_plugin/exitpolicy.so" \
+      "$build/tests/clients" "$EXITPOLICY_CLUSTER_DIR/etc/plugstack.d" "${COST_ROUNDS:-9}" ;;
 esac
 case $what in
   all|pmix)

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* ep_mpi_ring [--abort R:CODE] [--timeout S]
+/* ep_mpi_ring [--abort R:CODE] [--hold S] [--timeout S]
  *
  * MPI_Init; MPI_Allreduce of the ranks (sum, checked against N*(N-1)/2);
  * with --abort R:CODE rank R prints "abort rank=R code=CODE" and calls
  * MPI_Abort(MPI_COMM_WORLD, CODE) right after the allreduce; a ring
  * MPI_Sendrecv (send my rank to rank+1, receive from rank-1, checked);
- * MPI_Finalize.
+ * with --hold S each rank then sleeps S seconds (a connected client whose
+ * memory a benchmark can look at); MPI_Finalize.
  *
  * stdout: mpi ok rank=R size=N   (and "abort rank=R code=CODE") */
 #include "ep_common.h"
@@ -16,9 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static _Noreturn void usage(const char *why) {
-  ep_die(EP_EXIT_USAGE, "%s\nusage: ep_mpi_ring [--abort R:CODE] [--timeout S]", why);
+  ep_die(EP_EXIT_USAGE, "%s\nusage: ep_mpi_ring [--abort R:CODE] [--hold S] [--timeout S]", why);
 }
 
 static void check_mpi(int rc, const char *call) {
@@ -33,8 +35,10 @@ static void check_mpi(int rc, const char *call) {
 int main(int argc, char **argv) {
   ep_setup("ep_mpi_ring");
   long abort_rank = -1, abort_code = 0;
+  double hold = 0;
   static const struct option opts[] = {
       {"abort", required_argument, NULL, 'a'},
+      {"hold", required_argument, NULL, 'H'},
       {"timeout", required_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
@@ -55,6 +59,11 @@ int main(int argc, char **argv) {
       if (!ep_parse_long(optarg, 0, INT_MAX, &abort_rank) ||
           !ep_parse_long(colon + 1, INT_MIN, INT_MAX, &abort_code)) {
         usage("bad --abort (R:CODE, R a rank, CODE an int)");
+      }
+      break;
+    case 'H':
+      if (!ep_parse_seconds(optarg, &hold)) {
+        usage("bad --hold (seconds > 0)");
       }
       break;
     case 't':
@@ -114,6 +123,12 @@ int main(int argc, char **argv) {
   if (got != left) {
     ep_diag("ring: received %d from rank %d, expected %d", got, left, left);
     failures++;
+  }
+
+  if (hold > 0) {
+    struct timespec ts = {(time_t)hold, (long)((hold - (double)(time_t)hold) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
   }
 
   ep_wait_begin("MPI_Finalize");
