@@ -9,6 +9,7 @@
 #include "exitpolicy/outcome.hpp"
 #include "exitpolicy/policy.hpp"
 #include "log.hpp"
+#include "pmix_compat.hpp"
 #include "pmix_host.hpp"
 #include "protocol/events.hpp"
 
@@ -64,6 +65,10 @@ Daemon::~Daemon()
     timers_.reset();
     if (local_listener_)
         evconnlistener_free(local_listener_);
+    if (first_client_)
+        event_free(first_client_);
+    if (reserved_.fd >= 0)
+        ::close(reserved_.fd);
     if (wake_)
         event_free(wake_);
     for (event* e : signals_)
@@ -103,23 +108,21 @@ int Daemon::run()
     overlay.fe_port = args_.fe_port;
     agent_ = std::make_unique<Agent>(base_, std::move(overlay), secret_, static_cast<Agent::Node&>(*this));
     pmix_ = std::make_unique<PmixHost>(*this);
-    pmix_->discover_topology();
     anchor_ = std::make_unique<EventAnchor>(*this);
-    pmix_init_ = std::thread([this] {
-        auto started = pmix_->init(args_.dir);
-        post([this, started = std::move(started)] {
-            pmix_init_result_ = started;
-            if (started)
-                anchor_->start([this](bool) {
-                    anchor_settled_ = true;
-                    // The tasks that asked meanwhile get their environment.
-                    for (auto& [local, frame] : std::exchange(env_waiting_, {}))
-                        if (std::any_of(locals_.begin(), locals_.end(), [&](const auto& l) { return l.get() == local; }))
-                            on_local_frame(*local, wire::Type::env_request, frame);
-                });
-            serve();
-        });
-    });
+    plan_server();
+    if (planned_) {
+        first_client_ = event_new(
+            base_, reserved_.fd, EV_READ,
+            [](evutil_socket_t, short, void* arg) {
+                log::debug("a PMIx client connects: the PMIx server starts");
+                static_cast<Daemon*>(arg)->start_pmix();
+            },
+            this);
+        if (!first_client_ || event_add(first_client_, nullptr) != 0)
+            start_pmix();
+    } else {
+        start_pmix();
+    }
     // Told to end (by hand, or by a process tracker that reaches us): the
     // same way out as at the step's end, so that the clients' cleanup runs.
     for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
@@ -137,11 +140,115 @@ int Daemon::run()
             event_free(e);
     }
     listen_local();
+    if (planned_)
+        ready();  // the tasks may start: their server's socket is there
     agent_->start();
     event_base_loop(base_, EVLOOP_NO_EXIT_ON_EMPTY);
     if (pmix_init_.joinable())
         pmix_init_.join();
     return exit_code_;
+}
+
+// ---- the PMIx server --------------------------------------------------------------------
+
+void Daemon::plan_server()
+{
+    const auto version = compat::running_version();
+    const int gate = version ? compat::activation_errno(*version) : 0;
+    if (!gate) {
+        log::debug("OpenPMIx %s: the PMIx server starts before the tasks", version ? version->text.c_str() : "?");
+        return;
+    }
+    // A site's PMIX_MCA_* may change what the library gives its clients:
+    // then the library writes their environment, as it always did.
+    for (char** e = environ; e && *e; ++e) {
+        const std::string_view kv = *e;
+        if (kv.starts_with("PMIX_MCA_") && kv != "PMIX_MCA_gds=hash") {
+            log::debug("%.*s: the PMIx server starts before the tasks", static_cast<int>(kv.size()), kv.data());
+            return;
+        }
+    }
+    auto reserved = activation::reserve();
+    if (!reserved) {
+        log::error("the PMIx server starts before the tasks: %s", reserved.error().c_str());
+        return;
+    }
+    reserved_ = *reserved;
+    planned_ = PlannedServer{reserved_.port, args_.node_id, args_.dir, args_.hostname, version->text};
+    // Before any thread of ours: the clients' job data comes over the socket
+    // (planned_environment), not from a shared-memory store that would have
+    // to exist before the server does.
+    ::setenv("PMIX_MCA_gds", "hash", 1);
+    activation::arm(reserved_, gate);
+    log::debug("the PMIx server will listen on 127.0.0.1:%u once a client connects", reserved_.port);
+}
+
+void Daemon::start_pmix()
+{
+    if (pmix_started_ || stopping_)
+        return;
+    pmix_started_ = true;
+    if (first_client_) {
+        event_free(first_client_);
+        first_client_ = nullptr;
+    }
+    pmix_->discover_topology();
+    pmix_init_ = std::thread([this] {
+        auto started = pmix_->init(args_.dir, planned_ ? &*planned_ : nullptr);
+        post([this, started = std::move(started)] {
+            pmix_init_result_ = started;
+            if (started)
+                anchor_->start([this](bool) {
+                    anchor_settled_ = true;
+                    // The tasks that asked meanwhile get their environment.
+                    for (auto& [local, frame] : std::exchange(env_waiting_, {}))
+                        if (std::any_of(locals_.begin(), locals_.end(), [&](const auto& l) { return l.get() == local; }))
+                            on_local_frame(*local, wire::Type::env_request, frame);
+                    pmix_served();
+                });
+            serve();
+        });
+    });
+}
+
+void Daemon::when_served(std::function<void()> fn)
+{
+    if (pmix_served_)
+        fn();
+    else if (!stopping_)
+        until_served_.push_back(std::move(fn));
+}
+
+void Daemon::pmix_served()
+{
+    if (pmix_served_ || !namespace_ready_ || !anchor_settled_ || !agent_->linked_up() || stopping_)
+        return;
+    pmix_served_ = true;
+    for (auto& fn : std::exchange(until_served_, {}))
+        fn();
+    if (planned_) {
+        check_planned_environment();
+        log::info("serving %zu local ranks of %s (%zu clients waited)", args_.ranks.size(),
+                  pmix_->nspace().c_str(), activation::held());
+        activation::open();
+    }
+}
+
+void Daemon::check_planned_environment()
+{
+    if (args_.ranks.empty())
+        return;
+    const std::uint32_t rank = args_.ranks.front();
+    auto actual = pmix_->environment(rank);
+    if (!actual) {
+        log::error("cannot check the tasks' PMIx environment: %s", actual.error().c_str());
+        return;
+    }
+    const auto differences = environment_differences(planned_environment(*planned_, pmix_->nspace(), rank), *actual);
+    for (const auto& d : differences)
+        log::error("the tasks' PMIx environment is not the library's: %s", d.c_str());
+    if (differences.empty())
+        log::debug("the tasks' PMIx environment is the library's");
 }
 
 // ---- the node's side of the overlay --------------------------------------------------
@@ -154,7 +261,13 @@ void Daemon::mapped()
 void Daemon::serve()
 {
     const wire::StepMap* map = agent_->map();
-    if (!map || !pmix_init_result_ || serving_ || stopping_)
+    if (!map || stopping_)
+        return;
+    // A planned server's node serves the overlay without it: what needs the
+    // server waits for it (when_served, dmodex).
+    if (planned_)
+        agent_->serving();
+    if (!pmix_init_result_ || serving_)
         return;
     serving_ = true;
     if (!*pmix_init_result_) {
@@ -170,6 +283,7 @@ void Daemon::serve()
         }
         namespace_ready_ = true;
         ready();
+        pmix_served();
     });
     if (!registered) {
         log::error("%s", registered.error().c_str());
@@ -184,6 +298,7 @@ void Daemon::serve()
 void Daemon::linked_up()
 {
     ready();
+    pmix_served();
 }
 
 void Daemon::node_lost(const wire::NodeDown& d)
@@ -194,12 +309,12 @@ void Daemon::node_lost(const wire::NodeDown& d)
         if (notified_.insert(r).second)
             fresh.push_back(r);
     }
-    pmix_->notify_node_down(d.node, d.hostname, d.ranks, fresh, d.exit_code);
+    when_served([this, d, fresh] { pmix_->notify_node_down(d.node, d.hostname, d.ranks, fresh, d.exit_code); });
 }
 
 void Daemon::relayed(const wire::Relay& r)
 {
-    pmix_->deliver_relayed(r.code, r.source_rank, r.info);
+    when_served([this, r] { pmix_->deliver_relayed(r.code, r.source_rank, r.info); });
 }
 
 void Daemon::terminate(const wire::Terminate& t)
@@ -209,7 +324,9 @@ void Daemon::terminate(const wire::Terminate& t)
 
 void Daemon::dmodex(std::uint32_t rank, Agent::Done done)
 {
-    pmix_->dmodex(rank, std::move(done));
+    // A peer wants what a local rank committed: it will, once it connects.
+    start_pmix();
+    when_served([this, rank, done = std::move(done)]() mutable { pmix_->dmodex(rank, std::move(done)); });
 }
 
 // ---- what the PMIx side asks of the step -----------------------------------------------
@@ -233,8 +350,9 @@ void Daemon::data_request(wire::DataRequest request, int timeout_s, DataDone don
 void Daemon::ready()
 {
     // Serving once the namespace is in and the way up is open: a task's
-    // first fence must find both.
-    if (!namespace_ready_ || !agent_->linked_up())
+    // first fence must find both. A planned server's clients wait for
+    // both at its gate (pmix_served) instead, so its tasks start at once.
+    if (!planned_ && (!namespace_ready_ || !agent_->linked_up()))
         return;
     if (ready_sent_ || args_.ready_fd < 0)
         return;
@@ -243,7 +361,8 @@ void Daemon::ready()
     [[maybe_unused]] auto n = ::write(args_.ready_fd, line.data(), line.size());
     ::close(args_.ready_fd);
     args_.ready_fd = -1;
-    log::info("serving %zu local ranks of %s", args_.ranks.size(), pmix_->nspace().c_str());
+    if (!planned_)
+        log::info("serving %zu local ranks of %s", args_.ranks.size(), pmix_->nspace().c_str());
 }
 
 void Daemon::after_ms(std::uint32_t ms, std::function<void()> fn)
@@ -262,6 +381,8 @@ void Daemon::stop(int code)
         agent_->stop();
         told = confirm_to_slurmstepd();
     }
+    // Clients held at the gate hear at once that there is no server.
+    activation::close_held();
     if (anchor_)
         anchor_->release();
     if (args_.ready_fd >= 0) {  // never became ready: the plugin reads EOF

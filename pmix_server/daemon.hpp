@@ -14,6 +14,8 @@
 #include "agent.hpp"
 #include "args.hpp"
 #include "overlay.hpp"
+#include "pmix_host.hpp"
+#include "socket_activation.hpp"
 #include "timers.hpp"
 #include "work_queue.hpp"
 
@@ -34,7 +36,6 @@ struct evconnlistener;
 
 namespace exitpolicy::pmixd {
 
-class PmixHost;
 class EventAnchor;
 
 class Daemon final : public Overlay, private Agent::Node {
@@ -89,6 +90,21 @@ private:
     void terminate_local(const std::string& why, std::uint32_t kill_after_ms);
     void signal_local(int sig, const std::set<std::uint32_t>& ranks);
     void listen_local();
+    // The PMIx server's socket reserved and the tasks' environment planned
+    // (socket_activation.hpp), when this library allows it; else the
+    // server starts with the daemon, as it always did.
+    void plan_server();
+    // Starts the PMIx server (once): at the daemon's start, or in a planned
+    // step when the first client connects or another node asks for a local
+    // rank's data.
+    void start_pmix();
+    // PMIx work for the clients: now if the server serves (namespace and
+    // clients registered, the event anchor settled, the way up open), else
+    // then, in order. It never starts the server: with no client, nobody is
+    // told.
+    void when_served(std::function<void()> fn);
+    void pmix_served();
+    void check_planned_environment();
     void add_local(int fd, uid_t uid, pid_t pid, bool control);
     void on_local_frame(Local& l, wire::Type type, std::span<const std::uint8_t> body);
     void ready();
@@ -106,6 +122,12 @@ private:
     std::vector<std::unique_ptr<Local>> locals_;
 
     std::unique_ptr<PmixHost> pmix_;
+    std::optional<PlannedServer> planned_;
+    activation::Reserved reserved_;
+    event* first_client_ = nullptr;  // the reserved socket turns readable
+    bool pmix_started_ = false;
+    bool pmix_served_ = false;
+    std::vector<std::function<void()>> until_served_;
     // Keeps clients' default event handlers registered (event_anchor.hpp).
     // It starts with the PMIx server and overlaps the rest of the start-up:
     // only the tasks' environment requests wait until it registered or

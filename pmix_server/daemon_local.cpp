@@ -172,7 +172,7 @@ void Daemon::on_local_frame(Local& l, wire::Type type, std::span<const std::uint
     case wire::Type::env_request: {
         // A task starts once the event anchor is in place: its default
         // event handler must find the anchor's registration.
-        if (!anchor_settled_) {
+        if (!planned_ && !anchor_settled_) {
             env_waiting_.emplace_back(&l, wire::Bytes(body.begin(), body.end()));
             return;
         }
@@ -181,7 +181,10 @@ void Daemon::on_local_frame(Local& l, wire::Type type, std::span<const std::uint
         if (!r || std::find(args_.ranks.begin(), args_.ranks.end(), r->rank) == args_.ranks.end()) {
             out.status = 1;
             out.error = r ? "rank " + std::to_string(r->rank) + " is not a task of this node" : r.error();
-        } else if (auto env = pmix_->environment(r->rank); !env) {
+        } else if (auto env = planned_ ? Result<std::vector<std::string>>::ok(planned_environment(
+                                             *planned_, wire::step_nspace(args_.job_id, args_.step_id), r->rank))
+                                       : pmix_->environment(r->rank);
+                   !env) {
             out.status = 1;
             out.error = env.error();
         } else {

@@ -84,7 +84,7 @@ void Daemon::peer_failed(const wire::Event& e)
 {
     failure_known(e.rank, own_end(e.wait_status, e.code == wire::pmix::proc_requested_abort));
     if (notified_.insert(e.rank).second)  // the origin told its own clients already
-        pmix_->notify_terminated(e.rank, e.code, e.exit_code);
+        when_served([this, e] { pmix_->notify_terminated(e.rank, e.code, e.exit_code); });
 }
 
 // ---- abort, clients ----------------------------------------------------------------
@@ -280,7 +280,9 @@ void Daemon::outcome(const wire::Outcome& in)
         failure_known(o.rank, own);
         // Our own clients first, then everyone else through the FE.
         if (notified_.insert(o.rank).second)
-            pmix_->notify_terminated(o.rank, event->code, event->exit_code);
+            when_served([this, rank = o.rank, code = event->code, exit_code = event->exit_code] {
+                pmix_->notify_terminated(rank, code, exit_code);
+            });
         agent_->task_failed(*event);
     }
     agent_->report(o);

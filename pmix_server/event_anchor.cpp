@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // event_anchor.cpp - see event_anchor.hpp.
 #include "event_anchor.hpp"
+#include "socket_activation.hpp"
 
 #include "daemon.hpp"
 #include "info_array.hpp"
@@ -213,6 +214,8 @@ void EventAnchor::spawn()
         settle(false, std::strerror(rc));
         return;
     }
+    // Through the gate that holds the step's clients until it registered.
+    activation::let_through(pid_);
     reading_ = event_new(
         daemon_.base(), from_child_, EV_READ | EV_PERSIST,
         [](evutil_socket_t fd, short, void* arg) {

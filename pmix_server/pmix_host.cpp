@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -150,17 +151,65 @@ PmixHost::~PmixHost()
     set_overlay(nullptr);
 }
 
-Result<bool> PmixHost::init(const std::string& tmpdir)
+std::vector<std::string> planned_environment(const PlannedServer& server, const std::string& nspace,
+                                             std::uint32_t rank)
+{
+    const std::string uri = std::string(server_nspace) + "." + std::to_string(server.node_id) +
+                            ";tcp4://127.0.0.1:" + std::to_string(server.port);
+    std::vector<std::string> env{"PMIX_NAMESPACE=" + nspace, "PMIX_RANK=" + std::to_string(rank)};
+    for (const char* name : {"PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI2",
+                             "PMIX_SERVER_URI21"})
+        env.push_back(std::string(name) + "=" + uri);
+    env.insert(env.end(), {"PMIX_SECURITY_MODE=native", "PMIX_BFROP_BUFFER_TYPE=PMIX_BFROP_BUFFER_NON_DESC",
+                           "PMIX_GDS_MODULE=hash", "PMIX_SERVER_TMPDIR=" + server.dir,
+                           "PMIX_SYSTEM_TMPDIR=" + server.dir, "PMIX_HOSTNAME=" + server.hostname,
+                           "PMIX_VERSION=" + server.version});
+    return env;
+}
+
+std::vector<std::string> environment_differences(const std::vector<std::string>& planned,
+                                                 const std::vector<std::string>& actual)
+{
+    auto split = [](const std::vector<std::string>& env) {
+        std::map<std::string, std::string> m;
+        for (const auto& kv : env) {
+            const auto eq = kv.find('=');
+            m[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
+        }
+        return m;
+    };
+    const auto p = split(planned);
+    const auto a = split(actual);
+    std::vector<std::string> out;
+    for (const auto& [name, value] : p) {
+        const auto it = a.find(name);
+        if (it == a.end())
+            out.push_back(name + ": planned " + value + ", the library has none");
+        else if (it->second != value)
+            out.push_back(name + ": planned " + value + ", the library's " + it->second);
+    }
+    for (const auto& [name, value] : a)
+        if (!p.contains(name))
+            out.push_back(name + ": not planned, the library's " + value);
+    return out;
+}
+
+Result<bool> PmixHost::init(const std::string& tmpdir, const PlannedServer* planned)
 {
     // PMIX_HOSTNAME: clients look node-level data (local peers) up under
     // their server's host name, which must be the Slurm node's, not the
     // machine's (several nodes may share one machine).
-    InfoArray info(4);
+    InfoArray info(planned ? 6 : 4);
     PMIX_INFO_LOAD(&info.info[0], PMIX_SERVER_TMPDIR, tmpdir.c_str(), PMIX_STRING);
     PMIX_INFO_LOAD(&info.info[1], PMIX_SYSTEM_TMPDIR, tmpdir.c_str(), PMIX_STRING);
     const std::uint32_t node = overlay_.args().node_id;
     PMIX_INFO_LOAD(&info.info[2], PMIX_SERVER_RANK, &node, PMIX_PROC_RANK);
     PMIX_INFO_LOAD(&info.info[3], PMIX_HOSTNAME, overlay_.args().hostname.c_str(), PMIX_STRING);
+    if (planned) {
+        const int port = planned->port;
+        PMIX_INFO_LOAD(&info.info[4], PMIX_TCP_IPV4_PORT, &port, PMIX_INT);
+        PMIX_INFO_LOAD(&info.info[5], PMIX_SERVER_NSPACE, server_nspace, PMIX_STRING);
+    }
     const pmix_status_t rc = PMIx_server_init(server_module(), info.info, info.n);
     if (rc != PMIX_SUCCESS)
         return Result<bool>::fail(std::string("PMIx_server_init: ") + PMIx_Error_string(rc));
@@ -354,10 +403,10 @@ void PmixHost::Registration::finish(pmix_status_t status)
         fn(status);
 }
 
-Result<std::vector<std::string>> PmixHost::environment(std::uint32_t rank)
+Result<std::vector<std::string>> PmixHost::environment(std::uint32_t rank, const std::string& nspace)
 {
     pmix_proc_t proc;
-    PMIX_PROC_LOAD(&proc, nspace_.c_str(), rank);
+    PMIX_PROC_LOAD(&proc, (nspace.empty() ? nspace_ : nspace).c_str(), rank);
     char** env = nullptr;
     const pmix_status_t rc = PMIx_server_setup_fork(&proc, &env);
     if (rc != PMIX_SUCCESS)

@@ -81,6 +81,34 @@ std::string namespace_dir(const std::string& server_dir, const std::string& nspa
 // /tmp, as before (fail open).
 std::string make_namespace_dir(const std::string& server_dir, const std::string& nspace);
 
+// Where a node's PMIx server listens when its socket was reserved before it
+// started (socket_activation.hpp): 127.0.0.1:port, as server rank node_id
+// of the namespace "pmix-server", with the running library's version
+// (compat::running_version) and job data by gds/hash.
+struct PlannedServer {
+    std::uint16_t port = 0;
+    std::uint32_t node_id = 0;
+    std::string dir;
+    std::string hostname;
+    std::string version;
+};
+inline constexpr const char* server_nspace = "pmix-server";
+
+// What PMIx_server_setup_fork gives `rank` of `nspace` from such a server,
+// written before it exists: PMIX_NAMESPACE, PMIX_RANK, the server's URI
+// under each name a client version reads (PMIX_SERVER_URI41 ... URI21),
+// PMIX_SECURITY_MODE (native), PMIX_BFROP_BUFFER_TYPE, PMIX_GDS_MODULE
+// (hash), PMIX_SERVER_TMPDIR and PMIX_SYSTEM_TMPDIR, PMIX_HOSTNAME,
+// PMIX_VERSION; OpenPMIx 4.2 and 5.0 write these and nothing else for a
+// namespace registered as the daemon registers it. The daemon checks it
+// against the library's own once the server runs (environment_differences).
+std::vector<std::string> planned_environment(const PlannedServer& server, const std::string& nspace,
+                                             std::uint32_t rank);
+// "NAME: planned X, the library's Y" for each variable that differs, or is
+// in one of the two only.
+std::vector<std::string> environment_differences(const std::vector<std::string>& planned,
+                                                 const std::vector<std::string>& actual);
+
 class PmixHost {
 public:
     // The upcalls serve `overlay` from now until this is destroyed: the
@@ -90,7 +118,9 @@ public:
     PmixHost(const PmixHost&) = delete;
     PmixHost& operator=(const PmixHost&) = delete;
 
-    Result<bool> init(const std::string& tmpdir);
+    // `planned`: the server listens where planned_environment() says (its
+    // socket reserved and armed: socket_activation.hpp).
+    Result<bool> init(const std::string& tmpdir, const PlannedServer* planned = nullptr);
     // Starts discovering the node's hardware topology on a thread of its
     // own, so that it overlaps PMIx_server_init and the enrollment;
     // register_namespace() waits for it and gives it to the clients.
@@ -99,7 +129,9 @@ public:
     // args()); `done` runs once on the loop when the library has them all,
     // or has refused one (its status).
     Result<bool> register_namespace(const wire::StepMap& map, std::function<void(int status)> done);
-    Result<std::vector<std::string>> environment(std::uint32_t rank);
+    // PMIx_server_setup_fork's environment for `rank` of `nspace` (the
+    // step's, once registered, by default).
+    Result<std::vector<std::string>> environment(std::uint32_t rank, const std::string& nspace = {});
     // The data a local rank committed, for a peer node's direct modex.
     void dmodex(std::uint32_t rank, std::function<void(int status, wire::Bytes data)> done);
     // Tells every local client that `rank` ended abnormally with the

@@ -262,6 +262,13 @@ struct Enroll {
     static Result<Enroll> decode(std::span<const std::uint8_t> body);
 };
 
+// The PMIx namespace of a step: the FE names it in the step map, and a
+// node daemon knows it before the map comes.
+inline std::string step_nspace(std::uint32_t job_id, std::uint32_t step_id)
+{
+    return "exitpolicy." + std::to_string(job_id) + "." + std::to_string(step_id);
+}
+
 struct StepMap {
     std::string nspace;
     std::uint32_t fanout = 0;

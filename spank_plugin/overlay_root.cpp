@@ -244,7 +244,7 @@ void OverlayRoot::enroll(const Peer& from, const wire::Enroll& e)
     if (enrolled_count < setup.nnodes || map_sent())
         return;
     wire::StepMap map;
-    map.nspace = "exitpolicy." + std::to_string(setup.job_id) + "." + std::to_string(setup.step_id);
+    map.nspace = wire::step_nspace(setup.job_id, setup.step_id);
     map.fanout = setup.fanout;
     map.hostnames = collector.hostnames();
     map.rank_node = collector.rank_nodes();

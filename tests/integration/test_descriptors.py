@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from test_pmix import daemon_arg, daemons, pmix, socket_inodes  # noqa: F401 (pmix: a fixture)
+from test_pmix import client, daemon_arg, daemons, pmix, socket_inodes  # noqa: F401 (pmix: a fixture)
 
 pytestmark = pytest.mark.integration
 
@@ -35,9 +35,12 @@ def children(pid):
 
 def test_the_event_anchor_holds_none_of_the_daemons_sockets(cluster, workdir, pmix):
     """node1's daemon relays for node3 and node4 (fan-out 2) and links to
-    srun: its overlay sockets are its own, not its event anchor's too."""
+    srun: its overlay sockets are its own, not its event anchor's too. The
+    tasks are PMIx clients that stay (the server and its anchor start with
+    the first client)."""
     before = set(daemons())  # an earlier step's may still be on its way out
-    proc = cluster.popen("srun", "-N4", "-n8", "sleep", "6", cwd=workdir)
+    proc = cluster.popen("srun", "-N4", "-n8", client("ep_events"), "--victim", "0", "--exit", "0",
+                         "--finalize-victim", "--delay", "5", "--expect", "0", "--timeout", "6", cwd=workdir)
     try:
         daemon = None
         deadline = time.monotonic() + 10
