@@ -88,7 +88,7 @@ def event():
     for line in out.splitlines():
         if line.startswith("victim "):
             died = int(fields(line)["t_us"])
-        elif line.startswith("event ") and fields(line).get("status") == "-404":
+        elif line.startswith("event ") and fields(line).get("status") == "-200":
             told.append(int(fields(line)["t_us"]))
     if died is None or len(told) != ranks - 1:
         sys.exit(f"event: {len(told)} of {ranks - 1} survivors told\n{out[-2000:]}")
