@@ -63,8 +63,12 @@ Daemon::~Daemon()
     posted_.close();
     pmix_.reset();
     timers_.reset();
-    if (local_listener_)
+    if (local_listener_) {
         evconnlistener_free(local_listener_);
+        // An empty directory is all slurmstepd has to remove (rmdir) when
+        // no client used the PMIx server.
+        ::unlink((args_.dir + "/daemon.sock").c_str());
+    }
     if (first_client_)
         event_free(first_client_);
     if (reserved_.fd >= 0)

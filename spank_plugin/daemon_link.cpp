@@ -169,6 +169,10 @@ Result<bool> remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::
     using R = Result<bool>;
     if (dir.rfind("/tmp/exitpolicy.", 0) != 0 || dir.find("/..") != std::string::npos)
         return R::fail("refusing to remove " + dir + ": not a step directory");  // never anything else
+    // Empty, as a step whose tasks never used PMIx leaves it (the daemon
+    // removes its socket): rmdir follows no link and removes nothing else.
+    if (::rmdir(dir.c_str()) == 0)
+        return R::ok(true);
     const char* argv[] = {"/bin/rm", "-rf", "--one-file-system", "--", dir.c_str(), nullptr};
     const pid_t child = ::fork();
     if (child < 0)
@@ -449,8 +453,9 @@ std::vector<wire::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::millisec
     // Every daemon launch_daemon gives has a pidfd: no signal ever goes
     // to a bare pid.
     if (daemon.pidfd >= 0) {
-        while (running(daemon.pidfd) && Clock::now() < deadline)
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        // A pidfd turns readable when its process ends.
+        if (running(daemon.pidfd))
+            wait_fd(daemon.pidfd, POLLIN, deadline);
         if (running(daemon.pidfd))
             ::syscall(SYS_pidfd_send_signal, daemon.pidfd, SIGKILL, nullptr, 0);
         ::close(daemon.pidfd);
