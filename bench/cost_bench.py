@@ -35,6 +35,8 @@ import subprocess
 import sys
 import time
 
+from plugstack import configure
+
 plugin, clients, plugstack_d, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 nodes = 4
 conf = os.path.join(plugstack_d, "exitpolicy.conf")
@@ -56,18 +58,9 @@ kinds = {
 }
 
 
-def configure(line):
-    if line is None:
-        if os.path.exists(conf):
-            os.unlink(conf)
-    else:
-        with open(conf, "w") as f:
-            f.write(line)
-
-
 def srun(name, held=False):
     line, options, program, held_program = kinds[name]
-    configure(line)
+    configure(conf, line)
     argv = ["srun", f"-N{nodes}", "-n8"] + options + (held_program if held else program)
     return subprocess.Popen(argv, env=mpi_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -143,7 +136,7 @@ mems = {n: [] for n in names}
 for r in range(max(1, min(3, rounds))):
     for name in names[r % len(names):] + names[:r % len(names)]:
         mems[name].append(memory(name))
-configure(None)
+configure(conf, None)
 
 
 def ratio(name, base):

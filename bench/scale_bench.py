@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 
+from plugstack import configure
+
 plugin, clients, plugstack_d, nodes, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 conf = os.path.join(plugstack_d, "exitpolicy.conf")
 ranks = 2 * nodes
@@ -40,12 +42,7 @@ policy = ["--exit-policy=main-rank"]
 
 
 def plugstack(line):
-    if line is None:
-        if os.path.exists(conf):
-            os.unlink(conf)
-    else:
-        with open(conf, "w") as f:
-            f.write(line)
+    configure(conf, line)
 
 
 def srun(args, expect=0):

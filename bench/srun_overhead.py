@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from plugstack import configure
+
 plugin, plugstack_d, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 conf = os.path.join(plugstack_d, "exitpolicy.conf")
 step = ["srun", "-N4", "-n8", "true"]
@@ -38,12 +40,7 @@ configs = {
 
 def run(name):
     line, extra = configs[name]
-    if line is None:
-        if os.path.exists(conf):
-            os.unlink(conf)
-    else:
-        with open(conf, "w") as f:
-            f.write(line)
+    configure(conf, line)
     t0 = time.perf_counter()
     rc = subprocess.run(step[:1] + extra + step[1:], stdout=subprocess.DEVNULL).returncode
     elapsed = time.perf_counter() - t0

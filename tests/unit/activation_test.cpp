@@ -10,10 +10,10 @@
 // the daemon's own, with this executable's bind() and accept(), as the
 // daemon's) and runs real client programs (tests/clients/ep_hello); only
 // the overlay behind the upcalls is a stand-in (this node is the whole step).
+#include "one_node.hpp"
 #include "pmix_compat.hpp"
 #include "pmix_host.hpp"
 #include "socket_activation.hpp"
-#include "work_queue.hpp"
 
 #include <gtest/gtest.h>
 
@@ -38,29 +38,8 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-class OneNode final : public Overlay {
-public:
-    Args args_;
-    WorkQueue queue;
-
-    void post(std::function<void()> fn) override { queue.push(std::move(fn)); }
-    void fence(std::vector<std::uint32_t>, wire::Bytes data, int, Done done) override { done(0, std::move(data)); }
-    void direct_modex(std::uint32_t, int, Done done) override { done(PMIX_ERR_NOT_FOUND, {}); }
-    void abort(std::uint32_t, int, std::string) override {}
-    void data_request(wire::DataRequest, int, DataDone) override {}
-    void relay(int, std::uint32_t, wire::Bytes) override {}
-    void terminate_step(const std::string&) override {}
-    void task_log(std::uint32_t, const std::string&) override {}
-    void client_connected(std::uint32_t) override {}
-    void client_finalized(std::uint32_t) override {}
-    const Args& args() const noexcept override { return args_; }
-};
-
-[[noreturn]] void fail(const std::string& why)
-{
-    std::fprintf(stderr, "server: %s\n", why.c_str());
-    std::_Exit(10);
-}
+using one_node::OneNode;
+constexpr auto fail = one_node::server_fails;
 
 // The server process's side: a node of two local ranks whose server is
 // planned on a reserved socket.
@@ -126,27 +105,7 @@ struct Node {
         return s.str();
     }
 
-    void register_namespace(PmixHost& host)
-    {
-        wire::StepMap map;
-        map.nspace = nspace;
-        map.hostnames = {"node0"};
-        map.rank_node = {0, 0};
-        int registered = 1;
-        bool in = false;
-        if (auto ok = host.register_namespace(map, [&](int status) {
-                registered = status;
-                in = true;
-            });
-            !ok)
-            fail(ok.error());
-        for (int i = 0; i < 1000 && !in; ++i) {
-            overlay.queue.run();
-            std::this_thread::sleep_for(10ms);
-        }
-        if (!in || registered != 0)
-            fail("namespace not registered");
-    }
+    void register_namespace(PmixHost& host) { one_node::register_one_node(host, overlay, nspace, 2); }
 };
 
 // -1 while it runs, else its wait status; waits at most `bound`, running

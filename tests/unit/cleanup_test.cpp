@@ -10,8 +10,8 @@
 // as two local ranks; only the overlay behind the upcalls is a stand-in
 // (this node is the whole step). The test process checks the files after
 // the server process has ended, as slurmstepd would.
+#include "one_node.hpp"
 #include "pmix_host.hpp"
-#include "work_queue.hpp"
 
 #include <gtest/gtest.h>
 
@@ -31,25 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// This node is the whole step: fences are local (the library completes
-// them), nothing goes anywhere else.
-class OneNode final : public Overlay {
-public:
-    Args args_;
-    WorkQueue queue;
-
-    void post(std::function<void()> fn) override { queue.push(std::move(fn)); }
-    void fence(std::vector<std::uint32_t>, wire::Bytes data, int, Done done) override { done(0, std::move(data)); }
-    void direct_modex(std::uint32_t, int, Done done) override { done(PMIX_ERR_NOT_FOUND, {}); }
-    void abort(std::uint32_t, int, std::string) override {}
-    void data_request(wire::DataRequest, int, DataDone) override {}
-    void relay(int, std::uint32_t, wire::Bytes) override {}
-    void terminate_step(const std::string&) override {}
-    void task_log(std::uint32_t, const std::string&) override {}
-    void client_connected(std::uint32_t) override {}
-    void client_finalized(std::uint32_t) override {}
-    const Args& args() const noexcept override { return args_; }
-};
+using one_node::OneNode;
 
 struct Ending {
     std::string scope = "proc";  // ep_cleanup --scope
@@ -61,10 +43,7 @@ struct Ending {
 // all of that went as planned; what is left on disk is the caller's check.
 [[noreturn]] void serve(const std::string& server_dir, const std::string& client_dir, const Ending& run)
 {
-    auto fail = [](const std::string& why) {
-        std::fprintf(stderr, "server: %s\n", why.c_str());
-        std::_Exit(10);
-    };
+    const auto fail = one_node::server_fails;
     OneNode overlay;
     overlay.args_.job_id = 7;
     overlay.args_.step_id = 0;
@@ -77,24 +56,7 @@ struct Ending {
         PmixHost host(overlay);
         if (auto ok = host.init(server_dir); !ok)
             fail(ok.error());
-        wire::StepMap map;
-        map.nspace = "exitpolicy.7.0";
-        map.hostnames = {"node0"};
-        map.rank_node = {0, 0};
-        int registered = 1;
-        bool in = false;
-        if (auto ok = host.register_namespace(map, [&](int status) {
-                registered = status;
-                in = true;
-            });
-            !ok)
-            fail(ok.error());
-        for (int i = 0; i < 1000 && !in; ++i) {
-            overlay.queue.run();
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
-        if (!in || registered != 0)
-            fail("namespace not registered");
+        one_node::register_one_node(host, overlay, "exitpolicy.7.0", 2);
         std::vector<pid_t> clients;
         for (std::uint32_t rank : overlay.args_.ranks) {
             auto env = host.environment(rank);

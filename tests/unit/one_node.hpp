@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+// one_node.hpp - for tests whose process is a node's PMIx server (PmixHost,
+// the daemon's own) with real client programs: the overlay behind the
+// upcalls as a stand-in for a step of this one node (fences are local,
+// nothing goes anywhere else), and the namespace's registration.
+#pragma once
+
+#include "pmix_host.hpp"
+#include "work_queue.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace exitpolicy::pmixd::one_node {
+
+class OneNode final : public Overlay {
+public:
+    Args args_;
+    WorkQueue queue;
+
+    void post(std::function<void()> fn) override { queue.push(std::move(fn)); }
+    void fence(std::vector<std::uint32_t>, wire::Bytes data, int, Done done) override { done(0, std::move(data)); }
+    void direct_modex(std::uint32_t, int, Done done) override { done(PMIX_ERR_NOT_FOUND, {}); }
+    void abort(std::uint32_t, int, std::string) override {}
+    void data_request(wire::DataRequest, int, DataDone) override {}
+    void relay(int, std::uint32_t, wire::Bytes) override {}
+    void terminate_step(const std::string&) override {}
+    void task_log(std::uint32_t, const std::string&) override {}
+    void client_connected(std::uint32_t) override {}
+    void client_finalized(std::uint32_t) override {}
+    const Args& args() const noexcept override { return args_; }
+};
+
+// The server process gives up: what went wrong on stderr, exit status 10.
+[[noreturn]] inline void server_fails(const std::string& why)
+{
+    std::fprintf(stderr, "server: %s\n", why.c_str());
+    std::_Exit(10);
+}
+
+// Registers namespace `nspace` of `ranks` ranks, all on this node, running
+// the upcalls' work until the library has it (10 s at most).
+inline void register_one_node(PmixHost& host, OneNode& overlay, const std::string& nspace, std::uint32_t ranks)
+{
+    wire::StepMap map;
+    map.nspace = nspace;
+    map.hostnames = {overlay.args_.hostname};
+    map.rank_node.assign(ranks, 0);
+    int registered = 1;
+    bool in = false;
+    if (auto ok = host.register_namespace(map, [&](int status) {
+            registered = status;
+            in = true;
+        });
+        !ok)
+        server_fails(ok.error());
+    for (int i = 0; i < 1000 && !in; ++i) {
+        overlay.queue.run();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!in || registered != 0)
+        server_fails("namespace not registered");
+}
+
+}  // namespace exitpolicy::pmixd::one_node
