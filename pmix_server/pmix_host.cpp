@@ -19,7 +19,6 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -149,49 +148,6 @@ PmixHost::~PmixHost()
     if (initialized_)
         PMIx_server_finalize();
     set_overlay(nullptr);
-}
-
-std::vector<std::string> planned_environment(const PlannedServer& server, const std::string& nspace,
-                                             std::uint32_t rank)
-{
-    const std::string uri = std::string(server_nspace) + "." + std::to_string(server.node_id) +
-                            ";tcp4://127.0.0.1:" + std::to_string(server.port);
-    std::vector<std::string> env{"PMIX_NAMESPACE=" + nspace, "PMIX_RANK=" + std::to_string(rank)};
-    for (const char* name : {"PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI2",
-                             "PMIX_SERVER_URI21"})
-        env.push_back(std::string(name) + "=" + uri);
-    env.insert(env.end(), {"PMIX_SECURITY_MODE=native", "PMIX_BFROP_BUFFER_TYPE=PMIX_BFROP_BUFFER_NON_DESC",
-                           "PMIX_GDS_MODULE=hash", "PMIX_SERVER_TMPDIR=" + server.dir,
-                           "PMIX_SYSTEM_TMPDIR=" + server.dir, "PMIX_HOSTNAME=" + server.hostname,
-                           "PMIX_VERSION=" + server.version});
-    return env;
-}
-
-std::vector<std::string> environment_differences(const std::vector<std::string>& planned,
-                                                 const std::vector<std::string>& actual)
-{
-    auto split = [](const std::vector<std::string>& env) {
-        std::map<std::string, std::string> m;
-        for (const auto& kv : env) {
-            const auto eq = kv.find('=');
-            m[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
-        }
-        return m;
-    };
-    const auto p = split(planned);
-    const auto a = split(actual);
-    std::vector<std::string> out;
-    for (const auto& [name, value] : p) {
-        const auto it = a.find(name);
-        if (it == a.end())
-            out.push_back(name + ": planned " + value + ", the library has none");
-        else if (it->second != value)
-            out.push_back(name + ": planned " + value + ", the library's " + it->second);
-    }
-    for (const auto& [name, value] : a)
-        if (!p.contains(name))
-            out.push_back(name + ": not planned, the library's " + value);
-    return out;
 }
 
 Result<bool> PmixHost::init(const std::string& tmpdir, const PlannedServer* planned)
