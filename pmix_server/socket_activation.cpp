@@ -23,6 +23,8 @@
 namespace exitpolicy::pmixd::activation {
 namespace {
 
+constexpr std::size_t max_held = 4096;
+
 struct Held {
     int fd = -1;
     sockaddr_storage addr{};
@@ -143,10 +145,18 @@ int gated_accept(State& s, int fd, sockaddr* addr, socklen_t* len)
         return -1;
     }
     if (connected_from(h.fd, s.let_through)) {
+        // One connection: the others are looked for no more (each look
+        // reads /proc/net/tcp).
+        s.let_through = -1;
         give(h, addr, len);
         return h.fd;
     }
-    s.held.push_back(h);
+    // Bounded: a node's own ranks are far fewer; a flood of strangers'
+    // connections is closed.
+    if (s.held.size() < max_held)
+        s.held.push_back(h);
+    else
+        ::close(h.fd);
     errno = s.error;
     return -1;
 }

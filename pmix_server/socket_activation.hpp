@@ -16,12 +16,14 @@
 // makes its own (socket, bind to PMIX_TCP_IPV4_PORT, listen). The daemon's
 // executable defines bind() and accept(), which the library's calls reach
 // before libc's: bind() to the reserved port puts the reserved socket in
-// the library's descriptor (dup2), with every connection already queued on
+// the library's descriptor (dup3), with every connection already queued on
 // it; accept() on it holds the step's clients back (the gate) until the
 // namespace is registered and the event anchor has registered its
-// handler, as a task started today finds them. Held connections are
-// accepted (so that the anchor, queued behind them, gets through) and given
-// to the library once open() is called; the library calls accept() only
+// handler, and the way up the overlay tree is open, as a task started
+// after all that finds them. Held connections (at most 4 096; later ones
+// are closed) are accepted (so that the anchor, queued behind them, gets
+// through) and given to the library once open() is called, or closed when
+// the daemon stops (close_held()); the library calls accept() only
 // when the socket is readable, so open() makes it readable with a
 // connection of its own, which accept() then discards.
 //
@@ -58,7 +60,8 @@ Result<Reserved> reserve();
 // accept() on it holds clients until open(); `error` is what accept()
 // answers meanwhile (ECONNABORTED or EAGAIN).
 void arm(const Reserved& r, int error);
-// The one process (the event anchor) whose connection passes the closed gate.
+// The one process (the event anchor) whose connection, its first, passes
+// the closed gate.
 void let_through(pid_t pid);
 // Held connections, and all later ones, go to the library.
 void open();

@@ -256,6 +256,12 @@ void OverlayRoot::enroll(const Peer& from, const wire::Enroll& e)
     tree.emplace(setup.nnodes, setup.fanout);
     collector.step_map_sent();  // finish() waits a moment more for the tree
     links.send_daemons(map.encode());
+    // What came before there was a tree went to nobody: a task that ended
+    // before the map (the tasks start before the daemons have it, their
+    // PMIx server starting with its first client), a node lost before it.
+    // Each node hears it now, after its map.
+    for (const auto& frame : history_)
+        broadcast(frame);
 }
 
 void OverlayRoot::fence_up(const wire::FenceUp& up)

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ep_events --victim R (--exit CODE | --signal SIG | --hang) [--delay S] [--expect K]
  *           [--timeout S] [--no-finalize-victim | --finalize-victim] [--fence-survivors]
- *           [--register all|default|aborted]
+ *           [--register all|default|aborted] [--no-fence]
  *
  * Every rank registers one event handler per failure code (--register all,
  * the default), or one default (code-less) handler as Open MPI 4.1 does
  * (--register default), or a handler for PMIX_ERR_PROC_ABORTED alone as
  * OpenPMIx's examples/fault.c does (--register aborted); it
  * waits for the registrations to complete, and fences, so that every handler
- * is in place before anyone dies. Then
+ * is in place before anyone dies (with --no-fence it does not: the victim is
+ * then a task that never uses PMIx and may be gone before the others start,
+ * and the survivors only listen). Then
  *   the victim (rank R) waits --delay seconds (default 0; every rank prints
  *   "ready rank=R" first), prints "victim rank=R t_us=T" and either _exit()s with
  *   CODE, raises SIG (default action, e.g. SIGSEGV -> 139), or with --hang
@@ -50,7 +52,7 @@ static _Noreturn void usage(const char *why) {
   ep_die(EP_EXIT_USAGE,
          "%s\nusage: ep_events --victim R (--exit CODE | --signal SIG | --hang) [--delay S] "
          "[--expect K] [--timeout S] [--no-finalize-victim | --finalize-victim] [--fence-survivors] "
-         "[--register all|default|aborted]",
+         "[--register all|default|aborted] [--no-fence]",
          why);
 }
 
@@ -270,7 +272,7 @@ static _Noreturn void die_as_victim(uint32_t me, bool finalize, long exit_code, 
 int main(int argc, char **argv) {
   ep_setup("ep_events");
   long victim = -1, exit_code = -1, sig = -1, expect = 2;
-  bool finalize_victim = false, hang = false, fence_survivors = false;
+  bool finalize_victim = false, hang = false, fence_survivors = false, no_fence = false;
   const char *which = "all";
   double delay = 0;
   static const struct option opts[] = {
@@ -285,6 +287,7 @@ int main(int argc, char **argv) {
       {"delay", required_argument, NULL, 'd'},
       {"fence-survivors", no_argument, NULL, 'F'},
       {"register", required_argument, NULL, 'r'},
+      {"no-fence", no_argument, NULL, 'N'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -329,6 +332,7 @@ int main(int argc, char **argv) {
       }
       break;
     case 'F': fence_survivors = true; break;
+    case 'N': no_fence = true; break;
     case 'r':
       if (strcmp(optarg, "all") != 0 && strcmp(optarg, "default") != 0 && strcmp(optarg, "aborted") != 0) {
         usage("bad --register (all, default or aborted)");
@@ -419,7 +423,9 @@ int main(int argc, char **argv) {
     return EP_EXIT_FAIL;
   }
 
-  ep_fence(&me, false);
+  if (!no_fence) {
+    ep_fence(&me, false);
+  }
 
   if (delay > 0) {
     ep_out("ready rank=%u", me.rank);

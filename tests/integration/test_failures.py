@@ -11,6 +11,7 @@ default handler only (Open MPI 4.1), PMIX_ERR_PROC_ABORTED only (OpenPMIx's
 examples/fault.c).
 """
 
+import re
 import time
 
 import pytest
@@ -179,3 +180,28 @@ def test_a_step_of_tasks_without_pmix_is_not_torn_down(cluster, workdir, pmix):
     assert rc == 0, err
     assert sorted(lines(out, "done ")) == sorted(f"done {r}" for r in SURVIVORS), out + err
     assert "ending the step" not in err, err
+
+
+def test_clients_that_start_after_a_peer_died_hear_of_it(cluster, workdir, pmix):
+    """Rank 5, a task that never uses PMIx, exits 3 at once; the others
+    start PMIx a second later. No node's PMIx server ran when rank 5 died
+    (each starts with its first client), and still every survivor hears of
+    it by each handler of its own code (PMIX_ERR_EXIT_NONZERO_TERM: rank 5
+    was no client; then PMIX_EVENT_PROC_TERMINATED and PMIX_ERR_PROC_ABORTED)
+    as it would from a server up before the tasks: the event waited for the
+    server, which keeps it for handlers registered later. (What OpenPMIx's
+    cache gives such handlers differs: 4.2 gives a default handler the event
+    too, and gives each event again at the client's next registration; 5.0
+    gives each once, and nothing to a default handler.) Nothing is torn
+    down: rank 5 never used PMIx."""
+    ep_events = client("ep_events")
+    script = (f'if [ "$SLURM_PROCID" = 5 ]; then exit 3; fi; sleep 1; exec {ep_events} --victim 5 --exit 3 '
+              "--no-fence --register all --expect 3 --timeout 20")
+    rc, out, err = srun(cluster, workdir, *N4N8, "--exit-policy=main-rank", "sh", "-c", script)
+    assert rc == 0, err
+    events = parse_events(out)
+    for rank in SURVIVORS:
+        mine = [e for e in events if e["rank"] == str(rank)]
+        assert {e["status"] for e in mine} == {"-201", "-404", "-7"}, f"rank {rank}: {mine}\n{out}{err}"
+        assert all(e["affected"].endswith(":5") and e["exit_code"] == "3" for e in mine), mine
+        assert re.search(rf"^survivor done rank={rank} events=[3-9]", out, re.M), out + err

@@ -118,6 +118,35 @@ TEST(OverlayRootTest, TheStepMapGoesOutOnceEveryDaemonEnrolled)
     EXPECT_EQ(s.links.to_daemons.size(), 1u);
 }
 
+TEST(OverlayRootTest, AnEventBeforeTheStepMapGoesDownBehindIt)
+{
+    // Tasks start before the daemons have their map: rank 1 may end before
+    // node3 enrolled. Its node's event is kept, and goes down the tree, to
+    // the FE's children (node3 hears it from node1), right after the map.
+    Step s;
+    ASSERT_TRUE(s.from(0, wire::Enroll{"not used", 5000}.encode()));
+    ASSERT_TRUE(s.from(1, wire::Enroll{"not used", 5001}.encode()));
+    wire::Event e;
+    e.rank = 1;
+    e.code = wire::pmix::exit_nonzero_term;
+    e.exit_code = 3;
+    ASSERT_TRUE(s.from(1, e.encode()));
+    EXPECT_TRUE(s.links.sent.empty());  // no tree yet
+    ASSERT_TRUE(s.from(2, wire::Enroll{"not used", 5002}.encode()));
+    ASSERT_EQ(s.links.to_daemons.size(), 1u);
+    for (std::uint32_t node : {0u, 1u}) {
+        ASSERT_EQ(types(s.links.sent[node]), (std::vector<wire::Type>{wire::Type::event}))
+            << "node" << node + 1;
+        const auto heard = wire::Event::decode(body_of(s.links.sent[node][0]));
+        ASSERT_TRUE(heard) << heard.error();
+        EXPECT_EQ(heard->rank, 1u);
+    }
+    EXPECT_FALSE(s.links.sent.contains(2));  // node1 relays it to node3
+    // Once: what comes after the map goes down once, as always.
+    ASSERT_TRUE(s.from(2, wire::Enroll{"not used", 6002}.encode()));
+    EXPECT_EQ(s.links.sent[0].size(), 1u);
+}
+
 TEST(OverlayRootTest, WhatIsForOneNodeGoesToTheChildAboveItOnly)
 {
     Step s;
