@@ -131,7 +131,8 @@ private:
     // Keeps clients' default event handlers registered (event_anchor.hpp).
     // It starts with the PMIx server and overlaps the rest of the start-up:
     // only the tasks' environment requests wait until it registered or
-    // failed (bounded), so that no task starts before it.
+    // failed (bounded), so that no task starts before it; with a planned
+    // server, the clients wait at the gate instead (pmix_served).
     std::unique_ptr<EventAnchor> anchor_;
     bool anchor_settled_ = false;
     std::vector<std::pair<Local*, wire::Bytes>> env_waiting_;

@@ -171,7 +171,9 @@ void Daemon::on_local_frame(Local& l, wire::Type type, std::span<const std::uint
     switch (type) {
     case wire::Type::env_request: {
         // A task starts once the event anchor is in place: its default
-        // event handler must find the anchor's registration.
+        // event handler must find the anchor's registration. A planned
+        // server's clients wait for it at the gate instead: the task has
+        // its environment at once.
         if (!planned_ && !anchor_settled_) {
             env_waiting_.emplace_back(&l, wire::Bytes(body.begin(), body.end()));
             return;
