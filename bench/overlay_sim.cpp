@@ -20,8 +20,8 @@
 //
 // Prints one line of name=value figures (milliseconds unless named
 // otherwise). Figures are for comparison on one machine, never thresholds.
-#include "agent.hpp"
-#include "log.hpp"
+#include "pmix_server/agent.hpp"
+#include "pmix_server/log.hpp"
 
 #include "exitpolicy/policy.hpp"
 #include "protocol/auth.hpp"
@@ -60,7 +60,7 @@
 namespace {
 
 using namespace exitpolicy;
-using pmixd::Agent;
+using pmix_server::Agent;
 
 std::int64_t now_us()
 {
@@ -152,11 +152,11 @@ struct SimNode final : Agent::Node {
 
     void mapped() override;
     void linked_up() override;
-    void peer_failed(const wire::Event& e) override;
-    void node_lost(const wire::NodeDown& d) override;
-    void relayed(const wire::Relay&) override {}
-    void terminate(const wire::Terminate&) override {}
-    void dmodex(std::uint32_t, Agent::Done done) override { done(wire::pmix::success, wire::Bytes(64, 1)); }
+    void peer_failed(const protocol::Event& e) override;
+    void node_lost(const protocol::NodeDown& d) override;
+    void relayed(const protocol::Relay&) override {}
+    void terminate(const protocol::Terminate&) override {}
+    void dmodex(std::uint32_t, Agent::Done done) override { done(protocol::pmix::success, protocol::Bytes(64, 1)); }
     void stop(int) override {}
     void check_ready();
 };
@@ -167,8 +167,8 @@ struct Worker {
     LineReader commands;
     std::uint32_t nnodes = 0, ranks = 0, fanout = 0, first = 0, count = 0, bytes = 0;
     std::uint16_t port = 0;
-    wire::Secret secret{};
-    std::optional<wire::Tree> tree;
+    protocol::Secret secret{};
+    std::optional<protocol::Tree> tree;
     std::vector<std::unique_ptr<SimNode>> nodes;  // node first + i
     std::uint32_t ready = 0;
     // The phase under way.
@@ -260,7 +260,7 @@ struct Worker {
             auto n = std::make_unique<SimNode>();
             n->w = this;
             n->id = first + i;
-            pmixd::AgentSetup setup;
+            pmix_server::AgentSetup setup;
             setup.job_id = 1;
             setup.step_id = 0;
             setup.node_id = n->id;
@@ -284,13 +284,13 @@ struct Worker {
                 if (r / ranks != *without)
                     participants.push_back(r);
         fence = Fence{id, live(), 0, 0};
-        const wire::Bytes data(static_cast<std::size_t>(bytes) * ranks, 7);
+        const protocol::Bytes data(static_cast<std::size_t>(bytes) * ranks, 7);
         for (auto& n : nodes) {
             if (!n->agent)
                 continue;
-            n->agent->fence(participants, data, 60, [this](int status, wire::Bytes) {
+            n->agent->fence(participants, data, 60, [this](int status, protocol::Bytes) {
                 fence->last = now_us();
-                if (status != wire::pmix::success && fence->failed++ == 0)
+                if (status != protocol::pmix::success && fence->failed++ == 0)
                     std::fprintf(stderr, "overlay_sim: fence %s failed with status %d\n", fence->id.c_str(), status);
                 if (--fence->pending == 0)
                     reply("fenced " + fence->id + " " + std::to_string(fence->last) + " " +
@@ -307,7 +307,7 @@ struct Worker {
         const std::string& what = w[0];
         if (what == "start" && w.size() == 9) {
             port = static_cast<std::uint16_t>(number(w[1]));
-            auto s = wire::secret_from_hex(w[2]);
+            auto s = protocol::secret_from_hex(w[2]);
             if (!s)
                 die(s.error());
             secret = *s;
@@ -324,10 +324,10 @@ struct Worker {
         } else if (what == "fail" && w.size() == 2) {
             const auto rank = static_cast<std::uint32_t>(number(w[1]));
             auto& n = *nodes[rank / ranks - first];
-            wire::Event e;
+            protocol::Event e;
             e.origin = n.id;
             e.rank = rank;
-            e.code = wire::pmix::proc_aborted_by_sig;
+            e.code = protocol::pmix::proc_aborted_by_sig;
             e.exit_code = 128 + SIGSEGV;
             e.wait_status = SIGSEGV;
             e.client = true;
@@ -358,7 +358,7 @@ struct Worker {
                 if (!n->agent)
                     continue;
                 for (std::uint32_t r = 0; r < ranks; ++r) {
-                    wire::Outcome o;
+                    protocol::Outcome o;
                     o.rank = n->id * ranks + r;
                     o.pid = 1000 + o.rank;
                     o.wait_status = failed.count(o.rank) ? SIGSEGV : 0;
@@ -407,12 +407,12 @@ void SimNode::check_ready()
     w->on_ready();
 }
 
-void SimNode::peer_failed(const wire::Event& e)
+void SimNode::peer_failed(const protocol::Event& e)
 {
     w->on_heard(e.rank);
 }
 
-void SimNode::node_lost(const wire::NodeDown& d)
+void SimNode::node_lost(const protocol::NodeDown& d)
 {
     w->on_lost(d.node);
 }
@@ -546,9 +546,9 @@ public:
         return last;
     }
 
-    std::unique_ptr<plugin::FrontEnd> start_step(std::int64_t& started)
+    std::unique_ptr<spank_plugin::FrontEnd> start_step(std::int64_t& started)
     {
-        plugin::FrontEndSetup s;
+        spank_plugin::FrontEndSetup s;
         s.job_id = 1;
         s.step_id = 0;
         s.ntasks = o_.nodes * o_.ranks;
@@ -556,10 +556,10 @@ public:
         s.fanout = o_.fanout;
         s.recoverable = true;  // the events and the loss are measured, not a teardown
         started = now_us();
-        auto fe = plugin::FrontEnd::start(s);
+        auto fe = spank_plugin::FrontEnd::start(s);
         if (!fe)
             die("front end: " + fe.error());
-        const std::string hex = wire::to_hex((*fe)->secret());
+        const std::string hex = protocol::to_hex((*fe)->secret());
         for (auto& c : children_)
             write_line(c.cmd, "start " + std::to_string((*fe)->port()) + " " + hex + " " + std::to_string(o_.nodes) +
                                   " " + std::to_string(o_.ranks) + " " + std::to_string(o_.fanout) + " " +
@@ -584,7 +584,7 @@ public:
     void run()
     {
         const std::uint32_t ntasks = o_.nodes * o_.ranks;
-        wire::Tree tree(o_.nodes, o_.fanout);
+        protocol::Tree tree(o_.nodes, o_.fanout);
         std::uint32_t depth = 0;
         for (std::optional<std::uint32_t> n = o_.nodes - 1; n; n = tree.static_parent(*n))
             ++depth;
@@ -595,9 +595,9 @@ public:
         // providers, tables and thread support, about 250 KB here), is paid
         // before the measurement: the figure is what grows with the step.
         {
-            plugin::FrontEndSetup once;
+            spank_plugin::FrontEndSetup once;
             once.ntasks = once.nnodes = 1;
-            if (auto warm = plugin::FrontEnd::start(once); !warm)
+            if (auto warm = spank_plugin::FrontEnd::start(once); !warm)
                 die("front end: " + warm.error());
         }
         const auto heap_before = heap_in_use();
@@ -745,7 +745,7 @@ int main(int argc, char** argv)
     files.rlim_cur = files.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &files);
     std::signal(SIGPIPE, SIG_IGN);
-    exitpolicy::pmixd::log::open("overlay_sim", std::getenv("OVERLAY_SIM_LOG_DIR") ? std::getenv("OVERLAY_SIM_LOG_DIR") : "", std::getenv("OVERLAY_SIM_LOG_DIR") ? 2 : 0);
+    exitpolicy::pmix_server::log::open("overlay_sim", std::getenv("OVERLAY_SIM_LOG_DIR") ? std::getenv("OVERLAY_SIM_LOG_DIR") : "", std::getenv("OVERLAY_SIM_LOG_DIR") ? 2 : 0);
     Driver d(o);
     d.fork_workers();
     d.run();

@@ -14,7 +14,7 @@
 
 namespace {
 
-using namespace exitpolicy::wire;
+using namespace exitpolicy::protocol;
 
 void BM_FrameTag(benchmark::State& state)
 {

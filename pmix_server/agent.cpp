@@ -5,7 +5,7 @@
 // server in agent_requests.cpp. See agent.hpp.
 #include "agent.hpp"
 
-#include "log.hpp"
+#include "pmix_server/log.hpp"
 #include "protocol/events.hpp"
 
 #include <event2/event.h>
@@ -19,9 +19,9 @@
 #include <sys/socket.h>
 #include <utility>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
-Agent::Agent(event_base* base, AgentSetup setup, wire::Secret secret, Node& node)
+Agent::Agent(event_base* base, AgentSetup setup, protocol::Secret secret, Node& node)
     : base_(base), setup_(std::move(setup)), secret_(secret), node_(node), timers_(base)
 {
 }
@@ -69,22 +69,22 @@ void Agent::serving()
         (void)dispatch(held.from_above, nullptr, held.type, held.body);
 }
 
-void Agent::task_failed(const wire::Event& e)
+void Agent::task_failed(const protocol::Event& e)
 {
     fail_fences_with(e.rank);
     send_up(e.encode());
 }
 
-void Agent::report(const wire::Outcome& o)
+void Agent::report(const protocol::Outcome& o)
 {
     unacked_[{o.rank, o.epoch}] = o;
     outgoing_.push_back(o);
     schedule_outcomes();
 }
 
-void Agent::on_acks(const wire::Acks& acks)
+void Agent::on_acks(const protocol::Acks& acks)
 {
-    std::map<std::uint32_t, wire::Acks> down;  // by the child that sent them up
+    std::map<std::uint32_t, protocol::Acks> down;  // by the child that sent them up
     for (const auto& one : acks.list) {
         const std::pair key{one.rank, one.epoch};
         if (unacked_.erase(key) == 0)
@@ -101,8 +101,8 @@ void Agent::on_acks(const wire::Acks& acks)
                                          [node](const auto& c) { return c->is_ready() && c->tag == node; });
         // A child no longer linked here sends them again on its new way up.
         if (linked != children_.end())
-            wire::in_pieces(list.list, wire::max_ranks,
-                            [&](std::vector<wire::Ack> part) { (*linked)->send(wire::Acks{std::move(part)}.encode()); });
+            protocol::in_pieces(list.list, protocol::max_ranks,
+                            [&](std::vector<protocol::Ack> part) { (*linked)->send(protocol::Acks{std::move(part)}.encode()); });
     }
 }
 
@@ -115,62 +115,62 @@ void Agent::schedule_outcomes()
 void Agent::send_outcomes()
 {
     outgoing_scheduled_ = false;
-    wire::in_pieces(std::exchange(outgoing_, {}), wire::max_ranks,
-                    [&](std::vector<wire::Outcome> batch) { send_up(wire::Outcomes{std::move(batch)}.encode()); });
+    protocol::in_pieces(std::exchange(outgoing_, {}), protocol::max_ranks,
+                    [&](std::vector<protocol::Outcome> batch) { send_up(protocol::Outcomes{std::move(batch)}.encode()); });
 }
 
-Result<bool> Agent::on_frame(wire::Channel& from, wire::Type type, std::span<const std::uint8_t> body)
+Result<bool> Agent::on_frame(protocol::Channel& from, protocol::Type type, std::span<const std::uint8_t> body)
 {
     const bool from_above = &from == fe_.get() || &from == up_.get();
     // Until this node serves (the step map is here and the PMIx server up),
     // frames wait: a child's, which may have the map before us, and what
     // comes from above after the map. Outcomes and their acks only pass
     // through, and the map itself is what we wait for.
-    const bool passes = type == wire::Type::outcomes || type == wire::Type::acks ||
-                        (from_above && (type == wire::Type::step_map || type == wire::Type::step_done));
+    const bool passes = type == protocol::Type::outcomes || type == protocol::Type::acks ||
+                        (from_above && (type == protocol::Type::step_map || type == protocol::Type::step_done));
     if (!serving_ && !passes) {
-        early_.push_back(Held{from_above, type, wire::Bytes(body.begin(), body.end())});
+        early_.push_back(Held{from_above, type, protocol::Bytes(body.begin(), body.end())});
         return Result<bool>::ok(true);
     }
     return dispatch(from_above, &from, type, body);
 }
 
 // from: the link it came on (none for a frame kept until the step map).
-Result<bool> Agent::dispatch(bool from_above, wire::Channel* from, wire::Type type, std::span<const std::uint8_t> body)
+Result<bool> Agent::dispatch(bool from_above, protocol::Channel* from, protocol::Type type, std::span<const std::uint8_t> body)
 {
     using R = Result<bool>;
     switch (type) {
-    case wire::Type::step_map: {
-        auto m = wire::StepMap::decode(body);
+    case protocol::Type::step_map: {
+        auto m = protocol::StepMap::decode(body);
         if (!m)
             return R::fail(m.error());
         if (!map_)
             on_map(*m);
         return R::ok(true);
     }
-    case wire::Type::acks: {  // from above: the FE has these
+    case protocol::Type::acks: {  // from above: the FE has these
         if (!from_above)
             return R::fail("a child acknowledged outcomes");
-        auto a = wire::Acks::decode(body);
+        auto a = protocol::Acks::decode(body);
         if (!a)
             return R::fail(a.error());
         on_acks(*a);
         drained();
         return R::ok(true);
     }
-    case wire::Type::step_done: {  // from above: every task of the step has ended
-        if (!from_above || !wire::StepDone::decode(body))
+    case protocol::Type::step_done: {  // from above: every task of the step has ended
+        if (!from_above || !protocol::StepDone::decode(body))
             return R::fail("a step done from below, or malformed");
         if (!std::exchange(step_done_, true)) {
-            const wire::Bytes frame = wire::StepDone{}.encode();
+            const protocol::Bytes frame = protocol::StepDone{}.encode();
             history_.push_back(frame);  // a child adopted later hears it too
             send_down(std::nullopt, frame);
         }
         drained();
         return R::ok(true);
     }
-    case wire::Type::outcomes: {  // from a child, on their way to the FE
-        auto batch = wire::Outcomes::decode(body);
+    case protocol::Type::outcomes: {  // from a child, on their way to the FE
+        auto batch = protocol::Outcomes::decode(body);
         if (!batch)
             return R::fail(batch.error());
         // Acknowledged to the child only once the FE has them: a relay that
@@ -183,64 +183,64 @@ Result<bool> Agent::dispatch(bool from_above, wire::Channel* from, wire::Type ty
         }
         return R::ok(true);
     }
-    case wire::Type::event: {
-        auto e = wire::Event::decode(body);
+    case protocol::Type::event: {
+        auto e = protocol::Event::decode(body);
         if (!e)
             return R::fail(e.error());
         on_event(*e, from_above);
         return R::ok(true);
     }
-    case wire::Type::gone: {  // from below, for the FE
-        auto g = wire::Gone::decode(body);
+    case protocol::Type::gone: {  // from below, for the FE
+        auto g = protocol::Gone::decode(body);
         if (!g)
             return R::fail(g.error());
         send_up(g->encode());
         return R::ok(true);
     }
-    case wire::Type::node_down: {
-        auto n = wire::NodeDown::decode(body);
+    case protocol::Type::node_down: {
+        auto n = protocol::NodeDown::decode(body);
         if (!n || !from_above)
             return R::fail(n ? std::string("a node down from below") : n.error());
         on_node_down(*n);
         return R::ok(true);
     }
-    case wire::Type::fence_up: {
-        auto f = wire::FenceUp::decode(body);
+    case protocol::Type::fence_up: {
+        auto f = protocol::FenceUp::decode(body);
         if (!f)
             return R::fail(f.error());
         on_fence_up(*f);
         return R::ok(true);
     }
-    case wire::Type::fence_down: {
-        auto f = wire::FenceDown::decode(body);
+    case protocol::Type::fence_down: {
+        auto f = protocol::FenceDown::decode(body);
         if (!f)
             return R::fail(f.error());
         on_fence_down(*f);
         return R::ok(true);
     }
-    case wire::Type::dmodex_req: {
-        auto r = wire::DmodexReq::decode(body);
+    case protocol::Type::dmodex_req: {
+        auto r = protocol::DmodexReq::decode(body);
         if (!r)
             return R::fail(r.error());
         on_dmodex_req(*r);
         return R::ok(true);
     }
-    case wire::Type::dmodex_resp: {
-        auto r = wire::DmodexResp::decode(body);
+    case protocol::Type::dmodex_resp: {
+        auto r = protocol::DmodexResp::decode(body);
         if (!r)
             return R::fail(r.error());
         on_dmodex_resp(*r);
         return R::ok(true);
     }
-    case wire::Type::data_request: {  // from below, for the FE
-        auto r = wire::DataRequest::decode(body);
+    case protocol::Type::data_request: {  // from below, for the FE
+        auto r = protocol::DataRequest::decode(body);
         if (!r)
             return R::fail(r.error());
         send_up(r->encode());
         return R::ok(true);
     }
-    case wire::Type::data_reply: {
-        auto r = wire::DataReply::decode(body);
+    case protocol::Type::data_reply: {
+        auto r = protocol::DataReply::decode(body);
         if (!r)
             return R::fail(r.error());
         if (r->node != setup_.node_id) {
@@ -254,8 +254,8 @@ Result<bool> Agent::dispatch(bool from_above, wire::Channel* from, wire::Type ty
         }
         return R::ok(true);
     }
-    case wire::Type::relay: {
-        auto r = wire::Relay::decode(body);
+    case protocol::Type::relay: {
+        auto r = protocol::Relay::decode(body);
         if (!r)
             return R::fail(r.error());
         if (!from_above) {
@@ -267,22 +267,22 @@ Result<bool> Agent::dispatch(bool from_above, wire::Channel* from, wire::Type ty
             node_.relayed(*r);
         return R::ok(true);
     }
-    case wire::Type::abort: {  // from below, for the FE
-        auto a = wire::Abort::decode(body);
+    case protocol::Type::abort: {  // from below, for the FE
+        auto a = protocol::Abort::decode(body);
         if (!a)
             return R::fail(a.error());
         send_up(a->encode());
         return R::ok(true);
     }
-    case wire::Type::notice: {
-        auto n = wire::Notice::decode(body);
+    case protocol::Type::notice: {
+        auto n = protocol::Notice::decode(body);
         if (!n)
             return R::fail(n.error());
         send_up(n->encode());
         return R::ok(true);
     }
-    case wire::Type::terminate: {
-        auto t = wire::Terminate::decode(body);
+    case protocol::Type::terminate: {
+        auto t = protocol::Terminate::decode(body);
         if (!t)
             return R::fail(t.error());
         if (!from_above) {  // a request from below, for the FE
@@ -294,7 +294,7 @@ Result<bool> Agent::dispatch(bool from_above, wire::Channel* from, wire::Type ty
         return R::ok(true);
     }
     default:
-        return R::fail("unexpected " + std::string(wire::type_name(type)) + " frame");
+        return R::fail("unexpected " + std::string(protocol::type_name(type)) + " frame");
     }
 }
 
@@ -356,4 +356,4 @@ std::size_t Agent::linked_children() const
                                                   [](const auto& c) { return c->is_ready() && !c->is_closed(); }));
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -41,7 +41,7 @@
 struct event_base;
 struct evconnlistener;
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 struct AgentSetup {
     std::uint32_t job_id = 0;
@@ -55,8 +55,8 @@ struct AgentSetup {
 
 class Agent {
 public:
-    using Done = std::function<void(int status, wire::Bytes data)>;
-    using DataDone = std::function<void(const wire::DataReply& reply)>;
+    using Done = std::function<void(int status, protocol::Bytes data)>;
+    using DataDone = std::function<void(const protocol::DataReply& reply)>;
 
     // What the agent asks of its node; every call on the loop thread.
     class Node {
@@ -70,10 +70,10 @@ public:
         // From above, once each: another node's task ended abnormally; a
         // node was lost; an event a client raised for the step; the step
         // ends (every local task still running is to be ended).
-        virtual void peer_failed(const wire::Event& e) = 0;
-        virtual void node_lost(const wire::NodeDown& d) = 0;
-        virtual void relayed(const wire::Relay& r) = 0;
-        virtual void terminate(const wire::Terminate& t) = 0;
+        virtual void peer_failed(const protocol::Event& e) = 0;
+        virtual void node_lost(const protocol::NodeDown& d) = 0;
+        virtual void relayed(const protocol::Relay& r) = 0;
+        virtual void terminate(const protocol::Terminate& t) = 0;
         // Another node asks for what local `rank` committed; done at most once.
         virtual void dmodex(std::uint32_t rank, Done done) = 0;
         // The agent is through (drained, or its way up is gone for good).
@@ -83,10 +83,10 @@ public:
     // Requests to other nodes fail with PMIX_ERR_TIMEOUT after the caller's
     // timeout, or after this many seconds when it gave none.
     static constexpr int default_timeout_s = 30;
-    // Under slurmstepd's wait for the daemon's end (wire::daemon_stop_wait).
-    static constexpr std::chrono::milliseconds drain_limit = wire::daemon_drain_limit;
+    // Under slurmstepd's wait for the daemon's end (protocol::daemon_stop_wait).
+    static constexpr std::chrono::milliseconds drain_limit = protocol::daemon_drain_limit;
 
-    Agent(event_base* base, AgentSetup setup, wire::Secret secret, Node& node);
+    Agent(event_base* base, AgentSetup setup, protocol::Secret secret, Node& node);
     // Closes every link: a child reroutes what it has not had confirmed as
     // soon as it sees its link close.
     ~Agent();
@@ -103,36 +103,36 @@ public:
     // The node stops: the agent does nothing more of its own.
     void stop() noexcept { stopping_ = true; }
 
-    const wire::StepMap* map() const noexcept { return map_ ? &*map_ : nullptr; }
+    const protocol::StepMap* map() const noexcept { return map_ ? &*map_ : nullptr; }
     bool linked_up() const;
     std::uint16_t child_port() const noexcept { return child_port_; }
     std::size_t unacked() const noexcept { return unacked_.size(); }
     // This node's own outcomes (not a child's) that the FE acknowledged.
-    const std::vector<wire::Ack>& confirmed() const noexcept { return confirmed_; }
+    const std::vector<protocol::Ack>& confirmed() const noexcept { return confirmed_; }
 
     // ---- what the node asks (loop thread) ----
     // A fence over `ranks` (empty: all) with this node's data: the next
     // instance over that set. It fails at once when a participant is known
     // dead; with timeout_s > 0 an instance still pending here after that
     // long fails everywhere with PMIX_ERR_TIMEOUT.
-    void fence(std::vector<std::uint32_t> ranks, wire::Bytes data, int timeout_s, Done done);
+    void fence(std::vector<std::uint32_t> ranks, protocol::Bytes data, int timeout_s, Done done);
     // The data `rank` committed, from the node that owns it.
     void direct_modex(std::uint32_t rank, int timeout_s, Done done);
     // Publish, lookup, unpublish: to the FE and back. A lookup that waits
     // for publication (wait) with no timeout waits as long as it takes.
-    void data_request(wire::DataRequest request, int timeout_s, DataDone done);
+    void data_request(protocol::DataRequest request, int timeout_s, DataDone done);
     // A local task ended abnormally: fences over it fail, and the event
     // goes to the FE, which tells every node.
-    void task_failed(const wire::Event& e);
+    void task_failed(const protocol::Event& e);
     // A task's outcome (a local one, or one a child passed up), up to the
     // FE; sent again after a new link up until acknowledged. What is
     // reported in one loop turn goes up in one frame. A child's outcome is
     // acknowledged to it when the FE's acknowledgement comes down, not
     // before: every holder keeps an outcome until the FE has it.
-    void report(const wire::Outcome& o);
+    void report(const protocol::Outcome& o);
     // Up to the FE as it is (an abort, a relayed event, a teardown request,
     // a task's log line).
-    void to_root(const wire::Bytes& frame) { send_up(frame); }
+    void to_root(const protocol::Bytes& frame) { send_up(frame); }
     // The step's end on this node: the node is told to stop once every
     // outcome is acknowledged, no child is linked below and the FE said
     // that every task of the step has ended (until then a task elsewhere
@@ -141,7 +141,7 @@ public:
     void drain();
 
 private:
-    using Fences = wire::FenceTable<std::optional<Done>>;  // the local caller's
+    using Fences = protocol::FenceTable<std::optional<Done>>;  // the local caller's
 
     void quit(int code);
     void start_fe_link();
@@ -149,36 +149,36 @@ private:
     // fd: the child's accepted descriptor.
     void make_room_for_child(int fd);
     bool close_oldest_waiting_child();
-    wire::Channel::Handlers overlay_handlers();
-    void on_map(const wire::StepMap& map);
-    void send_up(const wire::Bytes& frame);
-    void flush_up(wire::Channel& up);
-    void send_down(std::optional<std::uint32_t> to, const wire::Bytes& frame);  // none: every child
-    void flush_down(wire::Channel& child);
-    void route(std::uint32_t to, const wire::Bytes& frame);
-    Result<bool> on_frame(wire::Channel& from, wire::Type type, std::span<const std::uint8_t> body);
-    Result<bool> dispatch(bool from_above, wire::Channel* from, wire::Type type, std::span<const std::uint8_t> body);
-    void on_event(const wire::Event& e, bool from_above);
-    void on_node_down(const wire::NodeDown& d);
+    protocol::Channel::Handlers overlay_handlers();
+    void on_map(const protocol::StepMap& map);
+    void send_up(const protocol::Bytes& frame);
+    void flush_up(protocol::Channel& up);
+    void send_down(std::optional<std::uint32_t> to, const protocol::Bytes& frame);  // none: every child
+    void flush_down(protocol::Channel& child);
+    void route(std::uint32_t to, const protocol::Bytes& frame);
+    Result<bool> on_frame(protocol::Channel& from, protocol::Type type, std::span<const std::uint8_t> body);
+    Result<bool> dispatch(bool from_above, protocol::Channel* from, protocol::Type type, std::span<const std::uint8_t> body);
+    void on_event(const protocol::Event& e, bool from_above);
+    void on_node_down(const protocol::NodeDown& d);
     // Run-through: a daemon left the tree (its link closed, or a child
     // adopted here skipped it): report it, fail the fences it carried.
     void node_left(std::uint32_t node);
-    void adopt(wire::Channel& child);
+    void adopt(protocol::Channel& child);
     void parent_lost(const std::string& why);
     void connect_up();
-    Fences::Instance& open_fence(const std::string& key, const wire::FenceKey& id);
-    void on_fence_up(const wire::FenceUp& f);
-    void on_fence_down(const wire::FenceDown& f);
+    Fences::Instance& open_fence(const std::string& key, const protocol::FenceKey& id);
+    void on_fence_up(const protocol::FenceUp& f);
+    void on_fence_down(const protocol::FenceDown& f);
     void pass_fence_up(const std::string& key, Fences::Instance& f);
-    void finish_fence(const std::string& key, const wire::FenceKey& id, int status, const wire::Bytes& data);
+    void finish_fence(const std::string& key, const protocol::FenceKey& id, int status, const protocol::Bytes& data);
     void fence_timed_out(const std::string& key);
     void fail_fences_with(std::uint32_t rank);
     void fail_fence(std::string key, int status);
-    void on_dmodex_req(const wire::DmodexReq& r);
-    void on_dmodex_resp(const wire::DmodexResp& r);
+    void on_dmodex_req(const protocol::DmodexReq& r);
+    void on_dmodex_resp(const protocol::DmodexResp& r);
     // The FE's acknowledgements: what was this node's is confirmed(), what
     // a child sent up goes down to it.
-    void on_acks(const wire::Acks& acks);
+    void on_acks(const protocol::Acks& acks);
     void schedule_outcomes();
     void send_outcomes();
     void flush_outcomes();
@@ -189,44 +189,44 @@ private:
 
     event_base* base_;
     AgentSetup setup_;
-    wire::Secret secret_;
+    protocol::Secret secret_;
     Node& node_;
     Timers timers_;  // before the links: freed after them
 
-    std::unique_ptr<wire::Channel> fe_;     // enrollment; the up-link when the FE is our parent
-    std::unique_ptr<wire::Channel> up_;     // the parent daemon, when there is one
+    std::unique_ptr<protocol::Channel> fe_;     // enrollment; the up-link when the FE is our parent
+    std::unique_ptr<protocol::Channel> up_;     // the parent daemon, when there is one
     std::optional<std::uint32_t> up_node_;  // whom up_ leads to (none: the FE, after a run-through)
-    std::vector<std::unique_ptr<wire::Channel>> children_;
+    std::vector<std::unique_ptr<protocol::Channel>> children_;
     evconnlistener* child_listener_ = nullptr;
-    std::unique_ptr<wire::AcceptBackoff> child_backoff_;
+    std::unique_ptr<protocol::AcceptBackoff> child_backoff_;
     bool told_over_cap_ = false;
     std::uint16_t child_port_ = 0;
-    std::optional<wire::StepMap> map_;
-    std::optional<wire::Tree> tree_;
+    std::optional<protocol::StepMap> map_;
+    std::optional<protocol::Tree> tree_;
     bool serving_ = false;
     bool stopping_ = false;
     bool draining_ = false;
     bool step_done_ = false;  // the FE said every task of the step has ended
 
     // Frames for the parent while its link is still being set up.
-    std::vector<wire::Bytes> up_queue_;
+    std::vector<protocol::Bytes> up_queue_;
     // Frames for children that have not linked yet, by the child's node.
-    std::map<std::uint32_t, std::vector<wire::Bytes>> down_queue_;
+    std::map<std::uint32_t, std::vector<protocol::Bytes>> down_queue_;
     // Frames that came before the node serves (serving()).
     struct Held {
         bool from_above;
-        wire::Type type;
-        wire::Bytes body;
+        protocol::Type type;
+        protocol::Bytes body;
     };
     std::vector<Held> early_;
 
     // Outcomes sent up and not yet acknowledged, by rank and epoch; those
     // waiting for the end of the loop turn to go up together.
-    std::map<std::pair<std::uint32_t, std::uint32_t>, wire::Outcome> unacked_;
-    std::vector<wire::Outcome> outgoing_;
+    std::map<std::pair<std::uint32_t, std::uint32_t>, protocol::Outcome> unacked_;
+    std::vector<protocol::Outcome> outgoing_;
     // Which child sent up each outcome it relays (its node: Channel::tag).
     std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint32_t> relayed_for_;
-    std::vector<wire::Ack> confirmed_;
+    std::vector<protocol::Ack> confirmed_;
     bool outgoing_scheduled_ = false;
     Fences fences_;  // instances in progress here, and those finished
     std::map<std::string, std::uint64_t> fence_calls_;  // local fence calls per participant set
@@ -236,7 +236,7 @@ private:
     std::set<std::uint32_t> dead_;  // ranks known to have ended abnormally or been lost
     // Events and node losses that came from above, in order: replayed to a
     // child adopted later, which may have missed them while it reconnected.
-    std::vector<wire::Bytes> history_;
+    std::vector<protocol::Bytes> history_;
     std::set<std::uint32_t> events_seen_;  // ranks whose event came from above
     std::set<std::uint32_t> nodes_down_;
     std::uint64_t next_dmodex_ = 1;
@@ -245,4 +245,4 @@ private:
     std::map<std::uint64_t, DataDone> data_waiting_;
 };
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

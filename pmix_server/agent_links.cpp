@@ -5,7 +5,7 @@
 // a lost parent and the adoption of orphans, a node that left. See agent.hpp.
 #include "agent.hpp"
 
-#include "log.hpp"
+#include "pmix_server/log.hpp"
 #include "protocol/events.hpp"
 
 #include <event2/event.h>
@@ -19,12 +19,12 @@
 #include <sys/socket.h>
 #include <utility>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
-wire::Channel::Handlers Agent::overlay_handlers()
+protocol::Channel::Handlers Agent::overlay_handlers()
 {
-    wire::Channel::Handlers h;
-    h.frame = [this](wire::Channel& c, wire::Type t, std::span<const std::uint8_t> b) {
+    protocol::Channel::Handlers h;
+    h.frame = [this](protocol::Channel& c, protocol::Type t, std::span<const std::uint8_t> b) {
         return on_frame(c, t, b);
     };
     return h;
@@ -32,18 +32,18 @@ wire::Channel::Handlers Agent::overlay_handlers()
 
 void Agent::start_fe_link()
 {
-    wire::Hello me;
-    me.role = wire::Role::daemon;
+    protocol::Hello me;
+    me.role = protocol::Role::daemon;
     me.node_id = setup_.node_id;
     me.hostname = setup_.hostname;
     me.ranks = setup_.ranks;
     auto h = overlay_handlers();
-    h.ready = [this](wire::Channel& c) {
-        c.send(wire::Enroll{setup_.hostname, child_port_}.encode());
+    h.ready = [this](protocol::Channel& c) {
+        c.send(protocol::Enroll{setup_.hostname, child_port_}.encode());
         flush_up(c);
         log::debug("enrolled with the front end at %s:%u", setup_.fe_host.c_str(), setup_.fe_port);
     };
-    h.closed = [this](wire::Channel&, wire::Channel::Reason, const std::string& why) {
+    h.closed = [this](protocol::Channel&, protocol::Channel::Reason, const std::string& why) {
         if (!map_ || !up_) {
             log::error("lost the front end: %s", why.c_str());
             // Without the FE the step's PMIx service is gone; stop (the
@@ -51,7 +51,7 @@ void Agent::start_fe_link()
             timers_.defer([this] { quit(1); });
         }
     };
-    auto c = wire::Channel::connect(base_, setup_.fe_host, setup_.fe_port, secret_, setup_.job_id, setup_.step_id, me,
+    auto c = protocol::Channel::connect(base_, setup_.fe_host, setup_.fe_port, secret_, setup_.job_id, setup_.step_id, me,
                                     std::move(h));
     if (!c) {
         log::error("front end: %s", c.error().c_str());
@@ -75,16 +75,16 @@ bool Agent::listen_children()
                 d->child_backoff_->accepted();
                 d->make_room_for_child(fd);
                 auto h = d->overlay_handlers();
-                h.ready = [d](wire::Channel& c) {
+                h.ready = [d](protocol::Channel& c) {
                     c.tag = c.peer().node_id;
                     log::debug("child node %u connected", c.tag);
                     d->adopt(c);
                     if (c.is_ready())  // adopt() may have refused it
                         d->flush_down(c);
                 };
-                h.closed = [d](wire::Channel& c, wire::Channel::Reason, const std::string& why) {
+                h.closed = [d](protocol::Channel& c, protocol::Channel::Reason, const std::string& why) {
                     log::debug("child link closed: %s", why.c_str());
-                    wire::Channel* gone = &c;
+                    protocol::Channel* gone = &c;
                     const bool was_child = c.is_ready();
                     const std::uint32_t node = c.tag;
                     d->timers_.defer([d, gone, was_child, node] {
@@ -94,7 +94,7 @@ bool Agent::listen_children()
                         d->drained();
                     });
                 };
-                if (auto c = wire::Channel::accept(d->base_, fd, d->secret_, d->setup_.job_id, d->setup_.step_id, h))
+                if (auto c = protocol::Channel::accept(d->base_, fd, d->secret_, d->setup_.job_id, d->setup_.step_id, h))
                     d->children_.push_back(std::move(c));
             } catch (const std::exception& e) {
                 log::error("could not accept a child's connection: %s", e.what());
@@ -110,7 +110,7 @@ bool Agent::listen_children()
         log::error("cannot listen for child daemons: %s", std::strerror(errno));
         return false;
     }
-    child_backoff_ = std::make_unique<wire::AcceptBackoff>(
+    child_backoff_ = std::make_unique<protocol::AcceptBackoff>(
         child_listener_, [](const std::string& line) { log::error("child listener: %s", line.c_str()); },
         [this] { return close_oldest_waiting_child(); });
     evconnlistener_set_error_cb(child_listener_, [](evconnlistener*, void* arg) {
@@ -132,10 +132,10 @@ void Agent::make_room_for_child(int fd)
     // Its children, and as many orphans of a child that left. Before the
     // step map this node cannot know its fan-out, while its children may
     // have theirs already and connect: the widest a step may have.
-    const std::uint32_t fanout = map_ ? map_->fanout : wire::max_fanout;
-    const std::size_t cap = wire::unauthenticated_cap(2 * std::size_t{fanout});
+    const std::uint32_t fanout = map_ ? map_->fanout : protocol::max_fanout;
+    const std::size_t cap = protocol::unauthenticated_cap(2 * std::size_t{fanout});
     // Descriptors for its PMIx server's clients too.
-    std::size_t short_of = wire::descriptors_short(fd, wire::descriptor_reserve + setup_.ranks.size());
+    std::size_t short_of = protocol::descriptors_short(fd, protocol::descriptor_reserve + setup_.ranks.size());
     if (count < cap && short_of == 0)
         return;
     if (!told_over_cap_) {
@@ -168,20 +168,20 @@ bool Agent::close_oldest_waiting_child()
     return true;
 }
 
-// A frame that did not fit (wire::Writer gives none) is not sent: the
+// A frame that did not fit (protocol::Writer gives none) is not sent: the
 // link it would have broken stays. Senders of task-sized data check first.
-static bool sendable(const wire::Bytes& frame)
+static bool sendable(const protocol::Bytes& frame)
 {
     if (frame.empty())
-        log::error("a message over the %u MiB a frame carries was not sent", wire::max_body_trusted >> 20);
+        log::error("a message over the %u MiB a frame carries was not sent", protocol::max_body_trusted >> 20);
     return !frame.empty();
 }
 
-void Agent::send_up(const wire::Bytes& frame)
+void Agent::send_up(const protocol::Bytes& frame)
 {
     if (!sendable(frame))
         return;
-    wire::Channel* up = up_ ? up_.get() : fe_.get();
+    protocol::Channel* up = up_ ? up_.get() : fe_.get();
     if (up && up->is_ready() && up_queue_.empty())
         up->send(frame);
     else if (up)
@@ -191,7 +191,7 @@ void Agent::send_up(const wire::Bytes& frame)
 }
 
 // A link up is ready: what waited for it goes first.
-void Agent::flush_up(wire::Channel& up)
+void Agent::flush_up(protocol::Channel& up)
 {
     for (const auto& frame : up_queue_)
         up.send(frame);
@@ -201,12 +201,12 @@ void Agent::flush_up(wire::Channel& up)
 // To every child (or the one whose subtree holds `to`) as the tree is now; a
 // child that has not linked yet gets it when it does: in a deep tree a
 // request can reach a relay before the relay's own children have linked.
-void Agent::send_down(std::optional<std::uint32_t> to, const wire::Bytes& frame)
+void Agent::send_down(std::optional<std::uint32_t> to, const protocol::Bytes& frame)
 {
     if (!tree_ || !sendable(frame))
         return;
-    std::optional<wire::FrameDigest> digest;  // hashed once for all children
-    std::shared_ptr<const wire::Bytes> shared;  // a large one held once for all
+    std::optional<protocol::FrameDigest> digest;  // hashed once for all children
+    std::shared_ptr<const protocol::Bytes> shared;  // a large one held once for all
     for (std::uint32_t child : tree_->children(setup_.node_id)) {
         if (to && !tree_->in_subtree(*to, child))
             continue;
@@ -217,9 +217,9 @@ void Agent::send_down(std::optional<std::uint32_t> to, const wire::Bytes& frame)
             continue;
         }
         if (!digest)
-            digest = wire::frame_digest(frame);
-        if (!shared && frame.size() >= wire::shared_frame_size && tree_->children(setup_.node_id).size() > 1)
-            shared = std::make_shared<const wire::Bytes>(frame);
+            digest = protocol::frame_digest(frame);
+        if (!shared && frame.size() >= protocol::shared_frame_size && tree_->children(setup_.node_id).size() > 1)
+            shared = std::make_shared<const protocol::Bytes>(frame);
         if (shared)
             (*linked)->send(shared, *digest);
         else
@@ -227,7 +227,7 @@ void Agent::send_down(std::optional<std::uint32_t> to, const wire::Bytes& frame)
     }
 }
 
-void Agent::flush_down(wire::Channel& child)
+void Agent::flush_down(protocol::Channel& child)
 {
     const auto waiting = down_queue_.find(child.tag);
     if (waiting == down_queue_.end())
@@ -237,7 +237,7 @@ void Agent::flush_down(wire::Channel& child)
     down_queue_.erase(waiting);
 }
 
-void Agent::route(std::uint32_t to, const wire::Bytes& frame)
+void Agent::route(std::uint32_t to, const protocol::Bytes& frame)
 {
     if (tree_->next_hop(setup_.node_id, to))
         send_down(to, frame);
@@ -245,29 +245,29 @@ void Agent::route(std::uint32_t to, const wire::Bytes& frame)
         send_up(frame);
 }
 
-void Agent::on_map(const wire::StepMap& map)
+void Agent::on_map(const protocol::StepMap& map)
 {
     map_ = map;
     tree_.emplace(static_cast<std::uint32_t>(map.hostnames.size()), map.fanout);
     if (const auto parent = tree_->parent(setup_.node_id)) {
-        wire::Hello me;
-        me.role = wire::Role::daemon;
+        protocol::Hello me;
+        me.role = protocol::Role::daemon;
         me.node_id = setup_.node_id;
         me.hostname = setup_.hostname;
         auto h = overlay_handlers();
-        h.ready = [this](wire::Channel& c) {
+        h.ready = [this](protocol::Channel& c) {
             log::debug("linked to the parent daemon");
             fe_.reset();  // the parent is our way up from now on
             flush_up(c);
             flush_outcomes();  // any the FE link carried but did not see acknowledged
             node_.linked_up();
         };
-        h.closed = [this](wire::Channel&, wire::Channel::Reason, const std::string& why) {
+        h.closed = [this](protocol::Channel&, protocol::Channel::Reason, const std::string& why) {
             // It died, or finished its own node's share of the step first:
             // on to the next live ancestor (off this callback).
             timers_.defer([this, why] { parent_lost(why); });
         };
-        auto c = wire::Channel::connect(base_, map.hosts[*parent], static_cast<std::uint16_t>(map.ports[*parent]),
+        auto c = protocol::Channel::connect(base_, map.hosts[*parent], static_cast<std::uint16_t>(map.ports[*parent]),
                                         secret_, setup_.job_id, setup_.step_id, me, std::move(h));
         if (!c) {
             log::error("parent daemon on %s: %s", map.hostnames[*parent].c_str(), c.error().c_str());
@@ -294,10 +294,10 @@ void Agent::parent_lost(const std::string& why)
     // Every fence in progress here went, or would have gone, through the
     // parent: it fails here and below (never succeeds short, never hangs).
     for (auto& key : fences_.affected([](const auto&) { return true; }))
-        fail_fence(std::move(key), wire::pmix::unreach);
+        fail_fence(std::move(key), protocol::pmix::unreach);
     // Publish / lookup requests it carried are lost with it.
     for (auto& [id, done] : std::exchange(data_waiting_, {}))
-        done(wire::DataReply{id, setup_.node_id, wire::pmix::unreach, {}, {}, {}});
+        done(protocol::DataReply{id, setup_.node_id, protocol::pmix::unreach, {}, {}, {}});
     connect_up();
 }
 
@@ -306,19 +306,19 @@ void Agent::parent_lost(const std::string& why)
 void Agent::connect_up()
 {
     const auto target = tree_->parent(setup_.node_id);
-    wire::Hello me;
-    me.role = wire::Role::orphan;
+    protocol::Hello me;
+    me.role = protocol::Role::orphan;
     me.node_id = setup_.node_id;
     me.hostname = setup_.hostname;
     auto h = overlay_handlers();
-    h.ready = [this](wire::Channel& c) {
+    h.ready = [this](protocol::Channel& c) {
         log::info("adopted by %s", up_node_ ? map_->hostnames[*up_node_].c_str() : "the front end");
         fe_.reset();  // the enrollment link, if it was still open
         flush_up(c);
         flush_outcomes();  // what the lost parent took but may not have passed on
         node_.linked_up();
     };
-    h.closed = [this, target](wire::Channel& c, wire::Channel::Reason, const std::string& why) {
+    h.closed = [this, target](protocol::Channel& c, protocol::Channel::Reason, const std::string& why) {
         const bool was_ready = c.is_ready();
         timers_.defer([this, target, was_ready, why] {
             if (was_ready) {
@@ -335,7 +335,7 @@ void Agent::connect_up()
     };
     const std::string host = target ? map_->hosts[*target] : setup_.fe_host;
     const auto port = target ? static_cast<std::uint16_t>(map_->ports[*target]) : setup_.fe_port;
-    auto c = wire::Channel::connect(base_, host, port, secret_, setup_.job_id, setup_.step_id, me, std::move(h));
+    auto c = protocol::Channel::connect(base_, host, port, secret_, setup_.job_id, setup_.step_id, me, std::move(h));
     if (!c) {
         log::error("%s: %s", target ? map_->hostnames[*target].c_str() : "front end", c.error().c_str());
         quit(1);
@@ -347,7 +347,7 @@ void Agent::connect_up()
 
 // A child came: when its own parent was not us, the daemons in between left
 // the tree; it may have missed what came down meanwhile.
-void Agent::adopt(wire::Channel& child)
+void Agent::adopt(protocol::Channel& child)
 {
     if (!tree_)
         return;
@@ -361,7 +361,7 @@ void Agent::adopt(wire::Channel& child)
         node_left(*a);
         skipped = true;
     }
-    if (skipped || child.peer().role == wire::Role::orphan) {
+    if (skipped || child.peer().role == protocol::Role::orphan) {
         log::info("adopted %s", map_->hostnames[node].c_str());
         for (const auto& frame : history_)
             child.send(frame);
@@ -374,7 +374,7 @@ void Agent::node_left(std::uint32_t node)
         return;
     log::debug("node %u left the tree", node);
     down_queue_.erase(node);
-    send_up(wire::Gone{node}.encode());
+    send_up(protocol::Gone{node}.encode());
     // Fences whose contributions may have been on their way through it.
     const auto through = fences_.affected([&](const std::vector<std::uint32_t>& ranks) {
         return ranks.empty() || std::any_of(ranks.begin(), ranks.end(), [&](std::uint32_t r) {
@@ -382,7 +382,7 @@ void Agent::node_left(std::uint32_t node)
                });
     });
     for (auto key : through)
-        fail_fence(std::move(key), wire::pmix::unreach);
+        fail_fence(std::move(key), protocol::pmix::unreach);
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -5,7 +5,7 @@
 #include <charconv>
 #include <map>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 namespace {
 
 template <typename T>
@@ -83,4 +83,4 @@ Result<Args> parse_args(const std::vector<std::string>& argv)
     return R::ok(std::move(args));
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 struct Args {
     std::uint32_t job_id = 0;
@@ -40,4 +40,4 @@ struct Args {
 // [--log-dir DIR] [--topology discover|none|/PATH] [--debug L]
 Result<Args> parse_args(const std::vector<std::string>& argv);
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

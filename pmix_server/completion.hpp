@@ -18,7 +18,7 @@
 // progress thread (not the notify_event one: event_upcalls.cpp).
 #pragma once
 
-#include "log.hpp"
+#include "pmix_server/log.hpp"
 
 #include <pmix_server.h>
 
@@ -28,7 +28,7 @@
 #include <optional>
 #include <utility>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 // What a Completion dropped unanswered answers.
 inline constexpr pmix_status_t unanswered = PMIX_ERR_UNREACH;
@@ -144,4 +144,4 @@ pmix_status_t guard_upcall(const char* name, Cbfunc cbfunc, void* cbdata, Body&&
     return PMIX_SUCCESS;
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

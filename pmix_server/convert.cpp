@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 namespace {
 
@@ -17,7 +17,7 @@ struct Buffer {
     pmix_data_buffer_t buf;
     Buffer() { PMIX_DATA_BUFFER_CONSTRUCT(&buf); }
     // Loads a copy of `bytes` (the buffer owns the copy).
-    explicit Buffer(const wire::Bytes& bytes) : Buffer()
+    explicit Buffer(const protocol::Bytes& bytes) : Buffer()
     {
         pmix_byte_object_t payload;
         payload.size = bytes.size();
@@ -32,15 +32,15 @@ struct Buffer {
     Buffer(const Buffer&) = delete;
     Buffer& operator=(const Buffer&) = delete;
 
-    Result<wire::Bytes> unload()
+    Result<protocol::Bytes> unload()
     {
         pmix_byte_object_t payload{nullptr, 0};
         const pmix_status_t rc = PMIx_Data_unload(&buf, &payload);
         if (rc != PMIX_SUCCESS)
-            return Result<wire::Bytes>::fail(PMIx_Error_string(rc));
-        wire::Bytes out(payload.bytes, payload.bytes + payload.size);
+            return Result<protocol::Bytes>::fail(PMIx_Error_string(rc));
+        protocol::Bytes out(payload.bytes, payload.bytes + payload.size);
         PMIX_BYTE_OBJECT_DESTRUCT(&payload);
-        return Result<wire::Bytes>::ok(std::move(out));
+        return Result<protocol::Bytes>::ok(std::move(out));
     }
 };
 
@@ -86,37 +86,37 @@ bool is_directive(const char* key)
     return std::strncmp(key, "pmix.", 5) == 0;
 }
 
-Result<wire::Bytes> pack_info(const pmix_info_t& info)
+Result<protocol::Bytes> pack_info(const pmix_info_t& info)
 {
     Buffer b;
     const pmix_status_t rc = PMIx_Data_pack(nullptr, &b.buf, const_cast<pmix_info_t*>(&info), 1, PMIX_INFO);
     if (rc != PMIX_SUCCESS)
-        return Result<wire::Bytes>::fail(PMIx_Error_string(rc));
+        return Result<protocol::Bytes>::fail(PMIx_Error_string(rc));
     return b.unload();
 }
 
-bool unpack_info(const wire::Bytes& bytes, pmix_info_t& info)
+bool unpack_info(const protocol::Bytes& bytes, pmix_info_t& info)
 {
     Buffer b(bytes);
     std::int32_t n = 1;
     return PMIx_Data_unpack(nullptr, &b.buf, &info, &n, PMIX_INFO) == PMIX_SUCCESS && n == 1;
 }
 
-Result<wire::Bytes> pack_infos(const pmix_info_t info[], size_t ninfo)
+Result<protocol::Bytes> pack_infos(const pmix_info_t info[], size_t ninfo)
 {
     if (ninfo > static_cast<size_t>(max_infos))
-        return Result<wire::Bytes>::fail("too many infos: " + std::to_string(ninfo));
+        return Result<protocol::Bytes>::fail("too many infos: " + std::to_string(ninfo));
     Buffer b;
     std::int32_t n = static_cast<std::int32_t>(ninfo);
     pmix_status_t rc = PMIx_Data_pack(nullptr, &b.buf, &n, 1, PMIX_INT32);
     if (rc == PMIX_SUCCESS && n > 0)
         rc = PMIx_Data_pack(nullptr, &b.buf, const_cast<pmix_info_t*>(info), n, PMIX_INFO);
     if (rc != PMIX_SUCCESS)
-        return Result<wire::Bytes>::fail(PMIx_Error_string(rc));
+        return Result<protocol::Bytes>::fail(PMIx_Error_string(rc));
     return b.unload();
 }
 
-Result<std::unique_ptr<InfoArray>> unpack_infos(const wire::Bytes& bytes)
+Result<std::unique_ptr<InfoArray>> unpack_infos(const protocol::Bytes& bytes)
 {
     using R = Result<std::unique_ptr<InfoArray>>;
     Buffer b(bytes);
@@ -144,7 +144,7 @@ PdataArray::~PdataArray()
         PMIX_PDATA_FREE(data, capacity);
 }
 
-std::unique_ptr<PdataArray> to_pdata(const wire::DataReply& reply, const std::string& nspace)
+std::unique_ptr<PdataArray> to_pdata(const protocol::DataReply& reply, const std::string& nspace)
 {
     const size_t count = std::min({reply.keys.size(), reply.values.size(), reply.ranks.size()});
     auto out = std::make_unique<PdataArray>(count);
@@ -166,4 +166,4 @@ std::unique_ptr<PdataArray> to_pdata(const wire::DataReply& reply, const std::st
     return out;
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

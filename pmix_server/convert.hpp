@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 // The ranks of `procs`; empty (everyone) if any is PMIX_RANK_WILDCARD.
 std::vector<std::uint32_t> ranks_of(const pmix_proc_t procs[], size_t nprocs);
@@ -34,16 +34,16 @@ std::vector<std::string> keys_of(char** keys);
 bool is_directive(const char* key);
 
 // One pmix_info_t (key and value), packed.
-Result<wire::Bytes> pack_info(const pmix_info_t& info);
+Result<protocol::Bytes> pack_info(const pmix_info_t& info);
 // Into `info` (constructed, empty); false on bytes that are not one info.
-bool unpack_info(const wire::Bytes& bytes, pmix_info_t& info);
+bool unpack_info(const protocol::Bytes& bytes, pmix_info_t& info);
 
 // An info array, packed as its count and its elements.
-Result<wire::Bytes> pack_infos(const pmix_info_t info[], size_t ninfo);
+Result<protocol::Bytes> pack_infos(const pmix_info_t info[], size_t ninfo);
 // Back; an error for bytes that are not such an array or hold more than
 // max_infos elements.
 inline constexpr std::int32_t max_infos = 1024;
-Result<std::unique_ptr<InfoArray>> unpack_infos(const wire::Bytes& bytes);
+Result<std::unique_ptr<InfoArray>> unpack_infos(const protocol::Bytes& bytes);
 
 // A lookup's answer as PMIx data, each value owned by its proc (nspace,
 // rank). Values that do not unpack are left out.
@@ -57,7 +57,7 @@ struct PdataArray {
     PdataArray(const PdataArray&) = delete;
     PdataArray& operator=(const PdataArray&) = delete;
 };
-std::unique_ptr<PdataArray> to_pdata(const wire::DataReply& reply, const std::string& nspace);
+std::unique_ptr<PdataArray> to_pdata(const protocol::DataReply& reply, const std::string& nspace);
 
 // Owned data lent to the PMIx library as a callback's cbdata, and taken
 // back (and freed) when the library calls back.
@@ -72,4 +72,4 @@ std::unique_ptr<T> reclaim(void* cbdata) noexcept
     return std::unique_ptr<T>(static_cast<T*>(cbdata));
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -8,7 +8,7 @@
 #include "event_anchor.hpp"
 #include "exitpolicy/outcome.hpp"
 #include "exitpolicy/policy.hpp"
-#include "log.hpp"
+#include "pmix_server/log.hpp"
 #include "pmix_compat.hpp"
 #include "pmix_host.hpp"
 #include "protocol/events.hpp"
@@ -39,9 +39,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
-Daemon::Daemon(Args args, wire::Secret secret) : args_(std::move(args)), secret_(secret) {}
+Daemon::Daemon(Args args, protocol::Secret secret) : args_(std::move(args)), secret_(secret) {}
 
 Daemon::Task::~Task()
 {
@@ -102,15 +102,15 @@ int Daemon::run()
         [](evutil_socket_t, short, void* arg) { static_cast<Daemon*>(arg)->posted_.run(); },
         this);
     timers_ = std::make_unique<Timers>(base_);
-    AgentSetup overlay;
-    overlay.job_id = args_.job_id;
-    overlay.step_id = args_.step_id;
-    overlay.node_id = args_.node_id;
-    overlay.hostname = args_.hostname;
-    overlay.ranks = args_.ranks;
-    overlay.fe_host = args_.fe_host;
-    overlay.fe_port = args_.fe_port;
-    agent_ = std::make_unique<Agent>(base_, std::move(overlay), secret_, static_cast<Agent::Node&>(*this));
+    AgentSetup setup;
+    setup.job_id = args_.job_id;
+    setup.step_id = args_.step_id;
+    setup.node_id = args_.node_id;
+    setup.hostname = args_.hostname;
+    setup.ranks = args_.ranks;
+    setup.fe_host = args_.fe_host;
+    setup.fe_port = args_.fe_port;
+    agent_ = std::make_unique<Agent>(base_, std::move(setup), secret_, static_cast<Agent::Node&>(*this));
     pmix_ = std::make_unique<PmixHost>(*this);
     anchor_ = std::make_unique<EventAnchor>(*this);
     plan_server();
@@ -207,7 +207,7 @@ void Daemon::start_pmix()
                     // The tasks that asked meanwhile get their environment.
                     for (auto& [local, frame] : std::exchange(env_waiting_, {}))
                         if (std::any_of(locals_.begin(), locals_.end(), [&](const auto& l) { return l.get() == local; }))
-                            on_local_frame(*local, wire::Type::env_request, frame);
+                            on_local_frame(*local, protocol::Type::env_request, frame);
                     pmix_served();
                 });
             serve();
@@ -264,7 +264,7 @@ void Daemon::mapped()
 
 void Daemon::serve()
 {
-    const wire::StepMap* map = agent_->map();
+    const protocol::StepMap* map = agent_->map();
     if (!map || stopping_)
         return;
     // A planned server's node serves the overlay without it: what needs the
@@ -305,7 +305,7 @@ void Daemon::linked_up()
     pmix_served();
 }
 
-void Daemon::node_lost(const wire::NodeDown& d)
+void Daemon::node_lost(const protocol::NodeDown& d)
 {
     std::vector<std::uint32_t> fresh;
     for (std::uint32_t r : d.ranks) {
@@ -316,12 +316,12 @@ void Daemon::node_lost(const wire::NodeDown& d)
     when_served([this, d, fresh] { pmix_->notify_node_down(d.node, d.hostname, d.ranks, fresh, d.exit_code); });
 }
 
-void Daemon::relayed(const wire::Relay& r)
+void Daemon::relayed(const protocol::Relay& r)
 {
     when_served([this, r] { pmix_->deliver_relayed(r.code, r.source_rank, r.info); });
 }
 
-void Daemon::terminate(const wire::Terminate& t)
+void Daemon::terminate(const protocol::Terminate& t)
 {
     terminate_local(t.reason, t.kill_after_ms);
 }
@@ -335,7 +335,7 @@ void Daemon::dmodex(std::uint32_t rank, Agent::Done done)
 
 // ---- what the PMIx side asks of the step -----------------------------------------------
 
-void Daemon::fence(std::vector<std::uint32_t> ranks, wire::Bytes data, int timeout_s, Done done)
+void Daemon::fence(std::vector<std::uint32_t> ranks, protocol::Bytes data, int timeout_s, Done done)
 {
     agent_->fence(std::move(ranks), std::move(data), timeout_s, std::move(done));
 }
@@ -345,7 +345,7 @@ void Daemon::direct_modex(std::uint32_t rank, int timeout_s, Done done)
     agent_->direct_modex(rank, timeout_s, std::move(done));
 }
 
-void Daemon::data_request(wire::DataRequest request, int timeout_s, DataDone done)
+void Daemon::data_request(protocol::DataRequest request, int timeout_s, DataDone done)
 {
     agent_->data_request(std::move(request), timeout_s, std::move(done));
 }
@@ -415,4 +415,4 @@ void Daemon::stop(int code)
 // the others the direct way (an outcome is held until srun has it). Queued
 // on the control link (after whatever waits there), which it returns.
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

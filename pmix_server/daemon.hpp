@@ -6,14 +6,14 @@
 // environment requests from tasks), the local tasks (their pidfds, the
 // teardown's signals, what makes a failure collateral), and the PMIx server
 // (pmix_host.hpp), whose upcalls (upcalls.hpp) arrive on the PMIx progress
-// thread and are posted to this loop through the Overlay interface
-// (overlay.hpp). Its agent in the overlay tree (agent.hpp) does everything
+// thread and are posted to this loop through the StepServices interface
+// (step_services.hpp). Its agent in the overlay tree (agent.hpp) does everything
 // between nodes, and asks the node's part of it through Agent::Node.
 #pragma once
 
 #include "agent.hpp"
 #include "args.hpp"
-#include "overlay.hpp"
+#include "step_services.hpp"
 #include "pmix_host.hpp"
 #include "socket_activation.hpp"
 #include "timers.hpp"
@@ -34,24 +34,24 @@ struct event;
 struct event_base;
 struct evconnlistener;
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 class EventAnchor;
 
-class Daemon final : public Overlay, private Agent::Node {
+class Daemon final : public StepServices, private Agent::Node {
 public:
-    Daemon(Args args, wire::Secret secret);
+    Daemon(Args args, protocol::Secret secret);
     ~Daemon() override;
     // Runs until stopped; returns the process exit code.
     int run();
 
-    // ---- Overlay (overlay.hpp): what the PMIx side asks of the step ----
+    // ---- StepServices (step_services.hpp): what the PMIx side asks of the step ----
     void post(std::function<void()> fn) override;
-    void fence(std::vector<std::uint32_t> ranks, wire::Bytes data, int timeout_s, Done done) override;
+    void fence(std::vector<std::uint32_t> ranks, protocol::Bytes data, int timeout_s, Done done) override;
     void direct_modex(std::uint32_t rank, int timeout_s, Done done) override;
     void abort(std::uint32_t rank, int status, std::string message) override;
-    void data_request(wire::DataRequest request, int timeout_s, DataDone done) override;
-    void relay(int code, std::uint32_t source_rank, wire::Bytes info) override;
+    void data_request(protocol::DataRequest request, int timeout_s, DataDone done) override;
+    void relay(int code, std::uint32_t source_rank, protocol::Bytes info) override;
     void terminate_step(const std::string& why) override;
     void task_log(std::uint32_t rank, const std::string& text) override;
     void client_connected(std::uint32_t rank) override;
@@ -67,10 +67,10 @@ private:
     // ---- Agent::Node: what the overlay agent asks of this node ----
     void mapped() override;
     void linked_up() override;
-    void peer_failed(const wire::Event& e) override;
-    void node_lost(const wire::NodeDown& d) override;
-    void relayed(const wire::Relay& r) override;
-    void terminate(const wire::Terminate& t) override;
+    void peer_failed(const protocol::Event& e) override;
+    void node_lost(const protocol::NodeDown& d) override;
+    void relayed(const protocol::Relay& r) override;
+    void terminate(const protocol::Terminate& t) override;
     void dmodex(std::uint32_t rank, Agent::Done done) override;
     void stop(int code) override;
     Local* confirm_to_slurmstepd();
@@ -84,7 +84,7 @@ private:
     // kill.
     void failure_known(std::uint32_t rank, bool own_end);
     bool collateral(std::uint32_t rank, std::int64_t when_us, bool own_end) const;
-    void outcome(const wire::Outcome& o);
+    void outcome(const protocol::Outcome& o);
     // Teardown: SIGTERM to every local task still running, SIGKILL to
     // those left after kill_after_ms.
     void terminate_local(const std::string& why, std::uint32_t kill_after_ms);
@@ -106,11 +106,11 @@ private:
     void pmix_served();
     void check_planned_environment();
     void add_local(int fd, uid_t uid, pid_t pid, bool control);
-    void on_local_frame(Local& l, wire::Type type, std::span<const std::uint8_t> body);
+    void on_local_frame(Local& l, protocol::Type type, std::span<const std::uint8_t> body);
     void ready();
 
     Args args_;
-    wire::Secret secret_;
+    protocol::Secret secret_;
     event_base* base_ = nullptr;
     event* wake_ = nullptr;
     std::vector<event*> signals_;  // SIGTERM, SIGINT, SIGHUP: stop as at the step's end
@@ -135,7 +135,7 @@ private:
     // server, the clients wait at the gate instead (pmix_served).
     std::unique_ptr<EventAnchor> anchor_;
     bool anchor_settled_ = false;
-    std::vector<std::pair<Local*, wire::Bytes>> env_waiting_;
+    std::vector<std::pair<Local*, protocol::Bytes>> env_waiting_;
     // PMIx_server_init takes ~20 ms, more on a loaded machine: it runs on
     // its own thread while the daemon enrolls, and posts its result to the
     // loop (serve()).
@@ -185,4 +185,4 @@ private:
     std::set<std::uint32_t> notified_;     // ranks whose end our clients heard of
 };
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -7,7 +7,7 @@
 #include "event_anchor.hpp"
 #include "exitpolicy/outcome.hpp"
 #include "exitpolicy/policy.hpp"
-#include "log.hpp"
+#include "pmix_server/log.hpp"
 #include "pmix_host.hpp"
 #include "protocol/events.hpp"
 
@@ -37,7 +37,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 Daemon::Local* Daemon::confirm_to_slurmstepd()
 {
@@ -51,12 +51,12 @@ Daemon::Local* Daemon::confirm_to_slurmstepd()
     if (confirmed.empty())
         return nullptr;  // its silence says as much
     // Frames on the control link are read as unauthenticated ones: at most
-    // wire::max_body bytes, a count and 8 bytes an ack.
-    constexpr std::size_t per_frame = (wire::max_body - 4) / 8;
-    wire::in_pieces(
+    // protocol::max_body bytes, a count and 8 bytes an ack.
+    constexpr std::size_t per_frame = (protocol::max_body - 4) / 8;
+    protocol::in_pieces(
         confirmed, per_frame,
-        [&](std::vector<wire::Ack> part) {
-            const wire::Bytes frame = wire::Acks{std::move(part)}.encode();
+        [&](std::vector<protocol::Ack> part) {
+            const protocol::Bytes frame = protocol::Acks{std::move(part)}.encode();
             bufferevent_write((*control)->bev, frame.data(), frame.size());
         });
     return control->get();
@@ -80,14 +80,14 @@ void Daemon::add_local(int fd, uid_t uid, pid_t pid, bool control)
             auto* l = static_cast<Local*>(arg);
             try {
                 evbuffer* in = bufferevent_get_input(bev);
-                while (evbuffer_get_length(in) >= wire::header_size) {
-                    std::array<std::uint8_t, wire::header_size> head{};
+                while (evbuffer_get_length(in) >= protocol::header_size) {
+                    std::array<std::uint8_t, protocol::header_size> head{};
                     evbuffer_copyout(in, head.data(), head.size());
-                    auto h = wire::decode_header(head);
-                    if (!h || (h->type != wire::Type::env_request && h->type != wire::Type::outcome &&
-                               h->type != wire::Type::stop)) {
+                    auto h = protocol::decode_header(head);
+                    if (!h || (h->type != protocol::Type::env_request && h->type != protocol::Type::outcome &&
+                               h->type != protocol::Type::stop)) {
                         // Bad magic, version, type or length: nothing more of it is read.
-                        const std::string why = h ? "a " + std::string(wire::type_name(h->type)) +
+                        const std::string why = h ? "a " + std::string(protocol::type_name(h->type)) +
                                                         " frame is no local request"
                                                   : h.error();
                         log::info("closed a local connection of pid %d: %s", static_cast<int>(l->pid),
@@ -95,10 +95,10 @@ void Daemon::add_local(int fd, uid_t uid, pid_t pid, bool control)
                         l->drop();
                         return;
                     }
-                    if (evbuffer_get_length(in) < wire::header_size + h->length)
+                    if (evbuffer_get_length(in) < protocol::header_size + h->length)
                         return;  // the rest is on its way
-                    evbuffer_drain(in, wire::header_size);
-                    wire::Bytes body(h->length);
+                    evbuffer_drain(in, protocol::header_size);
+                    protocol::Bytes body(h->length);
                     evbuffer_remove(in, body.data(), body.size());
                     try {
                         l->d->on_local_frame(*l, h->type, body);
@@ -165,26 +165,26 @@ void Daemon::listen_local()
     }
 }
 
-void Daemon::on_local_frame(Local& l, wire::Type type, std::span<const std::uint8_t> body)
+void Daemon::on_local_frame(Local& l, protocol::Type type, std::span<const std::uint8_t> body)
 {
-    auto reply = [&](const wire::Bytes& frame) { bufferevent_write(l.bev, frame.data(), frame.size()); };
+    auto reply = [&](const protocol::Bytes& frame) { bufferevent_write(l.bev, frame.data(), frame.size()); };
     switch (type) {
-    case wire::Type::env_request: {
+    case protocol::Type::env_request: {
         // A task starts once the event anchor is in place: its default
         // event handler must find the anchor's registration. A planned
         // server's clients wait for it at the gate instead: the task has
         // its environment at once.
         if (!planned_ && !anchor_settled_) {
-            env_waiting_.emplace_back(&l, wire::Bytes(body.begin(), body.end()));
+            env_waiting_.emplace_back(&l, protocol::Bytes(body.begin(), body.end()));
             return;
         }
-        auto r = wire::EnvRequest::decode(body);
-        wire::EnvReply out;
+        auto r = protocol::EnvRequest::decode(body);
+        protocol::EnvReply out;
         if (!r || std::find(args_.ranks.begin(), args_.ranks.end(), r->rank) == args_.ranks.end()) {
             out.status = 1;
             out.error = r ? "rank " + std::to_string(r->rank) + " is not a task of this node" : r.error();
         } else if (auto env = planned_ ? Result<std::vector<std::string>>::ok(planned_environment(
-                                             *planned_, wire::step_nspace(args_.job_id, args_.step_id), r->rank))
+                                             *planned_, protocol::step_nspace(args_.job_id, args_.step_id), r->rank))
                                        : pmix_->environment(r->rank);
                    !env) {
             out.status = 1;
@@ -199,21 +199,21 @@ void Daemon::on_local_frame(Local& l, wire::Type type, std::span<const std::uint
             out.env = std::move(*env);
         }
         auto frame = out.encode();
-        if (frame.empty() || frame.size() - wire::header_size > wire::max_body) {
-            wire::EnvReply too_long;
+        if (frame.empty() || frame.size() - protocol::header_size > protocol::max_body) {
+            protocol::EnvReply too_long;
             too_long.status = 1;
             too_long.error = "the PMIx environment of rank " + std::to_string(r->rank) +
-                             " is over the " + std::to_string(wire::max_body / 1024) +
+                             " is over the " + std::to_string(protocol::max_body / 1024) +
                              " KiB its reply carries (are PMIX_MCA_* settings that long?)";
             frame = too_long.encode();
         }
         reply(frame);
         return;
     }
-    case wire::Type::outcome: {
+    case protocol::Type::outcome: {
         if (!l.control)
             return;  // only slurmstepd reports exits, on its control link
-        auto o = wire::Outcome::decode(body);
+        auto o = protocol::Outcome::decode(body);
         if (!o)
             return;
         if (std::find(args_.ranks.begin(), args_.ranks.end(), o->rank) == args_.ranks.end()) {
@@ -221,14 +221,14 @@ void Daemon::on_local_frame(Local& l, wire::Type type, std::span<const std::uint
             return;
         }
         outcome(*o);
-        reply(wire::Ack{o->rank, o->epoch}.encode());
+        reply(protocol::Ack{o->rank, o->epoch}.encode());
         return;
     }
-    case wire::Type::stop:
+    case protocol::Type::stop:
         if (!l.control)
             return;
         log::debug("stopping at the step's end (%zu outcomes to flush)", agent_->unacked());
-        reply(wire::Ack{}.encode());
+        reply(protocol::Ack{}.encode());
         agent_->drain();
         return;
     default:
@@ -236,4 +236,4 @@ void Daemon::on_local_frame(Local& l, wire::Type type, std::span<const std::uint
     }
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

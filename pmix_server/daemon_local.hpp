@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <sys/types.h>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 struct Daemon::Local {
     Daemon* d = nullptr;
@@ -36,4 +36,4 @@ struct Daemon::Local {
     }
 };
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -8,7 +8,7 @@
 #include "event_anchor.hpp"
 #include "exitpolicy/outcome.hpp"
 #include "exitpolicy/policy.hpp"
-#include "log.hpp"
+#include "pmix_server/log.hpp"
 #include "pmix_host.hpp"
 #include "protocol/events.hpp"
 
@@ -38,7 +38,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 namespace {
 
 std::int64_t now_us()
@@ -80,9 +80,9 @@ bool own_end(int wait_status, bool aborted)
 
 }  // namespace
 
-void Daemon::peer_failed(const wire::Event& e)
+void Daemon::peer_failed(const protocol::Event& e)
 {
-    failure_known(e.rank, own_end(e.wait_status, e.code == wire::pmix::proc_requested_abort));
+    failure_known(e.rank, own_end(e.wait_status, e.code == protocol::pmix::proc_requested_abort));
     if (notified_.insert(e.rank).second)  // the origin told its own clients already
         when_served([this, e] { pmix_->notify_terminated(e.rank, e.code, e.exit_code); });
 }
@@ -96,25 +96,25 @@ void Daemon::abort(std::uint32_t rank, int status, std::string message)
     aborts_.try_emplace(rank, AbortCall{status, now_us()});
     failure_known(rank, false);
     log::info("rank %u called abort with status %d: %s", rank, status, message.c_str());
-    agent_->to_root(wire::Abort{rank, status, wire::clipped(message)}.encode());
+    agent_->to_root(protocol::Abort{rank, status, protocol::clipped(message)}.encode());
 }
 
 
-void Daemon::relay(int code, std::uint32_t source_rank, wire::Bytes info)
+void Daemon::relay(int code, std::uint32_t source_rank, protocol::Bytes info)
 {
-    agent_->to_root(wire::Relay{args_.node_id, code, source_rank, std::move(info)}.encode());
+    agent_->to_root(protocol::Relay{args_.node_id, code, source_rank, std::move(info)}.encode());
 }
 
 void Daemon::terminate_step(const std::string& why)
 {
-    agent_->to_root(wire::Terminate{wire::clipped(why)}.encode());
+    agent_->to_root(protocol::Terminate{protocol::clipped(why)}.encode());
 }
 
 void Daemon::task_log(std::uint32_t rank, const std::string& text)
 {
     // A long line goes whole, in pieces the FE prints one after the other.
-    for (std::size_t at = 0; at < text.size() || at == 0; at += wire::max_string)
-        agent_->to_root(wire::Notice{args_.node_id, rank, text.substr(at, wire::max_string)}.encode());
+    for (std::size_t at = 0; at < text.size() || at == 0; at += protocol::max_string)
+        agent_->to_root(protocol::Notice{args_.node_id, rank, text.substr(at, protocol::max_string)}.encode());
 }
 
 void Daemon::client_connected(std::uint32_t rank)
@@ -251,9 +251,9 @@ void Daemon::signal_local(int sig, const std::set<std::uint32_t>& ranks)
 
 // ---- outcomes ----------------------------------------------------------------------
 
-void Daemon::outcome(const wire::Outcome& in)
+void Daemon::outcome(const protocol::Outcome& in)
 {
-    wire::Outcome o = in;
+    protocol::Outcome o = in;
     log::debug("rank %u ended: wait status %d, at %lld us", o.rank, o.wait_status,
                static_cast<long long>(o.end_time_us));
     ended_.insert(o.rank);
@@ -261,22 +261,22 @@ void Daemon::outcome(const wire::Outcome& in)
         o.end_time_us = std::min(o.end_time_us, task->second->exited_at_us);
     const auto aborted = aborts_.find(o.rank);
     if (aborted != aborts_.end()) {
-        o.flags |= wire::Outcome::flag_aborted;
+        o.flags |= protocol::Outcome::flag_aborted;
         o.abort_status = aborted->second.status;
         o.end_time_us = std::min(o.end_time_us, aborted->second.when_us);
     }
     const bool was_client = connected_.count(o.rank) != 0;
     if (was_client) {
-        o.flags |= wire::Outcome::flag_finalized_known;
+        o.flags |= protocol::Outcome::flag_finalized_known;
         if (finalized_.count(o.rank))
-            o.flags |= wire::Outcome::flag_finalized;
+            o.flags |= protocol::Outcome::flag_finalized;
     }
-    if (const auto event = wire::pmix::termination_event(o, args_.node_id)) {
+    if (const auto event = protocol::pmix::termination_event(o, args_.node_id)) {
         const bool called_abort = aborted != aborts_.end();
         const std::int64_t when = called_abort ? aborted->second.when_us : o.end_time_us;
         const bool own = own_end(o.wait_status, called_abort);
         if (collateral(o.rank, when, own))
-            o.flags |= wire::Outcome::flag_collateral;
+            o.flags |= protocol::Outcome::flag_collateral;
         failure_known(o.rank, own);
         // Our own clients first, then everyone else through the FE.
         if (notified_.insert(o.rank).second)
@@ -288,4 +288,4 @@ void Daemon::outcome(const wire::Outcome& in)
     agent_->report(o);
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

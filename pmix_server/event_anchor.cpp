@@ -5,7 +5,7 @@
 
 #include "daemon.hpp"
 #include "info_array.hpp"
-#include "log.hpp"
+#include "pmix_server/log.hpp"
 #include "pmix_host.hpp"
 
 #include <event2/event.h>
@@ -30,7 +30,7 @@
 
 extern char** environ;
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 namespace {
 
 // PMIX_MAX_ERR_CONSTANT, the code of the server's default-handler entry. It
@@ -332,4 +332,4 @@ int run_event_anchor()
     return registered ? 0 : 1;
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -34,7 +34,7 @@
 
 struct event;
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 class Daemon;
 
@@ -79,4 +79,4 @@ private:
 // The anchor process itself (main.cpp runs it for --event-anchor).
 int run_event_anchor();
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -3,13 +3,13 @@
 #include "upcalls.hpp"
 
 #include "convert.hpp"
-#include "log.hpp"
+#include "pmix_server/log.hpp"
 
 #include <pmix.h>
 
 #include <memory>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 // The library has delivered the event to this node's clients already; the
 // other nodes get it through the overlay. Its callback for this upcall must
@@ -18,7 +18,7 @@ namespace exitpolicy::pmixd {
 pmix_status_t on_notify_event(pmix_status_t code, const pmix_proc_t* source, pmix_data_range_t range,
                               pmix_info_t info[], size_t ninfo, pmix_op_cbfunc_t cbfunc, void* cbdata) noexcept
 {
-    return upcall("notify_event", cbfunc, cbdata, [&](Overlay& overlay, OpCompletion& done) {
+    return upcall("notify_event", cbfunc, cbdata, [&](StepServices& step, OpCompletion& done) {
         if (range == PMIX_RANGE_LOCAL || range == PMIX_RANGE_PROC_LOCAL)
             return done.returned(PMIX_OPERATION_SUCCEEDED);
         // A copy crosses to the loop thread, which packs it.
@@ -26,10 +26,10 @@ pmix_status_t on_notify_event(pmix_status_t code, const pmix_proc_t* source, pmi
         for (size_t i = 0; i < ninfo; ++i)
             PMIx_Info_xfer(&copy->info[i], &info[i]);
         const std::uint32_t rank = source ? source->rank : PMIX_RANK_UNDEF;
-        overlay.post([&overlay, code, rank, copy] {
+        step.post([&step, code, rank, copy] {
             auto packed = pack_infos(copy->info, copy->n);
             if (packed)
-                overlay.relay(code, rank, std::move(*packed));
+                step.relay(code, rank, std::move(*packed));
             else
                 log::error("an event from rank %u could not be packed: %s", rank, packed.error().c_str());
         });
@@ -51,4 +51,4 @@ pmix_status_t on_deregister_events(pmix_status_t*, size_t, pmix_op_cbfunc_t cbfu
                         [](OpCompletion& done) { return done.returned(PMIX_OPERATION_SUCCEEDED); });
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 struct InfoArray {
     pmix_info_t* info = nullptr;
@@ -18,4 +18,4 @@ struct InfoArray {
     InfoArray& operator=(const InfoArray&) = delete;
 };
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

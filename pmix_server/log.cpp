@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // log.cpp - see log.hpp.
-#include "log.hpp"
+#include "pmix_server/log.hpp"
 
 #include <cerrno>
 #include <cstdarg>
@@ -13,7 +13,7 @@
 #include <string>
 #include <syslog.h>
 
-namespace exitpolicy::pmixd::log {
+namespace exitpolicy::pmix_server::log {
 namespace {
 
 std::mutex mu;
@@ -105,4 +105,4 @@ void debug(const char* fmt, ...) noexcept
         EXITPOLICY_EMIT(LOG_DEBUG, "debug");
 }
 
-}  // namespace exitpolicy::pmixd::log
+}  // namespace exitpolicy::pmix_server::log

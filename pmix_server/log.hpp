@@ -3,7 +3,7 @@
 // to a file in log_dir when given, else syslog.
 #pragma once
 
-namespace exitpolicy::pmixd::log {
+namespace exitpolicy::pmix_server::log {
 
 // To <log_dir>/exitpolicy-pmixd.<tag>.log when log_dir is given and that
 // file can be had safely (open_owned), else to syslog.
@@ -18,4 +18,4 @@ void error(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 void info(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 void debug(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 
-}  // namespace exitpolicy::pmixd::log
+}  // namespace exitpolicy::pmix_server::log

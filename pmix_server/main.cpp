@@ -6,7 +6,7 @@
 #include "args.hpp"
 #include "daemon.hpp"
 #include "event_anchor.hpp"
-#include "log.hpp"
+#include "pmix_server/log.hpp"
 #include "pmix_compat.hpp"
 
 #include "protocol/auth.hpp"
@@ -44,17 +44,17 @@ int main(int argc, char** argv)
 {
     using namespace exitpolicy;
     if (argc == 2 && std::strcmp(argv[1], "--event-anchor") == 0)
-        return pmixd::run_event_anchor();
+        return pmix_server::run_event_anchor();
     std::vector<std::string> words(argv + 1, argv + argc);
-    auto args = pmixd::parse_args(words);
+    auto args = pmix_server::parse_args(words);
     if (!args) {
         std::fprintf(stderr, "exitpolicy-pmixd: %s\n", args.error().c_str());
         return 2;
     }
     const std::string tag = std::to_string(args->job_id) + "." + std::to_string(args->step_id) + " " +
                             args->hostname;
-    pmixd::log::open(tag.c_str(), args->log_dir.c_str(), args->debug);
-    crash_fd = pmixd::log::file_fd();
+    pmix_server::log::open(tag.c_str(), args->log_dir.c_str(), args->debug);
+    crash_fd = pmix_server::log::file_fd();
     if (crash_fd >= 0)
         for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL})
             std::signal(sig, on_crash);
@@ -62,7 +62,7 @@ int main(int argc, char** argv)
     // sink gives up after its bound) must not end the node's PMIx server:
     // the write fails with EPIPE instead, and that connection closes.
     std::signal(SIGPIPE, SIG_IGN);
-    pmixd::compat::set_library_defaults();  // before any thread, before PMIx_server_init
+    pmix_server::compat::set_library_defaults();  // before any thread, before PMIx_server_init
 
     char hex[65] = {};
     std::size_t got = 0;
@@ -73,16 +73,16 @@ int main(int argc, char** argv)
         got += static_cast<std::size_t>(n);
     }
     ::close(args->secret_fd);
-    auto secret = wire::secret_from_hex(std::string(hex, got));
+    auto secret = protocol::secret_from_hex(std::string(hex, got));
     if (!secret) {
-        pmixd::log::error("bad secret on fd %d: %s", args->secret_fd, secret.error().c_str());
+        pmix_server::log::error("bad secret on fd %d: %s", args->secret_fd, secret.error().c_str());
         return 2;
     }
     try {
-        pmixd::Daemon daemon(std::move(*args), *secret);
+        pmix_server::Daemon daemon(std::move(*args), *secret);
         return daemon.run();
     } catch (const std::exception& e) {
-        pmixd::log::error("fatal: %s", e.what());
+        pmix_server::log::error("fatal: %s", e.what());
         return 1;
     }
 }

@@ -5,11 +5,11 @@
 #include <atomic>
 #include <cstring>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 namespace {
 
-std::atomic<Overlay*> the_overlay{nullptr};  // one daemon per process
+std::atomic<StepServices*> the_step{nullptr};  // one daemon per process
 
 pmix_server_module_t module = [] {
     pmix_server_module_t m;
@@ -41,14 +41,14 @@ pmix_server_module_t* server_module() noexcept
     return &module;
 }
 
-void set_overlay(Overlay* overlay) noexcept
+void set_step(StepServices* step) noexcept
 {
-    the_overlay.store(overlay);
+    the_step.store(step);
 }
 
-Overlay* current_overlay() noexcept
+StepServices* current_step() noexcept
 {
-    return the_overlay.load();
+    return the_step.load();
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -5,7 +5,7 @@
 
 #include <map>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 std::vector<std::string> planned_environment(const PlannedServer& server, const std::string& nspace,
                                              std::uint32_t rank)
@@ -50,4 +50,4 @@ std::vector<std::string> environment_differences(const std::vector<std::string>&
     return out;
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 // Where a node's PMIx server listens when its socket was reserved before it
 // started (socket_activation.hpp): 127.0.0.1:port, as server rank node_id
@@ -39,4 +39,4 @@ std::vector<std::string> planned_environment(const PlannedServer& server, const 
 std::vector<std::string> environment_differences(const std::vector<std::string>& planned,
                                                  const std::vector<std::string>& actual);
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -18,7 +18,7 @@
 #include <optional>
 #include <string>
 
-namespace exitpolicy::pmixd::compat {
+namespace exitpolicy::pmix_server::compat {
 
 inline constexpr long pmix_major = PMIX_VERSION_MAJOR;
 
@@ -84,4 +84,4 @@ inline int activation_errno(const Version& v)
     return 0;
 }
 
-}  // namespace exitpolicy::pmixd::compat
+}  // namespace exitpolicy::pmix_server::compat

@@ -9,7 +9,7 @@
 
 #include "convert.hpp"
 #include "info_array.hpp"
-#include "log.hpp"
+#include "pmix_server/log.hpp"
 #include "upcalls.hpp"
 
 #include <pmix.h>
@@ -25,22 +25,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 // The overlay's copies of PMIx codes (protocol/events.hpp) are the library's.
-static_assert(wire::pmix::success == PMIX_SUCCESS);
-static_assert(wire::pmix::error == PMIX_ERROR);
-static_assert(wire::pmix::proc_aborted == PMIX_ERR_PROC_ABORTED);
-static_assert(wire::pmix::proc_requested_abort == PMIX_ERR_PROC_REQUESTED_ABORT);
-static_assert(wire::pmix::timeout == PMIX_ERR_TIMEOUT);
-static_assert(wire::pmix::unreach == PMIX_ERR_UNREACH);
-static_assert(wire::pmix::not_found == PMIX_ERR_NOT_FOUND);
-static_assert(wire::pmix::duplicate_key == PMIX_ERR_DUPLICATE_KEY);
-static_assert(wire::pmix::proc_term_wo_sync == PMIX_ERR_PROC_TERM_WO_SYNC);
-static_assert(wire::pmix::proc_terminated == PMIX_EVENT_PROC_TERMINATED);
-static_assert(wire::pmix::proc_aborted_by_sig == PMIX_ERR_PROC_ABORTED_BY_SIG);
-static_assert(wire::pmix::exit_nonzero_term == PMIX_ERR_EXIT_NONZERO_TERM);
-static_assert(wire::pmix::node_down == PMIX_EVENT_NODE_DOWN);
+static_assert(protocol::pmix::success == PMIX_SUCCESS);
+static_assert(protocol::pmix::error == PMIX_ERROR);
+static_assert(protocol::pmix::proc_aborted == PMIX_ERR_PROC_ABORTED);
+static_assert(protocol::pmix::proc_requested_abort == PMIX_ERR_PROC_REQUESTED_ABORT);
+static_assert(protocol::pmix::timeout == PMIX_ERR_TIMEOUT);
+static_assert(protocol::pmix::unreach == PMIX_ERR_UNREACH);
+static_assert(protocol::pmix::not_found == PMIX_ERR_NOT_FOUND);
+static_assert(protocol::pmix::duplicate_key == PMIX_ERR_DUPLICATE_KEY);
+static_assert(protocol::pmix::proc_term_wo_sync == PMIX_ERR_PROC_TERM_WO_SYNC);
+static_assert(protocol::pmix::proc_terminated == PMIX_EVENT_PROC_TERMINATED);
+static_assert(protocol::pmix::proc_aborted_by_sig == PMIX_ERR_PROC_ABORTED_BY_SIG);
+static_assert(protocol::pmix::exit_nonzero_term == PMIX_ERR_EXIT_NONZERO_TERM);
+static_assert(protocol::pmix::node_down == PMIX_EVENT_NODE_DOWN);
 
 namespace {
 
@@ -134,9 +134,9 @@ std::string make_namespace_dir(const std::string& server_dir, const std::string&
     return {};
 }
 
-PmixHost::PmixHost(Overlay& overlay) : overlay_(overlay)
+PmixHost::PmixHost(StepServices& step) : step_(step)
 {
-    set_overlay(&overlay);
+    set_step(&step);
 }
 
 PmixHost::~PmixHost()
@@ -144,10 +144,10 @@ PmixHost::~PmixHost()
     if (topology_thread_.joinable())
         topology_thread_.join();
     if (registered_)
-        deregister_namespace(nspace_, overlay_.args().ranks, std::chrono::milliseconds(500));
+        deregister_namespace(nspace_, step_.args().ranks, std::chrono::milliseconds(500));
     if (initialized_)
         PMIx_server_finalize();
-    set_overlay(nullptr);
+    set_step(nullptr);
 }
 
 Result<bool> PmixHost::init(const std::string& tmpdir, const PlannedServer* planned)
@@ -158,9 +158,9 @@ Result<bool> PmixHost::init(const std::string& tmpdir, const PlannedServer* plan
     InfoArray info(planned ? 6 : 4);
     PMIX_INFO_LOAD(&info.info[0], PMIX_SERVER_TMPDIR, tmpdir.c_str(), PMIX_STRING);
     PMIX_INFO_LOAD(&info.info[1], PMIX_SYSTEM_TMPDIR, tmpdir.c_str(), PMIX_STRING);
-    const std::uint32_t node = overlay_.args().node_id;
+    const std::uint32_t node = step_.args().node_id;
     PMIX_INFO_LOAD(&info.info[2], PMIX_SERVER_RANK, &node, PMIX_PROC_RANK);
-    PMIX_INFO_LOAD(&info.info[3], PMIX_HOSTNAME, overlay_.args().hostname.c_str(), PMIX_STRING);
+    PMIX_INFO_LOAD(&info.info[3], PMIX_HOSTNAME, step_.args().hostname.c_str(), PMIX_STRING);
     if (planned) {
         const int port = planned->port;
         PMIX_INFO_LOAD(&info.info[4], PMIX_TCP_IPV4_PORT, &port, PMIX_INT);
@@ -173,9 +173,9 @@ Result<bool> PmixHost::init(const std::string& tmpdir, const PlannedServer* plan
     return Result<bool>::ok(true);
 }
 
-Result<bool> PmixHost::register_namespace(const wire::StepMap& map, std::function<void(int status)> done)
+Result<bool> PmixHost::register_namespace(const protocol::StepMap& map, std::function<void(int status)> done)
 {
-    const Args& args = overlay_.args();
+    const Args& args = step_.args();
     nspace_ = map.nspace;
     const auto ntasks = static_cast<std::uint32_t>(map.rank_node.size());
     const auto nnodes = map.hostnames.size();
@@ -273,7 +273,7 @@ Result<bool> PmixHost::register_namespace(const wire::StepMap& map, std::functio
     // The registration in progress: the library holds it as cbdata, the
     // loop takes it back. The namespace first; the clients once it is in.
     auto pending = std::make_unique<Registration>();
-    pending->overlay = &overlay_;
+    pending->step = &step_;
     pending->info = std::move(info);
     pending->done = std::move(done);
     pending->nspace = nspace_;
@@ -295,9 +295,9 @@ Result<bool> PmixHost::register_namespace(const wire::StepMap& map, std::functio
 void PmixHost::Registration::nspace_in(pmix_status_t status, void* cbdata) noexcept
 {
     std::shared_ptr<Registration> self = reclaim<Registration>(cbdata);
-    Overlay* overlay = self->overlay;
+    StepServices* step = self->step;
     try {
-        overlay->post([self, status] { self->register_clients(status); });
+        step->post([self, status] { self->register_clients(status); });
     } catch (...) {
         log::error("namespace registration: out of memory");
     }
@@ -338,8 +338,8 @@ void PmixHost::Registration::client_in(pmix_status_t status, void* cbdata) noexc
 {
     auto self = reclaim<std::shared_ptr<Registration>>(cbdata);
     try {
-        Overlay* overlay = (*self)->overlay;
-        overlay->post([self = *self, status] { self->client_done(status); });
+        StepServices* step = (*self)->step;
+        step->post([self = *self, status] { self->client_done(status); });
     } catch (...) {
         log::error("client registration: out of memory");
     }
@@ -377,23 +377,23 @@ Result<std::vector<std::string>> PmixHost::environment(std::uint32_t rank, const
     return Result<std::vector<std::string>>::ok(std::move(out));
 }
 
-void PmixHost::dmodex(std::uint32_t rank, std::function<void(int status, wire::Bytes data)> done)
+void PmixHost::dmodex(std::uint32_t rank, std::function<void(int status, protocol::Bytes data)> done)
 {
     struct Request {
-        Overlay* overlay;
-        std::function<void(int, wire::Bytes)> done;
+        StepServices* step;
+        std::function<void(int, protocol::Bytes)> done;
     };
     pmix_proc_t proc;
     PMIX_PROC_LOAD(&proc, nspace_.c_str(), rank);
-    auto request = std::make_unique<Request>(Request{&overlay_, std::move(done)});
+    auto request = std::make_unique<Request>(Request{&step_, std::move(done)});
     Request* raw = request.get();
     const pmix_status_t rc = PMIx_server_dmodex_request(
         &proc,
         [](pmix_status_t status, char* data, size_t size, void* cbdata) {
             std::shared_ptr<Request> request = reclaim<Request>(cbdata);
             try {
-                wire::Bytes bytes(data, data + size);
-                request->overlay->post([request, status, bytes = std::move(bytes)]() mutable {
+                protocol::Bytes bytes(data, data + size);
+                request->step->post([request, status, bytes = std::move(bytes)]() mutable {
                     request->done(status, std::move(bytes));
                 });
             } catch (...) {
@@ -405,7 +405,7 @@ void PmixHost::dmodex(std::uint32_t rank, std::function<void(int status, wire::B
         reclaim<Request>(raw)->done(rc, {});
 }
 
-void PmixHost::deliver_relayed(int code, std::uint32_t source_rank, const wire::Bytes& packed)
+void PmixHost::deliver_relayed(int code, std::uint32_t source_rank, const protocol::Bytes& packed)
 {
     auto info = unpack_infos(packed);
     if (!info) {
@@ -487,4 +487,4 @@ void PmixHost::notify_node_down(std::uint32_t node, const std::string& hostname,
         notify_terminated(rank, PMIX_ERR_PROC_TERM_WO_SYNC, exit_code);
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

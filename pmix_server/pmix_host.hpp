@@ -6,12 +6,12 @@
 // Threads: init() runs on a thread of its own while the loop starts (the
 // daemon joins it before anything else here); discover_topology() starts a
 // thread that register_namespace() joins; every other call is made on the
-// overlay's loop thread, and the library's callbacks post their results
+// daemon's loop thread, and the library's callbacks post their results
 // there. The upcalls run on PMIx's progress thread (upcalls.hpp).
 #pragma once
 
 #include "info_array.hpp"
-#include "overlay.hpp"
+#include "step_services.hpp"
 #include "planned_environment.hpp"
 
 #include "exitpolicy/result.hpp"
@@ -28,7 +28,7 @@
 #include <thread>
 #include <vector>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 // One PMIx event as PMIx_Notify_event takes it.
 struct PmixEvent {
@@ -39,7 +39,7 @@ struct PmixEvent {
 // What the clients hear of one abnormal end: rank `rank` of `nspace` ended
 // with the specific `code` (PMIX_ERR_PROC_REQUESTED_ABORT,
 // PMIX_ERR_PROC_ABORTED_BY_SIG, PMIX_ERR_PROC_TERM_WO_SYNC or
-// PMIX_ERR_EXIT_NONZERO_TERM: wire::pmix::termination_event) and the task's
+// PMIX_ERR_EXIT_NONZERO_TERM: protocol::pmix::termination_event) and the task's
 // code `exit_code`. Each event, in order:
 //   1. `code`, for every handler of it and every default (code-less) one:
 //      once per failure. Open MPI 5's fault tolerance (ULFM) registers
@@ -84,9 +84,9 @@ std::string make_namespace_dir(const std::string& server_dir, const std::string&
 
 class PmixHost {
 public:
-    // The upcalls serve `overlay` from now until this is destroyed: the
+    // The upcalls serve `step` from now until this is destroyed: the
     // step's namespace and clients deregistered, then PMIx_server_finalize.
-    explicit PmixHost(Overlay& overlay);
+    explicit PmixHost(StepServices& step);
     ~PmixHost();
     PmixHost(const PmixHost&) = delete;
     PmixHost& operator=(const PmixHost&) = delete;
@@ -101,12 +101,12 @@ public:
     // Registers the step's namespace and this node's clients (the ranks of
     // args()); `done` runs once on the loop when the library has them all,
     // or has refused one (its status).
-    Result<bool> register_namespace(const wire::StepMap& map, std::function<void(int status)> done);
+    Result<bool> register_namespace(const protocol::StepMap& map, std::function<void(int status)> done);
     // PMIx_server_setup_fork's environment for `rank` of `nspace` (the
     // step's, once registered, by default).
     Result<std::vector<std::string>> environment(std::uint32_t rank, const std::string& nspace = {});
     // The data a local rank committed, for a peer node's direct modex.
-    void dmodex(std::uint32_t rank, std::function<void(int status, wire::Bytes data)> done);
+    void dmodex(std::uint32_t rank, std::function<void(int status, protocol::Bytes data)> done);
     // Tells every local client that `rank` ended abnormally with the
     // specific `code`: termination_events().
     void notify_terminated(std::uint32_t rank, int code, int exit_code);
@@ -118,13 +118,13 @@ public:
     void notify_node_down(std::uint32_t node, const std::string& hostname, const std::vector<std::uint32_t>& ranks,
                           const std::vector<std::uint32_t>& terminated, int exit_code);
     // An event a client on another node raised: to our clients.
-    void deliver_relayed(int code, std::uint32_t source_rank, const wire::Bytes& info);
+    void deliver_relayed(int code, std::uint32_t source_rank, const protocol::Bytes& info);
     const std::string& nspace() const noexcept { return nspace_; }
 
 private:
     // A namespace registration in progress (pmix_host.cpp).
     struct Registration : std::enable_shared_from_this<Registration> {
-        Overlay* overlay = nullptr;
+        StepServices* step = nullptr;
         std::unique_ptr<InfoArray> info;  // the library reads it until the namespace is in
         std::function<void(int)> done;
         std::string nspace;
@@ -142,7 +142,7 @@ private:
     static std::string topology_xml();
     void notify(int status, std::optional<std::uint32_t> source_rank, std::unique_ptr<InfoArray> info);
 
-    Overlay& overlay_;
+    StepServices& step_;
     std::thread topology_thread_;
     std::string topology_xml_;  // hwloc XML of this node, given to the clients
     std::string nspace_;
@@ -150,4 +150,4 @@ private:
     bool registered_ = false;  // the namespace was handed to the library
 };
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

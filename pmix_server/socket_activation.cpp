@@ -20,7 +20,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-namespace exitpolicy::pmixd::activation {
+namespace exitpolicy::pmix_server::activation {
 namespace {
 
 constexpr std::size_t max_held = 4096;
@@ -244,7 +244,7 @@ std::size_t held()
     return s.held.size();
 }
 
-}  // namespace exitpolicy::pmixd::activation
+}  // namespace exitpolicy::pmix_server::activation
 
 
 // The library's calls reach these before libc's (the executable's own
@@ -252,7 +252,7 @@ std::size_t held()
 // and the adopted socket goes to the kernel as libc would send it.
 extern "C" int bind(int fd, const sockaddr* addr, socklen_t len)
 {
-    auto& s = exitpolicy::pmixd::activation::state();
+    auto& s = exitpolicy::pmix_server::activation::state();
     if (addr && addr->sa_family == AF_INET && len >= sizeof(sockaddr_in)) {
         std::lock_guard guard(s.lock);
         const auto* sin = reinterpret_cast<const sockaddr_in*>(addr);
@@ -265,13 +265,13 @@ extern "C" int bind(int fd, const sockaddr* addr, socklen_t len)
             return 0;
         }
     }
-    return exitpolicy::pmixd::activation::libc_bind(fd, addr, len);
+    return exitpolicy::pmix_server::activation::libc_bind(fd, addr, len);
 }
 
 extern "C" int accept(int fd, sockaddr* addr, socklen_t* len)
 {
-    auto& s = exitpolicy::pmixd::activation::state();
+    auto& s = exitpolicy::pmix_server::activation::state();
     if (fd < 0 || fd != s.library_fd.load())
-        return exitpolicy::pmixd::activation::libc_accept(fd, addr, len);
-    return exitpolicy::pmixd::activation::gated_accept(s, fd, addr, len);
+        return exitpolicy::pmix_server::activation::libc_accept(fd, addr, len);
+    return exitpolicy::pmix_server::activation::gated_accept(s, fd, addr, len);
 }

@@ -45,7 +45,7 @@
 #include <cstdint>
 #include <sys/types.h>
 
-namespace exitpolicy::pmixd::activation {
+namespace exitpolicy::pmix_server::activation {
 
 struct Reserved {
     int fd = -1;
@@ -71,4 +71,4 @@ void close_held();
 // Connections held now (for the log and tests).
 std::size_t held();
 
-}  // namespace exitpolicy::pmixd::activation
+}  // namespace exitpolicy::pmix_server::activation

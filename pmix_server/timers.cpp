@@ -2,14 +2,14 @@
 // timers.cpp - see timers.hpp.
 #include "timers.hpp"
 
-#include "log.hpp"
+#include "pmix_server/log.hpp"
 
 #include <event2/event.h>
 
 #include <exception>
 #include <utility>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 namespace {
 
 void call(const std::function<void()>& fn) noexcept
@@ -90,4 +90,4 @@ void Timers::run_deferred(int, short, void* arg)
         call(fn);
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -16,7 +16,7 @@
 struct event;
 struct event_base;
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 class Timers {
 public:
@@ -40,4 +40,4 @@ private:
     std::deque<std::function<void()>> deferred_;
 };
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

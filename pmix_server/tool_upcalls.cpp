@@ -2,12 +2,12 @@
 // tool_upcalls.cpp - job control and log; spawn and connect are refused.
 #include "upcalls.hpp"
 
-#include "log.hpp"
+#include "pmix_server/log.hpp"
 
 #include <string>
 #include <vector>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 // Terminating or killing the whole job (no targets, or the namespace's
 // wildcard) ends the step on every node through the FE; single processes
@@ -16,7 +16,7 @@ pmix_status_t on_job_control(const pmix_proc_t* requestor, const pmix_proc_t tar
                              const pmix_info_t directives[], size_t ndirs, pmix_info_cbfunc_t cbfunc,
                              void* cbdata) noexcept
 {
-    return upcall("job_control", cbfunc, cbdata, [&](Overlay& overlay, InfoCompletion& done) {
+    return upcall("job_control", cbfunc, cbdata, [&](StepServices& step, InfoCompletion& done) {
         bool end = false;
         for (size_t i = 0; i < ndirs; ++i)
             if ((PMIX_CHECK_KEY(&directives[i], PMIX_JOB_CTRL_TERMINATE) ||
@@ -29,8 +29,8 @@ pmix_status_t on_job_control(const pmix_proc_t* requestor, const pmix_proc_t tar
             if (targets[i].rank != PMIX_RANK_WILDCARD)
                 return done.returned(PMIX_ERR_NOT_SUPPORTED);
         const std::uint32_t rank = requestor->rank;
-        overlay.post([&overlay, rank, done]() mutable {
-            overlay.terminate_step("rank " + std::to_string(rank) + " asked to terminate the job");
+        step.post([&step, rank, done]() mutable {
+            step.terminate_step("rank " + std::to_string(rank) + " asked to terminate the job");
             done.answer(PMIX_SUCCESS);
         });
         return PMIX_SUCCESS;
@@ -44,7 +44,7 @@ pmix_status_t on_job_control(const pmix_proc_t* requestor, const pmix_proc_t tar
 void on_log(const pmix_proc_t* client, const pmix_info_t data[], size_t ndata, const pmix_info_t[], size_t,
             pmix_op_cbfunc_t cbfunc, void* cbdata) noexcept
 {
-    const pmix_status_t rc = upcall("log", cbfunc, cbdata, [&](Overlay& overlay, OpCompletion& done) {
+    const pmix_status_t rc = upcall("log", cbfunc, cbdata, [&](StepServices& step, OpCompletion& done) {
         std::vector<std::string> lines;
         const std::uint32_t rank = client->rank;
         for (size_t i = 0; i < ndata; ++i) {
@@ -56,9 +56,9 @@ void on_log(const pmix_proc_t* client, const pmix_info_t data[], size_t ndata, c
             else
                 log::info("rank %u logs %s: %s", client->rank, data[i].key, text.c_str());
         }
-        overlay.post([&overlay, rank, lines = std::move(lines), done]() mutable {
+        step.post([&step, rank, lines = std::move(lines), done]() mutable {
             for (const auto& line : lines)
-                overlay.task_log(rank, line);
+                step.task_log(rank, line);
             done.answer(PMIX_SUCCESS);
         });
         return PMIX_SUCCESS;
@@ -79,4 +79,4 @@ pmix_status_t on_connect(const pmix_proc_t[], size_t, const pmix_info_t[], size_
     return PMIX_ERR_NOT_SUPPORTED;
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -2,18 +2,18 @@
 // topology.cpp - the node's hardware topology for the clients (PmixHost).
 #include "pmix_host.hpp"
 
-#include "log.hpp"
+#include "pmix_server/log.hpp"
 
 #include <hwloc.h>
 
 #include <fstream>
 #include <sstream>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 void PmixHost::discover_topology()
 {
-    const std::string source = overlay_.args().topology;
+    const std::string source = step_.args().topology;
     if (source == "none")
         return;
     try {
@@ -60,4 +60,4 @@ std::string PmixHost::topology_xml()
     return xml;
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -9,34 +9,34 @@
 //   tool_upcalls.cpp        job control, log; spawn and connect refused
 //
 // Every upcall runs on PMIx's progress thread and never blocks: it copies
-// what it needs into work posted to the overlay's loop and returns. It
+// what it needs into work posted to the daemon's loop and returns. It
 // answers exactly once, on every path, through a Completion
 // (completion.hpp) made at its C boundary (upcall() below).
 #pragma once
 
 #include "completion.hpp"
-#include "overlay.hpp"
+#include "step_services.hpp"
 
 #include <pmix_server.h>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 // The table for PMIx_server_init.
 pmix_server_module_t* server_module() noexcept;
 // Whom the upcalls serve: set before PMIx_server_init, cleared after
 // PMIx_server_finalize. Without one, an upcall answers `unanswered`.
-void set_overlay(Overlay* overlay) noexcept;
-Overlay* current_overlay() noexcept;
+void set_step(StepServices* step) noexcept;
+StepServices* current_step() noexcept;
 
-// An upcall's C boundary: guard_upcall() with the overlay.
+// An upcall's C boundary: guard_upcall() with the step.
 template <typename Cbfunc, typename Body>
 pmix_status_t upcall(const char* name, Cbfunc cbfunc, void* cbdata, Body&& body) noexcept
 {
     return guard_upcall(name, cbfunc, cbdata, [&](Completion<Cbfunc>& done) -> pmix_status_t {
-        Overlay* overlay = current_overlay();
-        if (!overlay)
+        StepServices* step = current_step();
+        if (!step)
             return done.returned(unanswered);
-        return body(*overlay, done);
+        return body(*step, done);
     });
 }
 
@@ -73,4 +73,4 @@ pmix_status_t on_spawn(const pmix_proc_t* proc, const pmix_info_t job_info[], si
 pmix_status_t on_connect(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[], size_t ninfo,
                          pmix_op_cbfunc_t cbfunc, void* cbdata) noexcept;
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

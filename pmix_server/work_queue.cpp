@@ -2,12 +2,12 @@
 // work_queue.cpp - see work_queue.hpp.
 #include "work_queue.hpp"
 
-#include "log.hpp"
+#include "pmix_server/log.hpp"
 
 #include <exception>
 #include <utility>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 bool WorkQueue::push(std::function<void()> fn)
 {
@@ -53,4 +53,4 @@ void WorkQueue::close() noexcept
     // `dropped` goes here, outside the lock.
 }
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

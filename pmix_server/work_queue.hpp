@@ -13,7 +13,7 @@
 #include <functional>
 #include <mutex>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
 class WorkQueue {
 public:
@@ -30,4 +30,4 @@ private:
     bool closed_ = false;
 };
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -8,7 +8,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
-namespace exitpolicy::wire {
+namespace exitpolicy::protocol {
 namespace {
 
 // We live in other programs (srun, slurmstepd) as a plugin: OpenSSL must
@@ -171,4 +171,4 @@ bool FrameSeal::open(std::span<const std::uint8_t> frame, std::span<const std::u
     return tags_equal(tag, frame_tag(key_, server_ ? Direction::to_server : Direction::to_client, received_++, frame));
 }
 
-}  // namespace exitpolicy::wire
+}  // namespace exitpolicy::protocol

@@ -26,7 +26,7 @@
 #include <string>
 #include <string_view>
 
-namespace exitpolicy::wire {
+namespace exitpolicy::protocol {
 
 using Secret = std::array<std::uint8_t, 32>;
 
@@ -81,4 +81,4 @@ private:
     std::uint64_t received_ = 0;
 };
 
-}  // namespace exitpolicy::wire
+}  // namespace exitpolicy::protocol

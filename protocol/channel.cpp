@@ -24,7 +24,7 @@
 
 #include <utility>
 
-namespace exitpolicy::wire {
+namespace exitpolicy::protocol {
 namespace {
 
 std::atomic<std::int64_t> handshake_deadline_ms{Channel::default_handshake_deadline.count()};
@@ -502,4 +502,4 @@ void Channel::on_deadline(int, short, void* arg) noexcept
     }
 }
 
-}  // namespace exitpolicy::wire
+}  // namespace exitpolicy::protocol

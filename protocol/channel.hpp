@@ -56,7 +56,7 @@ struct evbuffer;
 struct bufferevent;
 struct evconnlistener;
 
-namespace exitpolicy::wire {
+namespace exitpolicy::protocol {
 
 // Every overlay TCP socket: close-on-exec, no Nagle delay, and keepalive
 // probes with a bound, so that a peer that vanished without a word is
@@ -224,4 +224,4 @@ private:
     std::vector<Bytes> held_;  // sent by the owner before ready
 };
 
-}  // namespace exitpolicy::wire
+}  // namespace exitpolicy::protocol

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-namespace exitpolicy::wire {
+namespace exitpolicy::protocol {
 
 Writer::Writer(Type type)
 {
@@ -201,4 +201,4 @@ std::string Reader::str(std::size_t limit)
     return s;
 }
 
-}  // namespace exitpolicy::wire
+}  // namespace exitpolicy::protocol

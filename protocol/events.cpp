@@ -4,7 +4,7 @@
 
 #include "exitpolicy/outcome.hpp"
 
-namespace exitpolicy::wire::pmix {
+namespace exitpolicy::protocol::pmix {
 
 std::optional<Event> termination_event(const Outcome& o, std::uint32_t origin)
 {
@@ -35,4 +35,4 @@ std::optional<Event> termination_event(const Outcome& o, std::uint32_t origin)
     return Event{origin, o.rank, code, task_code(t, 1), o.wait_status, client};
 }
 
-}  // namespace exitpolicy::wire::pmix
+}  // namespace exitpolicy::protocol::pmix

@@ -13,7 +13,7 @@
 
 #include <optional>
 
-namespace exitpolicy::wire::pmix {
+namespace exitpolicy::protocol::pmix {
 
 inline constexpr int success = 0;                  // PMIX_SUCCESS
 inline constexpr int error = -1;                   // PMIX_ERROR
@@ -39,4 +39,4 @@ inline constexpr int node_down = -231;             // PMIX_EVENT_NODE_DOWN
 // event's `client`).
 std::optional<Event> termination_event(const Outcome& o, std::uint32_t origin);
 
-}  // namespace exitpolicy::wire::pmix
+}  // namespace exitpolicy::protocol::pmix

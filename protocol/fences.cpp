@@ -2,7 +2,7 @@
 // fences.cpp - see fences.hpp.
 #include "fences.hpp"
 
-namespace exitpolicy::wire {
+namespace exitpolicy::protocol {
 
 bool names_dead(const std::vector<std::uint32_t>& ranks, const std::set<std::uint32_t>& dead)
 {
@@ -87,4 +87,4 @@ bool FinishedFences::contains(const std::string& set, std::uint64_t instance) co
     return instance < it->second.below || it->second.beyond.count(instance) != 0;
 }
 
-}  // namespace exitpolicy::wire
+}  // namespace exitpolicy::protocol

@@ -2,7 +2,7 @@
 // fences.hpp - the fence bookkeeping of every node of the overlay tree,
 // written once for srun's front end (the root) and the node daemons.
 //
-// A fence instance (wire::FenceKey) gathers one contribution from each
+// A fence instance (protocol::FenceKey) gathers one contribution from each
 // place below a node that holds a participant: the node's own tasks, and
 // each child whose subtree holds one. When a node has them all it passes
 // the gathered data up (a daemon) or broadcasts the result (the FE). An
@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-namespace exitpolicy::wire {
+namespace exitpolicy::protocol {
 
 // Whether `rank` takes part in a fence over `ranks` (sorted; empty: all).
 inline bool takes_part(const std::vector<std::uint32_t>& ranks, std::uint32_t rank)
@@ -48,7 +48,7 @@ std::uint32_t fence_expected(const Tree& tree, const std::vector<std::uint32_t>&
 // earlier one are kept each.
 class FinishedFences {
 public:
-    // Instance `instance` (>= 1) over participant set `set` (wire::fence_set) finished.
+    // Instance `instance` (>= 1) over participant set `set` (protocol::fence_set) finished.
     void add(const std::string& set, std::uint64_t instance);
     bool contains(const std::string& set, std::uint64_t instance) const;
 
@@ -128,4 +128,4 @@ private:
     FinishedFences finished_;
 };
 
-}  // namespace exitpolicy::wire
+}  // namespace exitpolicy::protocol

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-namespace exitpolicy::wire {
+namespace exitpolicy::protocol {
 namespace {
 
 std::uint64_t position(std::optional<std::uint32_t> node) noexcept
@@ -95,4 +95,4 @@ std::optional<std::uint32_t> Tree::next_hop(std::optional<std::uint32_t> from, s
     return std::nullopt;
 }
 
-}  // namespace exitpolicy::wire
+}  // namespace exitpolicy::protocol

@@ -18,7 +18,7 @@
 #include <optional>
 #include <vector>
 
-namespace exitpolicy::wire {
+namespace exitpolicy::protocol {
 
 // The widest tree a site may configure (plugstack.conf's fanout=).
 inline constexpr std::uint32_t max_fanout = 1024;
@@ -55,4 +55,4 @@ private:
     std::vector<bool> gone_;
 };
 
-}  // namespace exitpolicy::wire
+}  // namespace exitpolicy::protocol

@@ -10,7 +10,7 @@
 #include <tuple>
 #include <type_traits>
 
-namespace exitpolicy::wire {
+namespace exitpolicy::protocol {
 namespace {
 
 template <typename T>
@@ -485,4 +485,4 @@ EXITPOLICY_CODEC(Notice)
 
 #undef EXITPOLICY_CODEC
 
-}  // namespace exitpolicy::wire
+}  // namespace exitpolicy::protocol

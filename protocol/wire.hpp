@@ -24,7 +24,7 @@
 #include <vector>
 #include <algorithm>
 
-namespace exitpolicy::wire {
+namespace exitpolicy::protocol {
 
 inline constexpr std::uint8_t protocol_version = 4;  // 2: fence keys name runs of ranks; 3: outcomes in bulk, tags over a digest; 4: step done
 inline constexpr std::size_t header_size = 8;  // magic, version, type, u32 body length
@@ -466,4 +466,4 @@ struct Notice {
     static Result<Notice> decode(std::span<const std::uint8_t> body);
 };
 
-}  // namespace exitpolicy::wire
+}  // namespace exitpolicy::protocol

@@ -5,12 +5,12 @@
 // job: the values go into the environment the job inherits (salloc's shell,
 // sbatch's exported environment); for the batch script, slurmstepd.cpp sets
 // them again from the forwarded options, so that --export=NONE keeps them.
-#include "log.hpp"
+#include "spank_plugin/log.hpp"
 #include "plugin.hpp"
 
 #include <cstdlib>
 
-namespace exitpolicy::plugin::allocator {
+namespace exitpolicy::spank_plugin::allocator {
 
 int init_post_opt(spank_t)
 {
@@ -23,4 +23,4 @@ int init_post_opt(spank_t)
     return 0;
 }
 
-}  // namespace exitpolicy::plugin::allocator
+}  // namespace exitpolicy::spank_plugin::allocator

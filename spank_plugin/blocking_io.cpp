@@ -9,7 +9,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
-namespace exitpolicy::plugin::io {
+namespace exitpolicy::spank_plugin::io {
 
 using Clock = std::chrono::steady_clock;
 
@@ -31,7 +31,7 @@ bool wait_fd(int fd, short events, Clock::time_point deadline)
     }
 }
 
-Result<bool> write_all(int fd, const wire::Bytes& data, Clock::time_point deadline, const char* peer)
+Result<bool> write_all(int fd, const protocol::Bytes& data, Clock::time_point deadline, const char* peer)
 {
     std::size_t done = 0;
     while (done < data.size()) {
@@ -75,48 +75,48 @@ Result<bool> read_exact(int fd, std::uint8_t* out, std::size_t size, Clock::time
     return Result<bool>::ok(true);
 }
 
-Result<wire::Bytes> read_frame(int fd, wire::Type expected, Clock::time_point deadline, const char* peer,
-                               wire::FrameSeal* seal)
+Result<protocol::Bytes> read_frame(int fd, protocol::Type expected, Clock::time_point deadline, const char* peer,
+                               protocol::FrameSeal* seal)
 {
-    wire::Type type{};
+    protocol::Type type{};
     return read_frame_of(fd, {expected}, type, deadline, peer, seal);
 }
 
-Result<wire::Bytes> read_frame_of(int fd, std::initializer_list<wire::Type> accepted, wire::Type& type,
-                                  Clock::time_point deadline, const char* peer, wire::FrameSeal* seal)
+Result<protocol::Bytes> read_frame_of(int fd, std::initializer_list<protocol::Type> accepted, protocol::Type& type,
+                                  Clock::time_point deadline, const char* peer, protocol::FrameSeal* seal)
 {
-    std::array<std::uint8_t, wire::header_size> head{};
+    std::array<std::uint8_t, protocol::header_size> head{};
     if (auto r = read_exact(fd, head.data(), head.size(), deadline, peer); !r)
-        return Result<wire::Bytes>::fail(r.error());
-    auto h = wire::decode_header(head);
+        return Result<protocol::Bytes>::fail(r.error());
+    auto h = protocol::decode_header(head);
     if (!h)
-        return Result<wire::Bytes>::fail(h.error());
+        return Result<protocol::Bytes>::fail(h.error());
     if (std::find(accepted.begin(), accepted.end(), h->type) == accepted.end())
-        return Result<wire::Bytes>::fail("expected a " + std::string(wire::type_name(*accepted.begin())) +
-                                         " frame, got " + std::string(wire::type_name(h->type)));
+        return Result<protocol::Bytes>::fail("expected a " + std::string(protocol::type_name(*accepted.begin())) +
+                                         " frame, got " + std::string(protocol::type_name(h->type)));
     type = h->type;
-    wire::Bytes body(h->length);
+    protocol::Bytes body(h->length);
     if (auto r = read_exact(fd, body.data(), body.size(), deadline, peer); !r)
-        return Result<wire::Bytes>::fail(r.error());
+        return Result<protocol::Bytes>::fail(r.error());
     if (seal) {
-        wire::Tag tag{};
+        protocol::Tag tag{};
         if (auto r = read_exact(fd, tag.data(), tag.size(), deadline, peer); !r)
-            return Result<wire::Bytes>::fail(r.error());
-        wire::Bytes frame(head.begin(), head.end());
+            return Result<protocol::Bytes>::fail(r.error());
+        protocol::Bytes frame(head.begin(), head.end());
         frame.insert(frame.end(), body.begin(), body.end());
         if (!seal->open(frame, tag))
-            return Result<wire::Bytes>::fail(std::string("a frame from ") + peer + " failed its integrity check");
+            return Result<protocol::Bytes>::fail(std::string("a frame from ") + peer + " failed its integrity check");
     }
-    return Result<wire::Bytes>::ok(std::move(body));
+    return Result<protocol::Bytes>::ok(std::move(body));
 }
 
-Result<bool> write_sealed(int fd, const wire::Bytes& frame, wire::FrameSeal& seal, Clock::time_point deadline,
+Result<bool> write_sealed(int fd, const protocol::Bytes& frame, protocol::FrameSeal& seal, Clock::time_point deadline,
                           const char* peer)
 {
-    const wire::Tag tag = seal.seal(frame);
-    wire::Bytes out(frame);
+    const protocol::Tag tag = seal.seal(frame);
+    protocol::Bytes out(frame);
     out.insert(out.end(), tag.begin(), tag.end());
     return write_all(fd, out, deadline, peer);
 }
 
-}  // namespace exitpolicy::plugin::io
+}  // namespace exitpolicy::spank_plugin::io

@@ -11,23 +11,23 @@
 #include <chrono>
 #include <initializer_list>
 
-namespace exitpolicy::plugin::io {
+namespace exitpolicy::spank_plugin::io {
 
 using Clock = std::chrono::steady_clock;
 
 int remaining_ms(Clock::time_point deadline);
 bool wait_fd(int fd, short events, Clock::time_point deadline);
-Result<bool> write_all(int fd, const wire::Bytes& data, Clock::time_point deadline, const char* peer);
+Result<bool> write_all(int fd, const protocol::Bytes& data, Clock::time_point deadline, const char* peer);
 Result<bool> read_exact(int fd, std::uint8_t* out, std::size_t size, Clock::time_point deadline, const char* peer);
 // One frame of the expected type; with a seal (an authenticated
 // connection), followed by its tag, which must be the one expected.
-Result<wire::Bytes> read_frame(int fd, wire::Type expected, Clock::time_point deadline, const char* peer,
-                               wire::FrameSeal* seal = nullptr);
+Result<protocol::Bytes> read_frame(int fd, protocol::Type expected, Clock::time_point deadline, const char* peer,
+                               protocol::FrameSeal* seal = nullptr);
 // One frame of any of the accepted types (not empty); its type in `type`.
-Result<wire::Bytes> read_frame_of(int fd, std::initializer_list<wire::Type> accepted, wire::Type& type,
-                                  Clock::time_point deadline, const char* peer, wire::FrameSeal* seal = nullptr);
+Result<protocol::Bytes> read_frame_of(int fd, std::initializer_list<protocol::Type> accepted, protocol::Type& type,
+                                  Clock::time_point deadline, const char* peer, protocol::FrameSeal* seal = nullptr);
 // A frame and its tag.
-Result<bool> write_sealed(int fd, const wire::Bytes& frame, wire::FrameSeal& seal, Clock::time_point deadline,
+Result<bool> write_sealed(int fd, const protocol::Bytes& frame, protocol::FrameSeal& seal, Clock::time_point deadline,
                           const char* peer);
 
-}  // namespace exitpolicy::plugin::io
+}  // namespace exitpolicy::spank_plugin::io

@@ -11,7 +11,7 @@
 #include <charconv>
 #include <string>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 template <typename T>
@@ -184,10 +184,10 @@ Result<Config> parse_config(const std::vector<std::string_view>& args)
                 return Result<Config>::fail(bad(key, value, "expected auto or never"));
             break;
         case SiteArg::fanout: {
-            auto v = number<std::uint32_t>(value, 2, wire::max_fanout);
+            auto v = number<std::uint32_t>(value, 2, protocol::max_fanout);
             if (!v)
                 return Result<Config>::fail(
-                    bad(key, value, "expected a tree fan-out, 2 to " + std::to_string(wire::max_fanout)));
+                    bad(key, value, "expected a tree fan-out, 2 to " + std::to_string(protocol::max_fanout)));
             c.fanout = *v;
             break;
         }
@@ -248,4 +248,4 @@ Result<Config> parse_config(const std::vector<std::string_view>& args)
     return Result<Config>::ok(c);
 }
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 
 enum class PmixMode : std::uint8_t { automatic, never };
 
@@ -63,4 +63,4 @@ Result<bool> parse_switch(std::string_view text);
 // (option_table.hpp), for error messages.
 std::string_view config_usage() noexcept;
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

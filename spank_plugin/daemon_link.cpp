@@ -27,7 +27,7 @@
 #include <unistd.h>
 #include <utility>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 using namespace io;
@@ -413,12 +413,12 @@ Result<std::vector<std::string>> request_environment(const std::string& dir, std
         ::close(*fd);
         return r;
     };
-    if (auto w = write_all(*fd, wire::EnvRequest{rank, pid}.encode(), deadline, daemon_name); !w)
+    if (auto w = write_all(*fd, protocol::EnvRequest{rank, pid}.encode(), deadline, daemon_name); !w)
         return done(R::fail(w.error()));
-    auto body = read_frame(*fd, wire::Type::env_reply, deadline, daemon_name);
+    auto body = read_frame(*fd, protocol::Type::env_reply, deadline, daemon_name);
     if (!body)
         return done(R::fail(body.error()));
-    auto reply = wire::EnvReply::decode(*body);
+    auto reply = protocol::EnvReply::decode(*body);
     if (!reply)
         return done(R::fail(reply.error()));
     if (reply->status != 0)
@@ -426,20 +426,20 @@ Result<std::vector<std::string>> request_environment(const std::string& dir, std
     return done(R::ok(std::move(reply->env)));
 }
 
-std::vector<wire::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout)
+std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout)
 {
     const auto deadline = Clock::now() + timeout;
-    std::vector<wire::Ack> confirmed;
+    std::vector<protocol::Ack> confirmed;
     if (const int fd = daemon.control; fd >= 0) {
         // The ack may not make it out before the daemon closes: EOF, once
         // it has closed everything on its way out, is the answer that counts.
         // Before it, the daemon says which outcomes srun has.
-        if (write_all(fd, wire::Stop{}.encode(), deadline, daemon_name)) {
-            wire::Type type{};
-            while (auto body = read_frame_of(fd, {wire::Type::ack, wire::Type::acks}, type, deadline, daemon_name)) {
-                if (type != wire::Type::acks)
+        if (write_all(fd, protocol::Stop{}.encode(), deadline, daemon_name)) {
+            protocol::Type type{};
+            while (auto body = read_frame_of(fd, {protocol::Type::ack, protocol::Type::acks}, type, deadline, daemon_name)) {
+                if (type != protocol::Type::acks)
                     continue;
-                auto acks = wire::Acks::decode(*body);
+                auto acks = protocol::Acks::decode(*body);
                 if (!acks)
                     break;
                 confirmed.insert(confirmed.end(), acks->list.begin(), acks->list.end());
@@ -466,7 +466,7 @@ std::vector<wire::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::millisec
 
 DaemonSink::DaemonSink(int control, std::chrono::milliseconds timeout) : fd_(control), timeout_(timeout) {}
 
-Result<bool> DaemonSink::deliver(const wire::Outcome& outcome)
+Result<bool> DaemonSink::deliver(const protocol::Outcome& outcome)
 {
     using R = Result<bool>;
     if (gave_up_)
@@ -482,11 +482,11 @@ Result<bool> DaemonSink::deliver(const wire::Outcome& outcome)
     };
     if (auto w = write_all(fd_, outcome.encode(), deadline, daemon_name); !w)
         return fail(w.error());
-    auto body = read_frame(fd_, wire::Type::ack, deadline, daemon_name);
+    auto body = read_frame(fd_, protocol::Type::ack, deadline, daemon_name);
     if (!body)
         return fail(body.error());
     // Only an acknowledgement of this very outcome counts.
-    auto ack = wire::Ack::decode(*body);
+    auto ack = protocol::Ack::decode(*body);
     if (!ack)
         return fail(ack.error());
     if (ack->rank != outcome.rank || ack->epoch != outcome.epoch)
@@ -497,14 +497,14 @@ Result<bool> DaemonSink::deliver(const wire::Outcome& outcome)
     return R::ok(true);
 }
 
-std::vector<wire::Outcome> DaemonSink::unconfirmed(const std::vector<wire::Ack>& confirmed) const
+std::vector<protocol::Outcome> DaemonSink::unconfirmed(const std::vector<protocol::Ack>& confirmed) const
 {
-    std::vector<wire::Outcome> out;
+    std::vector<protocol::Outcome> out;
     for (const auto& o : taken_)
         if (std::none_of(confirmed.begin(), confirmed.end(),
-                         [&](const wire::Ack& a) { return a.rank == o.rank && a.epoch == o.epoch; }))
+                         [&](const protocol::Ack& a) { return a.rank == o.rank && a.epoch == o.epoch; }))
             out.push_back(o);
     return out;
 }
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

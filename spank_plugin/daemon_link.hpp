@@ -24,7 +24,7 @@
 #include <sys/types.h>
 #include <vector>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 
 // A soft resource limit for the daemon: it runs as the job's user, so it
 // gets what srun propagates to the step's tasks (SLURM_RLIMIT_NAME=[U]N),
@@ -134,7 +134,7 @@ Result<std::vector<std::string>> request_environment(const std::string& dir, std
 // (bounded), then kills it through its pidfd (never by a pid that may have
 // been reused), and closes what it held. Returns the outcomes the daemon
 // said, on its way out, that srun has (none when it said nothing).
-std::vector<wire::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout);
+std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout);
 
 // Task outcomes to the daemon over its control link (LaunchedDaemon::control,
 // not owned), one at a time: each waits for its acknowledgement, which must
@@ -143,17 +143,17 @@ std::vector<wire::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::millisec
 class DaemonSink final : public OutcomeSink {
 public:
     DaemonSink(int control, std::chrono::milliseconds timeout);
-    Result<bool> deliver(const wire::Outcome& outcome) override;
+    Result<bool> deliver(const protocol::Outcome& outcome) override;
     // What the daemon took and srun never confirmed (stop_daemon's list):
     // it goes the direct way. The daemon's ack says only that it has an
     // outcome; every holder keeps it until srun has it.
-    std::vector<wire::Outcome> unconfirmed(const std::vector<wire::Ack>& confirmed) const;
+    std::vector<protocol::Outcome> unconfirmed(const std::vector<protocol::Ack>& confirmed) const;
 
 private:
-    std::vector<wire::Outcome> taken_;
+    std::vector<protocol::Outcome> taken_;
     int fd_;
     std::chrono::milliseconds timeout_;
     bool gave_up_ = false;
 };
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

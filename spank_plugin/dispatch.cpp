@@ -19,13 +19,13 @@ SPANK_PLUGIN(exitpolicy, 1);
 
 int slurm_spank_init(spank_t sp, int ac, char** av)
 {
-    using namespace exitpolicy::plugin;
+    using namespace exitpolicy::spank_plugin;
     return guarded("init", 0, [&] { return init(sp, ac, av); });
 }
 
 int slurm_spank_init_post_opt(spank_t sp, int, char**)
 {
-    using namespace exitpolicy::plugin;
+    using namespace exitpolicy::spank_plugin;
     return guarded("init_post_opt", 0, [&] {
         switch (spank_context()) {
         case S_CTX_LOCAL: return srun::init_post_opt(sp);
@@ -38,26 +38,26 @@ int slurm_spank_init_post_opt(spank_t sp, int, char**)
 
 int slurm_spank_local_user_init(spank_t sp, int, char**)
 {
-    using namespace exitpolicy::plugin;
+    using namespace exitpolicy::spank_plugin;
     return guarded("local_user_init", 0, [&] { return srun::local_user_init(sp); });
 }
 
 int slurm_spank_task_init(spank_t sp, int, char**)
 {
-    using namespace exitpolicy::plugin;
+    using namespace exitpolicy::spank_plugin;
     // In the task, as the job's user, before exec.
     return guarded("task_init", 0, [&] { return slurmstepd::task_init(sp); });
 }
 
 int slurm_spank_task_exit(spank_t sp, int, char**)
 {
-    using namespace exitpolicy::plugin;
+    using namespace exitpolicy::spank_plugin;
     return guarded("task_exit", 0, [&] { return slurmstepd::task_exit(sp); });
 }
 
 int slurm_spank_exit(spank_t sp, int, char**)
 {
-    using namespace exitpolicy::plugin;
+    using namespace exitpolicy::spank_plugin;
     return guarded("exit", 0, [&] {
         switch (spank_context()) {
         case S_CTX_LOCAL: return srun::exit(sp);

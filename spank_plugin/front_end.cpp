@@ -36,7 +36,7 @@
 #include <memory>
 #include <thread>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 struct BaseDeleter {
@@ -51,9 +51,9 @@ struct ListenerDeleter {
 struct FrontEnd::Impl final : OverlayRoot::Links {
     // One connection (protocol/channel.hpp does the handshake); FE thread only.
     struct Conn {
-        std::unique_ptr<wire::Channel> channel;
+        std::unique_ptr<protocol::Channel> channel;
         std::optional<std::uint32_t> node;  // set once authenticated
-        wire::Role role = wire::Role::stepd;
+        protocol::Role role = protocol::Role::stepd;
         bool adopted = false;               // a daemon's link asking for adoption
         std::string peer_address;           // numeric, for the step map
         // Not ready yet: its place in `pending`.
@@ -63,18 +63,18 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
     explicit Impl(const FrontEndSetup& s) : setup(s), collector(s.ntasks, s.nnodes), tree_link(s.nnodes, nullptr) {}
 
     FrontEndSetup setup;
-    wire::Secret secret{};
+    protocol::Secret secret{};
     std::unique_ptr<event_base, BaseDeleter> base;
     std::unique_ptr<evconnlistener, ListenerDeleter> listener;
     std::uint16_t port = 0;
     std::thread thread;
-    std::map<wire::Channel*, std::unique_ptr<Conn>> conns;  // FE thread only
+    std::map<protocol::Channel*, std::unique_ptr<Conn>> conns;  // FE thread only
     std::vector<std::unique_ptr<Conn>> closed_conns;         // freed on the next loop turn
     // The connections not ready yet, oldest first (FE thread only): at most
-    // wire::unauthenticated_cap() of the step's peers.
+    // protocol::unauthenticated_cap() of the step's peers.
     std::list<Conn*> pending;
     bool told_over_cap = false;
-    std::unique_ptr<wire::AcceptBackoff> accept_backoff;
+    std::unique_ptr<protocol::AcceptBackoff> accept_backoff;
 
     // Shared with srun's main thread.
     OutcomeCollector collector;
@@ -84,12 +84,12 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
 
     // ---- OverlayRoot::Links ----
     bool tree_linked(std::uint32_t node) const override { return tree_link[node] != nullptr; }
-    void send_tree(const std::vector<std::uint32_t>& nodes, const wire::Bytes& frame) override
+    void send_tree(const std::vector<std::uint32_t>& nodes, const protocol::Bytes& frame) override
     {
-        const auto digest = wire::frame_digest(frame);
-        if (nodes.size() > 1 && frame.size() >= wire::shared_frame_size) {
+        const auto digest = protocol::frame_digest(frame);
+        if (nodes.size() > 1 && frame.size() >= protocol::shared_frame_size) {
             // A fence's result: one copy in srun's memory for all children.
-            const auto shared = std::make_shared<const wire::Bytes>(frame);
+            const auto shared = std::make_shared<const protocol::Bytes>(frame);
             for (std::uint32_t node : nodes)
                 tree_link[node]->channel->send(shared, digest);
             return;
@@ -97,25 +97,25 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
         for (std::uint32_t node : nodes)
             tree_link[node]->channel->send(frame, digest);
     }
-    void send_daemons(const wire::Bytes& frame) override
+    void send_daemons(const protocol::Bytes& frame) override
     {
-        const auto digest = wire::frame_digest(frame);
+        const auto digest = protocol::frame_digest(frame);
         for (auto& [channel, other] : conns)
-            if (other->node && other->role == wire::Role::daemon)
+            if (other->node && other->role == protocol::Role::daemon)
                 channel->send(frame, digest);
     }
 
     // The channel closed: forget it, free it on the next loop turn (the FE's
     // code up the stack, inside the channel's callback, may still hold the
     // Conn). Anything but the peer's own close is a problem for srun's user.
-    void drop(Conn* c, wire::Channel::Reason reason, const std::string& why)
+    void drop(Conn* c, protocol::Channel::Reason reason, const std::string& why)
     {
-        if (reason != wire::Channel::Reason::peer_closed)
+        if (reason != protocol::Channel::Reason::peer_closed)
             collector.problem("closed a connection: " + why);
         unpend(c);
         if (c->node)
             collector.link_closed();
-        if (c->node && c->role == wire::Role::stepd) {
+        if (c->node && c->role == protocol::Role::stepd) {
             overlay->stepd_closed(*c->node);
         } else if (c->node && tree_link[*c->node] == c) {
             tree_link[*c->node] = nullptr;
@@ -147,8 +147,8 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
     void make_room(int fd)
     {
         // A slurmstepd and a daemon per node may come at once.
-        const std::size_t cap = wire::unauthenticated_cap(2 * std::size_t{setup.nnodes});
-        std::size_t short_of = wire::descriptors_short(fd);
+        const std::size_t cap = protocol::unauthenticated_cap(2 * std::size_t{setup.nnodes});
+        std::size_t short_of = protocol::descriptors_short(fd);
         if (pending.size() < cap && short_of == 0)
             return;
         if (!told_over_cap) {
@@ -176,7 +176,7 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
         return true;
     }
 
-    void send(Conn* c, const wire::Bytes& frame)
+    void send(Conn* c, const protocol::Bytes& frame)
     {
         c->channel->send(frame);
     }
@@ -185,7 +185,7 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
     void on_ready(Conn* c)
     {
         unpend(c);
-        const wire::Hello& hello = c->channel->peer();
+        const protocol::Hello& hello = c->channel->peer();
         if (hello.node_id >= setup.nnodes) {
             c->channel->close("node id " + std::to_string(hello.node_id) + " is outside the step's " +
                               std::to_string(setup.nnodes) + " nodes");
@@ -193,13 +193,13 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
         }
         collector.node_ready(hello.node_id, hello.hostname, hello.ranks);
         c->node = hello.node_id;
-        c->role = hello.role == wire::Role::orphan ? wire::Role::daemon : hello.role;
-        c->adopted = hello.role == wire::Role::orphan;
-        if (hello.role == wire::Role::stepd) {
+        c->role = hello.role == protocol::Role::orphan ? protocol::Role::daemon : hello.role;
+        c->adopted = hello.role == protocol::Role::orphan;
+        if (hello.role == protocol::Role::stepd) {
             overlay->stepd_opened(hello.node_id);
             return;
         }
-        if (hello.role == wire::Role::orphan) {
+        if (hello.role == protocol::Role::orphan) {
             // Every daemon between it and us left the tree; it may have
             // missed what we broadcast meanwhile.
             if (!overlay->adopt(hello.node_id)) {
@@ -214,16 +214,16 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
 
     // A frame by the sender's role: outcomes to the collector (acknowledged
     // once recorded), a daemon's traffic to the overlay root.
-    Result<bool> on_frame(Conn* c, wire::Type type, std::span<const std::uint8_t> body)
+    Result<bool> on_frame(Conn* c, protocol::Type type, std::span<const std::uint8_t> body)
     {
         const OverlayRoot::Peer from{*c->node, c->role, c->peer_address};
-        if (type == wire::Type::notice)  // from a daemon or slurmstepd itself
+        if (type == protocol::Type::notice)  // from a daemon or slurmstepd itself
             return overlay->daemon_frame(from, type, body);
-        if (type == wire::Type::outcomes) {
-            auto batch = wire::Outcomes::decode(body);
+        if (type == protocol::Type::outcomes) {
+            auto batch = protocol::Outcomes::decode(body);
             if (!batch)
                 return Result<bool>::fail(batch.error());
-            wire::Acks acks;
+            protocol::Acks acks;
             for (const auto& o : batch->list) {
                 recorded(c, collector.record(*c->node, o));
                 acks.list.push_back({o.rank, o.epoch});
@@ -231,15 +231,15 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
             send(c, acks.encode());
             return Result<bool>::ok(true);
         }
-        if (type != wire::Type::outcome) {
-            if (c->role == wire::Role::daemon)
+        if (type != protocol::Type::outcome) {
+            if (c->role == protocol::Role::daemon)
                 return overlay->daemon_frame(from, type, body);
-            return Result<bool>::fail("unexpected " + std::string(wire::type_name(type)) + " frame");
+            return Result<bool>::fail("unexpected " + std::string(protocol::type_name(type)) + " frame");
         }
         auto r = collector.record(*c->node, body);
         if (!r)
             return Result<bool>::fail(r.error());
-        send(c, wire::Ack{r->frame.rank, r->frame.epoch}.encode());
+        send(c, protocol::Ack{r->frame.rank, r->frame.epoch}.encode());
         recorded(c, *r);
         return Result<bool>::ok(true);
     }
@@ -248,7 +248,7 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
     // announce.
     void recorded(Conn* c, const OutcomeCollector::Recorded& r)
     {
-        if (r.recorded == OutcomeSet::Recorded::added && c->role == wire::Role::stepd)
+        if (r.recorded == OutcomeSet::Recorded::added && c->role == protocol::Role::stepd)
             overlay->direct_outcome(r.frame, r.task.node);
         overlay->outcome_recorded();
     }
@@ -265,21 +265,21 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
             if (addr && addr->sa_family == AF_INET)
                 inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(addr)->sin_addr, text, sizeof(text));
             c->peer_address = text;
-            wire::Channel::Handlers h;
-            h.ready = [fe, raw](wire::Channel&) { fe->on_ready(raw); };
-            h.frame = [fe, raw](wire::Channel&, wire::Type type, std::span<const std::uint8_t> body) {
+            protocol::Channel::Handlers h;
+            h.ready = [fe, raw](protocol::Channel&) { fe->on_ready(raw); };
+            h.frame = [fe, raw](protocol::Channel&, protocol::Type type, std::span<const std::uint8_t> body) {
                 return fe->on_frame(raw, type, body);
             };
-            h.closed = [fe, raw](wire::Channel&, wire::Channel::Reason reason, const std::string& why) {
+            h.closed = [fe, raw](protocol::Channel&, protocol::Channel::Reason reason, const std::string& why) {
                 fe->drop(raw, reason, why);
             };
-            c->channel = wire::Channel::accept(fe->base.get(), fd, fe->secret, fe->setup.job_id,
+            c->channel = protocol::Channel::accept(fe->base.get(), fd, fe->secret, fe->setup.job_id,
                                                fe->setup.step_id, std::move(h));
             if (!c->channel) {
                 fe->collector.problem("could not accept a connection");
                 return;
             }
-            wire::Channel* channel = c->channel.get();
+            protocol::Channel* channel = c->channel.get();
             fe->conns.emplace(channel, std::move(c));
             fe->pending.push_back(raw);
             raw->pending_at = std::prev(fe->pending.end());
@@ -314,7 +314,7 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
             return Result<bool>::fail("cannot listen on " + where + ": " + std::strerror(errno));
         }
         // Straight to srun's stderr, once per episode of failed accepts.
-        accept_backoff = std::make_unique<wire::AcceptBackoff>(
+        accept_backoff = std::make_unique<protocol::AcceptBackoff>(
             listener.get(),
             [](const std::string& line) { user_line("front end: %s", line.c_str()); },
             [this] { return close_oldest_pending(); });
@@ -355,7 +355,7 @@ std::uint16_t FrontEnd::port() const noexcept
     return impl_->port;
 }
 
-const wire::Secret& FrontEnd::secret() const noexcept
+const protocol::Secret& FrontEnd::secret() const noexcept
 {
     return impl_->secret;
 }
@@ -368,7 +368,7 @@ Result<std::unique_ptr<FrontEnd>> FrontEnd::start(const FrontEndSetup& setup)
         return R::fail("libevent has no thread support");
 
     auto impl = std::make_unique<Impl>(setup);
-    auto secret = wire::random_secret();
+    auto secret = protocol::random_secret();
     if (!secret)
         return R::fail(secret.error());
     impl->secret = *secret;
@@ -402,4 +402,4 @@ Collected FrontEnd::finish(std::chrono::milliseconds grace)
     return impl_->collector.collected();
 }
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 
 struct FrontEndSetup {
     std::uint32_t job_id = 0;
@@ -67,7 +67,7 @@ public:
     FrontEnd& operator=(const FrontEnd&) = delete;
 
     std::uint16_t port() const noexcept;
-    const wire::Secret& secret() const noexcept;
+    const protocol::Secret& secret() const noexcept;
 
     // Waits until every outcome arrived, or every node that connected has
     // closed its connection and all nodes connected, or the grace period
@@ -81,4 +81,4 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

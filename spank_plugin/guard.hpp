@@ -2,11 +2,11 @@
 // guard.hpp - no exception crosses into Slurm's C frames.
 #pragma once
 
-#include "log.hpp"
+#include "spank_plugin/log.hpp"
 
 #include <exception>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 
 // Runs fn(); an escaped exception is logged once and becomes `fallback`
 // (0 for hooks, so that the plugin's own trouble never fails a step).
@@ -23,4 +23,4 @@ int guarded(const char* hook, int fallback, Fn&& fn) noexcept
     return fallback;
 }
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

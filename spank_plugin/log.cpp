@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // log.cpp - see log.hpp.
-#include "log.hpp"
+#include "spank_plugin/log.hpp"
 
 #include "spank.hpp"
 
 #include <cstdarg>
 #include <cstdio>
 
-namespace exitpolicy::plugin::log {
+namespace exitpolicy::spank_plugin::log {
 namespace {
 
 int level = 0;
@@ -58,4 +58,4 @@ void debug(const char* fmt, ...) noexcept
         slurm_debug("exitpolicy: %s", buf);
 }
 
-}  // namespace exitpolicy::plugin::log
+}  // namespace exitpolicy::spank_plugin::log

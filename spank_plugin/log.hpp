@@ -5,7 +5,7 @@
 // safe in any hook, no allocation.
 #pragma once
 
-namespace exitpolicy::plugin::log {
+namespace exitpolicy::spank_plugin::log {
 
 // debug=N (plugstack.conf) or EXITPOLICY_DEBUG=N raises verbose and debug
 // lines to info level so they show without srun -v or a slurmd debug level.
@@ -16,4 +16,4 @@ void info(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 void verbose(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 void debug(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 
-}  // namespace exitpolicy::plugin::log
+}  // namespace exitpolicy::spank_plugin::log

@@ -18,7 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 using namespace io;
@@ -45,7 +45,7 @@ Result<int> open_socket(const std::string& host, std::uint16_t port, Clock::time
             error = std::strerror(errno);
             continue;
         }
-        wire::tune_socket(fd);
+        protocol::tune_socket(fd);
         if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0)
             break;
         if (errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline)) {
@@ -106,38 +106,38 @@ Result<NodeLink> NodeLink::connect(const LinkSetup& setup, std::chrono::millisec
         return R::fail(fd.error());
     NodeLink link(*fd);
 
-    auto body = read_frame(link.fd_, wire::Type::challenge, deadline, fe);
+    auto body = read_frame(link.fd_, protocol::Type::challenge, deadline, fe);
     if (!body)
         return R::fail(body.error());
-    auto challenge = wire::Challenge::decode(*body);
+    auto challenge = protocol::Challenge::decode(*body);
     if (!challenge)
         return R::fail(challenge.error());
     if (challenge->job_id != setup.job_id || challenge->step_id != setup.step_id)
         return R::fail("the front end serves step " + std::to_string(challenge->job_id) + "." +
                        std::to_string(challenge->step_id) + ", not this one");
 
-    auto nonce = wire::random_nonce();
+    auto nonce = protocol::random_nonce();
     if (!nonce)
         return R::fail(nonce.error());
-    wire::Hello hello;
-    hello.role = wire::Role::stepd;
+    protocol::Hello hello;
+    hello.role = protocol::Role::stepd;
     hello.node_id = setup.node_id;
     hello.hostname = setup.hostname;
     hello.ranks = setup.ranks;
     hello.nonce = *nonce;
-    hello.mac = wire::client_proof(setup.secret, *challenge, hello);
+    hello.mac = protocol::client_proof(setup.secret, *challenge, hello);
     if (auto w = write_all(link.fd_, hello.encode(), deadline, fe); !w)
         return R::fail(w.error());
 
-    body = read_frame(link.fd_, wire::Type::welcome, deadline, fe);
+    body = read_frame(link.fd_, protocol::Type::welcome, deadline, fe);
     if (!body)
         return R::fail(body.error());
-    auto welcome = wire::Welcome::decode(*body);
+    auto welcome = protocol::Welcome::decode(*body);
     if (!welcome)
         return R::fail(welcome.error());
-    if (!wire::proofs_equal(welcome->mac, wire::server_proof(setup.secret, challenge->nonce, hello.nonce)))
+    if (!protocol::proofs_equal(welcome->mac, protocol::server_proof(setup.secret, challenge->nonce, hello.nonce)))
         return R::fail("the front end failed authentication");
-    link.seal_ = wire::FrameSeal(wire::session_key(setup.secret, challenge->nonce, hello.nonce), false);
+    link.seal_ = protocol::FrameSeal(protocol::session_key(setup.secret, challenge->nonce, hello.nonce), false);
     return R::ok(std::move(link));
 }
 
@@ -146,14 +146,14 @@ Result<bool> NodeLink::post_notice(const std::string& text, std::chrono::millise
     if (fd_ < 0)
         return Result<bool>::fail("not connected to the front end");
     // The FE knows the node from the handshake.
-    if (auto w = write_sealed(fd_, wire::Notice{0, wire::Notice::no_rank, text}.encode(), seal_, Clock::now() + timeout, fe); !w) {
+    if (auto w = write_sealed(fd_, protocol::Notice{0, protocol::Notice::no_rank, text}.encode(), seal_, Clock::now() + timeout, fe); !w) {
         close();
         return w;
     }
     return Result<bool>::ok(true);
 }
 
-Result<bool> NodeLink::post_outcome(const wire::Outcome& outcome, std::chrono::milliseconds timeout)
+Result<bool> NodeLink::post_outcome(const protocol::Outcome& outcome, std::chrono::milliseconds timeout)
 {
     if (fd_ < 0)
         return Result<bool>::fail("not connected to the front end");
@@ -164,10 +164,10 @@ Result<bool> NodeLink::post_outcome(const wire::Outcome& outcome, std::chrono::m
     return Result<bool>::ok(true);
 }
 
-Result<std::vector<wire::Ack>> NodeLink::read_acks(std::size_t want, std::chrono::milliseconds wait)
+Result<std::vector<protocol::Ack>> NodeLink::read_acks(std::size_t want, std::chrono::milliseconds wait)
 {
-    using R = Result<std::vector<wire::Ack>>;
-    std::vector<wire::Ack> acks;
+    using R = Result<std::vector<protocol::Ack>>;
+    std::vector<protocol::Ack> acks;
     const auto start = Clock::now();
     const auto deadline = start + wait;
     // One bound for the whole call, whatever the peer sends: a frame that
@@ -175,8 +175,8 @@ Result<std::vector<wire::Ack>> NodeLink::read_acks(std::size_t want, std::chrono
     // start) to arrive, never a fresh deadline per frame.
     const auto bound = std::max(deadline, start + frame_completion);
     while (fd_ >= 0 && acks.size() < want && wait_fd(fd_, POLLIN, deadline)) {
-        auto body = read_frame(fd_, wire::Type::ack, bound, fe, &seal_);
-        auto ack = body ? wire::Ack::decode(*body) : Result<wire::Ack>::fail(body.error());
+        auto body = read_frame(fd_, protocol::Type::ack, bound, fe, &seal_);
+        auto ack = body ? protocol::Ack::decode(*body) : Result<protocol::Ack>::fail(body.error());
         if (!ack) {
             close();
             return R::fail(ack.error());
@@ -186,4 +186,4 @@ Result<std::vector<wire::Ack>> NodeLink::read_acks(std::size_t want, std::chrono
     return R::ok(std::move(acks));
 }
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 
 struct LinkSetup {
     std::string host;  // the FE's address (srun's SLURM_SRUN_COMM_HOST)
     std::uint16_t port = 0;
-    wire::Secret secret{};
+    protocol::Secret secret{};
     std::uint32_t job_id = 0;
     std::uint32_t step_id = 0;
     std::uint32_t node_id = 0;
@@ -45,12 +45,12 @@ public:
     Result<bool> post_notice(const std::string& text, std::chrono::milliseconds timeout);
 
     // Pipelined: writes one outcome without waiting for its acknowledgement.
-    Result<bool> post_outcome(const wire::Outcome& outcome, std::chrono::milliseconds timeout);
+    Result<bool> post_outcome(const protocol::Outcome& outcome, std::chrono::milliseconds timeout);
     // The acknowledgements that arrive until `wait` has passed or `want` of
     // them are in (wait 0: only those already here). Returns within
     // max(wait, frame_completion) whatever the peer sends. On error the
     // connection is closed.
-    Result<std::vector<wire::Ack>> read_acks(std::size_t want, std::chrono::milliseconds wait);
+    Result<std::vector<protocol::Ack>> read_acks(std::size_t want, std::chrono::milliseconds wait);
     // How long a frame that has begun to arrive may take to complete.
     static constexpr std::chrono::milliseconds frame_completion{1000};
 
@@ -59,7 +59,7 @@ public:
 private:
     explicit NodeLink(int fd) : fd_(fd) {}
     int fd_ = -1;
-    wire::FrameSeal seal_;  // every frame after the handshake is tagged
+    protocol::FrameSeal seal_;  // every frame after the handshake is tagged
 };
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

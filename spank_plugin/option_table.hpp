@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 
 // The plugstack.conf arguments, in the order of site_arguments.
 enum class SiteArg : std::uint8_t {
@@ -148,4 +148,4 @@ inline bool RawOptions::any() const noexcept
     return false;
 }
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

@@ -2,7 +2,7 @@
 // options.cpp - resolving a step's options. See options.hpp.
 #include "options.hpp"
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 Result<Policy> allowed_policy(std::string_view value, const Config& config)
@@ -124,4 +124,4 @@ std::string expand_report_path(std::string_view pattern, std::uint32_t job_id, s
     return out;
 }
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

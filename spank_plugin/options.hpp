@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 
 struct StepOptions {
     std::optional<Policy> policy;     // none: no policy for this step
@@ -55,4 +55,4 @@ std::string option_help(const OptionSpec& spec);
 // Expands %j (job id), %s (step id) and %% in a --exit-report-json path.
 std::string expand_report_path(std::string_view pattern, std::uint32_t job_id, std::uint32_t step_id);
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 // How long finish() still waits for outcomes once every link has closed,
@@ -53,13 +53,13 @@ void OutcomeCollector::problem(std::string text)
 
 Result<OutcomeCollector::Recorded> OutcomeCollector::record(std::uint32_t from, std::span<const std::uint8_t> body)
 {
-    auto o = wire::Outcome::decode(body);
+    auto o = protocol::Outcome::decode(body);
     if (!o)
         return Result<Recorded>::fail(o.error());
     return Result<Recorded>::ok(record(from, *o));
 }
 
-OutcomeCollector::Recorded OutcomeCollector::record(std::uint32_t from, const wire::Outcome& o)
+OutcomeCollector::Recorded OutcomeCollector::record(std::uint32_t from, const protocol::Outcome& o)
 {
     TaskOutcome t;
     t.rank = o.rank;
@@ -73,11 +73,11 @@ OutcomeCollector::Recorded OutcomeCollector::record(std::uint32_t from, const wi
     t.pid = o.pid;
     t.wait_status = o.wait_status;
     t.end_time_us = o.end_time_us;
-    if (o.flags & wire::Outcome::flag_aborted)
+    if (o.flags & protocol::Outcome::flag_aborted)
         t.abort_status = o.abort_status;
-    if (o.flags & wire::Outcome::flag_finalized_known)
-        t.finalized = (o.flags & wire::Outcome::flag_finalized) != 0;
-    t.collateral = (o.flags & wire::Outcome::flag_collateral) != 0;
+    if (o.flags & protocol::Outcome::flag_finalized_known)
+        t.finalized = (o.flags & protocol::Outcome::flag_finalized) != 0;
+    t.collateral = (o.flags & protocol::Outcome::flag_collateral) != 0;
     OutcomeSet::Recorded recorded;
     {
         std::lock_guard lock(mu);
@@ -208,4 +208,4 @@ Collected OutcomeCollector::collected() const
     return out;
 }
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

@@ -10,7 +10,7 @@
 // under one mutex: every method is safe from either thread.
 //
 // No libevent and no sockets here: unit-tested alone with real
-// wire::Outcome frames.
+// protocol::Outcome frames.
 #pragma once
 
 #include "front_end.hpp"
@@ -29,7 +29,7 @@
 #include <utility>
 #include <vector>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 
 class OutcomeCollector {
 public:
@@ -51,13 +51,13 @@ public:
     // recorded; a rank outside the step is a problem. Fails only on a frame
     // that does not decode.
     struct Recorded {
-        wire::Outcome frame;
+        protocol::Outcome frame;
         TaskOutcome task;
         OutcomeSet::Recorded recorded;
     };
     Result<Recorded> record(std::uint32_t from, std::span<const std::uint8_t> body);
     // One of an outcomes frame's (already decoded).
-    Recorded record(std::uint32_t from, const wire::Outcome& o);
+    Recorded record(std::uint32_t from, const protocol::Outcome& o);
 
     // A PMIx client of `rank` called abort: kept for the report (the first
     // one of a rank stands). True when it is the step's first.
@@ -119,4 +119,4 @@ private:
     bool map_sent = false;
 };
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

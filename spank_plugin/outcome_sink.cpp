@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <charconv>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 // A whole field as a number of type T, nothing else.
@@ -39,7 +39,7 @@ Result<Bootstrap> parse_bootstrap(std::string_view text)
     if (!port || *port == 0)
         return R::fail("its port is not a port number");
     b.port = *port;
-    auto secret = wire::secret_from_hex(fields[2]);
+    auto secret = protocol::secret_from_hex(fields[2]);
     if (!secret)
         return R::fail("its secret is not 64 hex digits");
     b.secret = *secret;
@@ -65,7 +65,7 @@ Result<bool> FrontEndSink::open()
     return Result<bool>::ok(true);
 }
 
-Result<bool> FrontEndSink::take_acks(const Result<std::vector<wire::Ack>>& acks)
+Result<bool> FrontEndSink::take_acks(const Result<std::vector<protocol::Ack>>& acks)
 {
     if (!acks)
         return Result<bool>::fail(acks.error());
@@ -73,7 +73,7 @@ Result<bool> FrontEndSink::take_acks(const Result<std::vector<wire::Ack>>& acks)
         // Each outcome sent on a link is acknowledged once on it: an
         // acknowledgement of anything else is a broken protocol, never
         // progress.
-        if (std::erase_if(unacked_, [&](const wire::Outcome& o) { return o.rank == a.rank && o.epoch == a.epoch; }) ==
+        if (std::erase_if(unacked_, [&](const protocol::Outcome& o) { return o.rank == a.rank && o.epoch == a.epoch; }) ==
             0) {
             return give_up("the front end acknowledged rank " + std::to_string(a.rank) + " epoch " +
                            std::to_string(a.epoch) + ", which this node has not sent it");
@@ -100,7 +100,7 @@ Result<bool> FrontEndSink::reconnect_and_resend()
     return Result<bool>::ok(true);
 }
 
-Result<bool> FrontEndSink::deliver(const wire::Outcome& outcome)
+Result<bool> FrontEndSink::deliver(const protocol::Outcome& outcome)
 {
     if (gave_up_)
         return Result<bool>::fail("gave up on the front end earlier in this step: " + gave_up_why_);
@@ -152,4 +152,4 @@ Result<bool> FrontEndSink::flush(std::chrono::milliseconds timeout)
     return Result<bool>::fail(std::to_string(unacked_.size()) + " outcomes not acknowledged by the front end");
 }
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

@@ -20,14 +20,14 @@
 #include <string_view>
 #include <vector>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 
 // The bootstrap variable as srun hands it to the step (plugin.hpp):
 // "1:PORT:SECRET", plus ":pmix:FANOUT" when the step gets exitpolicy's PMIx
 // service.
 struct Bootstrap {
     std::uint16_t port = 0;
-    wire::Secret secret{};
+    protocol::Secret secret{};
     bool pmix = false;                    // more than "1:PORT:SECRET": the PMIx service is asked for
     std::optional<std::uint32_t> fanout;  // with pmix: none when that part is malformed
 };
@@ -42,7 +42,7 @@ public:
     virtual ~OutcomeSink() = default;
     // Accepted for delivery (acknowledged, or on its way and flush() will
     // see to it); on failure the error says why.
-    virtual Result<bool> deliver(const wire::Outcome& outcome) = 0;
+    virtual Result<bool> deliver(const protocol::Outcome& outcome) = 0;
     // At the step's end: everything delivered is acknowledged, within the
     // bound; else the error says what is not.
     virtual Result<bool> flush(std::chrono::milliseconds) { return Result<bool>::ok(true); }
@@ -60,7 +60,7 @@ public:
     FrontEndSink(LinkSetup setup, std::chrono::milliseconds connect_timeout,
                  std::chrono::milliseconds ack_timeout);
     Result<bool> open();
-    Result<bool> deliver(const wire::Outcome& outcome) override;
+    Result<bool> deliver(const protocol::Outcome& outcome) override;
     Result<bool> flush(std::chrono::milliseconds timeout) override;
     // Tells srun's user something (connecting first if need be).
     Result<bool> notice(const std::string& text);
@@ -71,8 +71,8 @@ private:
     Result<bool> give_up(std::string why);
     // Fails on a read error, and gives up on an acknowledgement of what is
     // not unacknowledged.
-    Result<bool> take_acks(const Result<std::vector<wire::Ack>>& acks);
-    std::vector<wire::Outcome> unacked_;
+    Result<bool> take_acks(const Result<std::vector<protocol::Ack>>& acks);
+    std::vector<protocol::Outcome> unacked_;
     LinkSetup setup_;
     std::chrono::milliseconds connect_timeout_;
     std::chrono::milliseconds ack_timeout_;
@@ -81,4 +81,4 @@ private:
     std::string gave_up_why_;
 };
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

@@ -14,13 +14,13 @@
 #include <algorithm>
 #include <cstdio>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 // "was killed by SIGSEGV", "exited with code 3", ... for srun's user.
-std::string how_it_ended(const wire::Event& e)
+std::string how_it_ended(const protocol::Event& e)
 {
-    if (e.code == wire::pmix::proc_requested_abort)
+    if (e.code == protocol::pmix::proc_requested_abort)
         return "called abort with status " + std::to_string(e.exit_code);
     const WaitStatus s = WaitStatus::decode(e.wait_status);
     if (s.kind == WaitStatus::Kind::signaled)
@@ -82,12 +82,12 @@ bool OverlayRoot::adopt(std::uint32_t node)
     return true;
 }
 
-void OverlayRoot::direct_outcome(const wire::Outcome& o, std::uint32_t node)
+void OverlayRoot::direct_outcome(const protocol::Outcome& o, std::uint32_t node)
 {
     // A node whose daemon is gone cannot tell the others' clients of its
     // tasks' ends: the FE does, for what comes by the direct path.
     if (map_sent() && node < setup.nnodes && daemon_gone[node])
-        if (const auto e = wire::pmix::termination_event(o, node))
+        if (const auto e = protocol::pmix::termination_event(o, node))
             event(*e);
 }
 
@@ -98,7 +98,7 @@ void OverlayRoot::outcome_recorded()
     if (step_done_sent || !map_sent() || !(collector.complete() || (!lost_ranks.empty() && collector.missing_only(lost_ranks))))
         return;
     step_done_sent = true;
-    const wire::Bytes frame = wire::StepDone{}.encode();
+    const protocol::Bytes frame = protocol::StepDone{}.encode();
     history_.push_back(frame);
     broadcast(frame);
 }
@@ -126,7 +126,7 @@ void OverlayRoot::node_left(std::uint32_t node)
     daemon_gone[node] = true;
     if (tree->leave(node)) {
         // Fences whose contributions may have been on their way through it.
-        fail_fences(wire::pmix::unreach, [&](const std::vector<std::uint32_t>& ranks) {
+        fail_fences(protocol::pmix::unreach, [&](const std::vector<std::uint32_t>& ranks) {
             return collector.with_rank_nodes([&](const std::vector<std::uint32_t>& node_of_rank) {
                 return std::any_of(ranks.begin(), ranks.end(), [&](std::uint32_t r) {
                     return r < node_of_rank.size() && tree->in_static_subtree(node_of_rank[r], node);
@@ -145,7 +145,7 @@ void OverlayRoot::check_lost(std::uint32_t node)
 {
     if (!map_sent() || !daemon_gone[node] || stepd_links[node] != 0 || declared_down[node])
         return;
-    wire::NodeDown down;
+    protocol::NodeDown down;
     down.node = node;
     down.exit_code = setup.lost_code;
     down.hostname = collector.node_name(node);
@@ -158,18 +158,18 @@ void OverlayRoot::check_lost(std::uint32_t node)
     std::sort(lost_ranks.begin(), lost_ranks.end());
     user_line("%s: node lost (its node daemon and slurmstepd are gone) with rank%s %s", down.hostname.c_str(),
               down.ranks.size() == 1 ? "" : "s", compress_ranks(down.ranks).c_str());
-    fail_fences(wire::pmix::proc_term_wo_sync, [&](const std::vector<std::uint32_t>& ranks) {
+    fail_fences(protocol::pmix::proc_term_wo_sync, [&](const std::vector<std::uint32_t>& ranks) {
         return std::any_of(down.ranks.begin(), down.ranks.end(),
                            [&](std::uint32_t r) { return std::binary_search(ranks.begin(), ranks.end(), r); });
     });
-    const wire::Bytes frame = down.encode();
+    const protocol::Bytes frame = down.encode();
     history_.push_back(frame);
     broadcast(frame);
     failure(down.hostname + " was lost");
     outcome_recorded();  // the others may be over already
 }
 
-void OverlayRoot::broadcast(const wire::Bytes& frame)
+void OverlayRoot::broadcast(const protocol::Bytes& frame)
 {
     links.send_tree(children(), frame);
 }
@@ -183,10 +183,10 @@ void OverlayRoot::teardown(const std::string& reason)
     if (teardown_sent)
         return;
     teardown_sent = true;
-    wire::Terminate t;
+    protocol::Terminate t;
     t.reason = reason;
     t.kill_after_ms = static_cast<std::uint32_t>(setup.kill_after.count());
-    const wire::Bytes frame = t.encode();
+    const protocol::Bytes frame = t.encode();
     history_.push_back(frame);
     broadcast(frame);
 }
@@ -227,7 +227,7 @@ void OverlayRoot::teardown_after(const std::string& what)
 
 // ---- the tree's traffic: enrollment, routing, fences, events, data ----
 
-void OverlayRoot::route(std::uint32_t to, const wire::Bytes& frame)
+void OverlayRoot::route(std::uint32_t to, const protocol::Bytes& frame)
 {
     const auto hop = tree ? tree->next_hop(std::nullopt, to) : std::nullopt;
     const auto linked = children();
@@ -235,7 +235,7 @@ void OverlayRoot::route(std::uint32_t to, const wire::Bytes& frame)
         links.send_tree({*hop}, frame);
 }
 
-void OverlayRoot::enroll(const Peer& from, const wire::Enroll& e)
+void OverlayRoot::enroll(const Peer& from, const protocol::Enroll& e)
 {
     auto& slot = enrolled[from.node];
     if (!slot)
@@ -243,8 +243,8 @@ void OverlayRoot::enroll(const Peer& from, const wire::Enroll& e)
     slot = std::make_pair(from.address, e.port);
     if (enrolled_count < setup.nnodes || map_sent())
         return;
-    wire::StepMap map;
-    map.nspace = wire::step_nspace(setup.job_id, setup.step_id);
+    protocol::StepMap map;
+    map.nspace = protocol::step_nspace(setup.job_id, setup.step_id);
     map.fanout = setup.fanout;
     map.hostnames = collector.hostnames();
     map.rank_node = collector.rank_nodes();
@@ -264,30 +264,30 @@ void OverlayRoot::enroll(const Peer& from, const wire::Enroll& e)
         broadcast(frame);
 }
 
-void OverlayRoot::fence_up(const wire::FenceUp& up)
+void OverlayRoot::fence_up(const protocol::FenceUp& up)
 {
-    const auto id = *wire::parse_fence_key(up.key);  // checked by decode
+    const auto id = *protocol::parse_fence_key(up.key);  // checked by decode
     if (fences.finished(id))
         return;  // late: that instance is over
     // A subtree that failed it (a timeout), or a participant known
     // dead: it fails for everyone at once.
-    if (up.status == wire::pmix::out_of_resource) {
+    if (up.status == protocol::pmix::out_of_resource) {
         fence_too_large(up.key, id);  // a subtree's data alone
         return;
     }
-    if (up.status != wire::pmix::success || wire::names_dead(id.ranks, dead)) {
-        fail_fence(up.key, id, up.status != wire::pmix::success ? up.status : wire::pmix::proc_term_wo_sync);
+    if (up.status != protocol::pmix::success || protocol::names_dead(id.ranks, dead)) {
+        fail_fence(up.key, id, up.status != protocol::pmix::success ? up.status : protocol::pmix::proc_term_wo_sync);
         return;
     }
     auto& f = fences.open(up.key, id, [&] {
         return collector.with_rank_nodes([&](const std::vector<std::uint32_t>& node_of_rank) {
-            return wire::fence_expected(*tree, node_of_rank, std::nullopt, id.ranks);
+            return protocol::fence_expected(*tree, node_of_rank, std::nullopt, id.ranks);
         });
     });
-    if (!wire::FenceTable<>::add(f, up.data))
+    if (!protocol::FenceTable<>::add(f, up.data))
         return;
-    wire::Bytes all = std::move(f.data);
-    auto result = wire::FenceDown{up.key, wire::pmix::success, std::move(all)}.encode();
+    protocol::Bytes all = std::move(f.data);
+    auto result = protocol::FenceDown{up.key, protocol::pmix::success, std::move(all)}.encode();
     if (result.empty()) {
         fence_too_large(up.key, id);
         return;
@@ -299,33 +299,33 @@ void OverlayRoot::fence_up(const wire::FenceUp& up)
 // What every participant contributed is more than a frame carries: the
 // instance fails on every node with PMIX_ERR_OUT_OF_RESOURCE, srun's user
 // is told why, and every link stays.
-void OverlayRoot::fence_too_large(const std::string& key, const wire::FenceKey& id)
+void OverlayRoot::fence_too_large(const std::string& key, const protocol::FenceKey& id)
 {
     user_line("a fence over %s: the data its participants put is over the %u MiB a message between nodes carries; "
               "PMIx_Fence fails with PMIX_ERR_OUT_OF_RESOURCE (collect less, or fetch it with PMIx_Get on demand)",
               id.ranks.empty() ? "every rank" : ("ranks " + compress_ranks(id.ranks)).c_str(),
-              wire::max_body_trusted >> 20);
-    fail_fence(key, id, wire::pmix::out_of_resource);
+              protocol::max_body_trusted >> 20);
+    fail_fence(key, id, protocol::pmix::out_of_resource);
 }
 
 // Fails an instance on every node (they drop what they already ended).
-void OverlayRoot::fail_fence(const std::string& key, const wire::FenceKey& id, int status)
+void OverlayRoot::fail_fence(const std::string& key, const protocol::FenceKey& id, int status)
 {
-    broadcast(wire::FenceDown{key, status, {}}.encode());
+    broadcast(protocol::FenceDown{key, status, {}}.encode());
     fences.finish(key, id);
 }
 
-void OverlayRoot::event(const wire::Event& e)
+void OverlayRoot::event(const protocol::Event& e)
 {
     dead.insert(e.rank);
-    const wire::Bytes frame = e.encode();
+    const protocol::Bytes frame = e.encode();
     history_.push_back(frame);
     broadcast(frame);
     // Tasks that never used our PMIx keep Slurm's own rules (-K, ...).
     if (e.client)
         failure(collector.where(e.rank) + " " + how_it_ended(e));
     // A fence that loses a participant fails everywhere.
-    fail_fences(wire::pmix::proc_term_wo_sync, [&](const std::vector<std::uint32_t>& ranks) {
+    fail_fences(protocol::pmix::proc_term_wo_sync, [&](const std::vector<std::uint32_t>& ranks) {
         return std::binary_search(ranks.begin(), ranks.end(), e.rank);
     });
 }
@@ -339,13 +339,13 @@ void OverlayRoot::fail_fences(int status, Hit hit)
     const auto failed =
         fences.affected([&](const std::vector<std::uint32_t>& ranks) { return ranks.empty() || hit(ranks); });
     for (const auto& key : failed)
-        fail_fence(key, *wire::parse_fence_key(key), status);
+        fail_fence(key, *protocol::parse_fence_key(key), status);
 }
 
 // Answers a lookup if it can: true when answered.
-bool OverlayRoot::try_lookup(const wire::DataRequest& r)
+bool OverlayRoot::try_lookup(const protocol::DataRequest& r)
 {
-    wire::DataReply reply{r.id, r.node, 0, {}, {}, {}};
+    protocol::DataReply reply{r.id, r.node, 0, {}, {}, {}};
     for (const auto& key : r.keys) {
         auto it = published.find(key);
         if (it == published.end())
@@ -358,25 +358,25 @@ bool OverlayRoot::try_lookup(const wire::DataRequest& r)
     if (!all && r.wait)
         return false;
     if (reply.keys.empty())
-        reply.status = wire::pmix::not_found;
+        reply.status = protocol::pmix::not_found;
     route(r.node, reply.encode());
     return true;
 }
 
-void OverlayRoot::data_request(const wire::DataRequest& r)
+void OverlayRoot::data_request(const protocol::DataRequest& r)
 {
-    using Op = wire::DataRequest::Op;
-    wire::DataReply reply{r.id, r.node, 0, {}, {}, {}};
+    using Op = protocol::DataRequest::Op;
+    protocol::DataReply reply{r.id, r.node, 0, {}, {}, {}};
     switch (r.op) {
     case Op::publish:
         for (std::size_t i = 0; i < r.keys.size(); ++i)
             if (published.count(r.keys[i]))
-                reply.status = wire::pmix::duplicate_key;  // the first publication stands
-        if (reply.status == wire::pmix::success)
+                reply.status = protocol::pmix::duplicate_key;  // the first publication stands
+        if (reply.status == protocol::pmix::success)
             for (std::size_t i = 0; i < r.keys.size(); ++i)
                 published[r.keys[i]] = {r.rank, r.values[i]};
         route(r.node, reply.encode());
-        std::erase_if(waiting_lookups, [this](const wire::DataRequest& w) { return try_lookup(w); });
+        std::erase_if(waiting_lookups, [this](const protocol::DataRequest& w) { return try_lookup(w); });
         return;
     case Op::lookup:
         if (!try_lookup(r))
@@ -392,60 +392,60 @@ void OverlayRoot::data_request(const wire::DataRequest& r)
     }
 }
 
-Result<bool> OverlayRoot::daemon_frame(const Peer& from, wire::Type type, std::span<const std::uint8_t> body)
+Result<bool> OverlayRoot::daemon_frame(const Peer& from, protocol::Type type, std::span<const std::uint8_t> body)
 {
     switch (type) {
-    case wire::Type::data_request: {
-        auto r = wire::DataRequest::decode(body);
+    case protocol::Type::data_request: {
+        auto r = protocol::DataRequest::decode(body);
         if (!r)
             return Result<bool>::fail(r.error());
         data_request(*r);
         return Result<bool>::ok(true);
     }
-    case wire::Type::gone: {
-        auto g = wire::Gone::decode(body);
+    case protocol::Type::gone: {
+        auto g = protocol::Gone::decode(body);
         if (!g)
             return Result<bool>::fail(g.error());
         node_left(g->node);
         return Result<bool>::ok(true);
     }
-    case wire::Type::enroll: {
-        auto e = wire::Enroll::decode(body);
+    case protocol::Type::enroll: {
+        auto e = protocol::Enroll::decode(body);
         if (!e)
             return Result<bool>::fail(e.error());
         enroll(from, *e);
         return Result<bool>::ok(true);
     }
-    case wire::Type::event: {
-        auto e = wire::Event::decode(body);
+    case protocol::Type::event: {
+        auto e = protocol::Event::decode(body);
         if (!e)
             return Result<bool>::fail(e.error());
         event(*e);
         return Result<bool>::ok(true);
     }
-    case wire::Type::fence_up: {
-        auto f = wire::FenceUp::decode(body);
+    case protocol::Type::fence_up: {
+        auto f = protocol::FenceUp::decode(body);
         if (!f || !tree)
             return Result<bool>::fail(f ? std::string("a fence before the step map") : f.error());
         fence_up(*f);
         return Result<bool>::ok(true);
     }
-    case wire::Type::dmodex_req: {
-        auto r = wire::DmodexReq::decode(body);
+    case protocol::Type::dmodex_req: {
+        auto r = protocol::DmodexReq::decode(body);
         if (!r)
             return Result<bool>::fail(r.error());
         route(r->to, r->encode());
         return Result<bool>::ok(true);
     }
-    case wire::Type::dmodex_resp: {
-        auto r = wire::DmodexResp::decode(body);
+    case protocol::Type::dmodex_resp: {
+        auto r = protocol::DmodexResp::decode(body);
         if (!r)
             return Result<bool>::fail(r.error());
         route(r->to, r->encode());
         return Result<bool>::ok(true);
     }
-    case wire::Type::abort: {
-        auto a = wire::Abort::decode(body);
+    case protocol::Type::abort: {
+        auto a = protocol::Abort::decode(body);
         if (!a)
             return Result<bool>::fail(a.error());
         const bool first = collector.record_abort(a->rank, a->status, a->message);
@@ -454,8 +454,8 @@ Result<bool> OverlayRoot::daemon_frame(const Peer& from, wire::Type type, std::s
             teardown(collector.where(a->rank) + " called abort with status " + std::to_string(a->status));
         return Result<bool>::ok(true);
     }
-    case wire::Type::notice: {
-        auto n = wire::Notice::decode(body);
+    case protocol::Type::notice: {
+        auto n = protocol::Notice::decode(body);
         if (!n)
             return Result<bool>::fail(n.error());
         // Straight to srun's stderr, as it happens. What a task logged
@@ -463,32 +463,32 @@ Result<bool> OverlayRoot::daemon_frame(const Peer& from, wire::Type type, std::s
         // the plugin's to prefix: the report's lines stay the plugin's).
         // A daemon's notice names its node (it may come up the tree);
         // slurmstepd's comes on its own link.
-        if (n->rank != wire::Notice::no_rank && from.role != wire::Role::stepd) {
+        if (n->rank != protocol::Notice::no_rank && from.role != protocol::Role::stepd) {
             const bool newline = !n->text.empty() && n->text.back() == '\n';
             std::fprintf(stderr, "%s%s", n->text.c_str(), newline ? "" : "\n");
             return Result<bool>::ok(true);
         }
-        const std::uint32_t node = from.role == wire::Role::stepd ? from.node : n->node;
+        const std::uint32_t node = from.role == protocol::Role::stepd ? from.node : n->node;
         user_line("%s: %s", collector.node_name(node).c_str(), n->text.c_str());
         return Result<bool>::ok(true);
     }
-    case wire::Type::relay: {
-        auto r = wire::Relay::decode(body);
+    case protocol::Type::relay: {
+        auto r = protocol::Relay::decode(body);
         if (!r)
             return Result<bool>::fail(r.error());
         broadcast(r->encode());
         return Result<bool>::ok(true);
     }
-    case wire::Type::terminate: {
-        auto t = wire::Terminate::decode(body);
+    case protocol::Type::terminate: {
+        auto t = protocol::Terminate::decode(body);
         if (!t)
             return Result<bool>::fail(t.error());
         teardown(t->reason);
         return Result<bool>::ok(true);
     }
     default:
-        return Result<bool>::fail("unexpected " + std::string(wire::type_name(type)) + " frame");
+        return Result<bool>::fail("unexpected " + std::string(protocol::type_name(type)) + " frame");
     }
 }
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

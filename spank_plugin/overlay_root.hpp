@@ -40,7 +40,7 @@
 struct event;
 struct event_base;
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 
 class OverlayRoot {
 public:
@@ -52,16 +52,16 @@ public:
         // link it enrolled on, or the one it was adopted on).
         virtual bool tree_linked(std::uint32_t node) const = 0;
         // `frame` on that link of each of `nodes` (hashed once for all).
-        virtual void send_tree(const std::vector<std::uint32_t>& nodes, const wire::Bytes& frame) = 0;
+        virtual void send_tree(const std::vector<std::uint32_t>& nodes, const protocol::Bytes& frame) = 0;
         // `frame` on every authenticated link of a daemon (the step map).
-        virtual void send_daemons(const wire::Bytes& frame) = 0;
+        virtual void send_daemons(const protocol::Bytes& frame) = 0;
     };
 
     // Who sent a frame: an authenticated link's node, its role (an adopted
     // orphan's is daemon) and its numeric address.
     struct Peer {
         std::uint32_t node = 0;
-        wire::Role role = wire::Role::stepd;
+        protocol::Role role = protocol::Role::stepd;
         const std::string& address;
     };
 
@@ -72,7 +72,7 @@ public:
 
     // A frame from a daemon, or a notice from slurmstepd; fails on a frame
     // that does not decode, or that the root does not take.
-    Result<bool> daemon_frame(const Peer& from, wire::Type type, std::span<const std::uint8_t> body);
+    Result<bool> daemon_frame(const Peer& from, protocol::Type type, std::span<const std::uint8_t> body);
 
     // ---- what the links tell ----
     // Node `node`'s slurmstepd linked; its link closed.
@@ -89,11 +89,11 @@ public:
     // else what it may have missed (history()) is to be sent on its link
     // before that link is its way up.
     bool adopt(std::uint32_t node);
-    const std::vector<wire::Bytes>& history() const noexcept { return history_; }
+    const std::vector<protocol::Bytes>& history() const noexcept { return history_; }
     // slurmstepd reported the end of one of node `node`'s tasks on its own
     // link, the first for that rank + epoch: when that node's daemon is
     // gone, the root tells the other nodes' clients.
-    void direct_outcome(const wire::Outcome& o, std::uint32_t node);
+    void direct_outcome(const protocol::Outcome& o, std::uint32_t node);
     // An outcome was recorded (by any path): once every task of the step
     // has ended, every daemon is told (once, kept in history()), and may
     // leave; until then each stays to answer direct-modex requests for its
@@ -109,20 +109,20 @@ private:
     std::vector<std::uint32_t> children();
     void node_left(std::uint32_t node);
     void check_lost(std::uint32_t node);
-    void broadcast(const wire::Bytes& frame);
+    void broadcast(const protocol::Bytes& frame);
     void teardown(const std::string& reason);
     void failure(const std::string& what);
     void teardown_after(const std::string& what);
-    void route(std::uint32_t to, const wire::Bytes& frame);
-    void enroll(const Peer& from, const wire::Enroll& e);
-    void fence_up(const wire::FenceUp& up);
-    void fence_too_large(const std::string& key, const wire::FenceKey& id);
-    void fail_fence(const std::string& key, const wire::FenceKey& id, int status);
-    void event(const wire::Event& e);
+    void route(std::uint32_t to, const protocol::Bytes& frame);
+    void enroll(const Peer& from, const protocol::Enroll& e);
+    void fence_up(const protocol::FenceUp& up);
+    void fence_too_large(const std::string& key, const protocol::FenceKey& id);
+    void fail_fence(const std::string& key, const protocol::FenceKey& id, int status);
+    void event(const protocol::Event& e);
     template <typename Hit>
     void fail_fences(int status, Hit hit);
-    bool try_lookup(const wire::DataRequest& r);
-    void data_request(const wire::DataRequest& r);
+    bool try_lookup(const protocol::DataRequest& r);
+    void data_request(const protocol::DataRequest& r);
 
     const FrontEndSetup setup;
     event_base* base;
@@ -131,22 +131,22 @@ private:
 
     std::vector<std::optional<std::pair<std::string, std::uint32_t>>> enrolled;  // address, port
     std::uint32_t enrolled_count = 0;
-    std::optional<wire::Tree> tree;  // made as the step map goes out
+    std::optional<protocol::Tree> tree;  // made as the step map goes out
     // Fences at the root of the tree: in progress, and finished (a late
     // contribution to one is dropped).
-    wire::FenceTable<> fences;
+    protocol::FenceTable<> fences;
     std::set<std::uint32_t> dead;  // ranks that ended abnormally or were lost
     // Run-through and lost nodes, by node id.
     std::vector<std::uint32_t> stepd_links;  // slurmstepd's open links
     std::vector<bool> daemon_gone;           // left the tree
     std::vector<bool> declared_down;
     // Events and node losses as broadcast, replayed to a daemon adopted later.
-    std::vector<wire::Bytes> history_;
+    std::vector<protocol::Bytes> history_;
     bool step_done_sent = false;
     std::vector<std::uint32_t> lost_ranks;  // sorted: the ranks of nodes declared lost
     // Published data (PMIx_Publish), and lookups waiting for it.
-    std::map<std::string, std::pair<std::uint32_t, wire::Bytes>> published;
-    std::vector<wire::DataRequest> waiting_lookups;
+    std::map<std::string, std::pair<std::uint32_t, protocol::Bytes>> published;
+    std::vector<protocol::DataRequest> waiting_lookups;
     // Teardown: scheduled after a failure, sent once.
     bool teardown_scheduled = false;
     bool teardown_sent = false;
@@ -154,4 +154,4 @@ private:
     std::unique_ptr<::event, EventDeleter> teardown_timer;  // the grace
 };
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

@@ -3,14 +3,14 @@
 // register the options.
 #include "plugin.hpp"
 
-#include "log.hpp"
+#include "spank_plugin/log.hpp"
 
 #include <cstdlib>
 #include <unistd.h>
 #include <string_view>
 #include <vector>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 State the_state;
@@ -103,4 +103,4 @@ int init(spank_t sp, int ac, char** av)
     return 0;
 }
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

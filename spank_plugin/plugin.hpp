@@ -14,7 +14,7 @@
 
 #include <string>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 
 struct State {
     Config config;
@@ -55,4 +55,4 @@ namespace allocator {
 int init_post_opt(spank_t sp);
 }  // namespace allocator
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

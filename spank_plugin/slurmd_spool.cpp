@@ -10,7 +10,7 @@
 #include <sstream>
 #include <sys/stat.h>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 
 namespace {
 
@@ -108,4 +108,4 @@ std::optional<std::string> slurmd_topology_xml(std::uint32_t job_id, std::uint32
     return path;
 }
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 
 // The spool directory from this process's own step socket; none when it
 // holds none (not in a slurmstepd, or /proc unreadable).
@@ -30,4 +30,4 @@ std::optional<std::string> spool_dir_from(std::string_view net_unix, const std::
 // The hwloc XML slurmd wrote in its spool directory, if it is there.
 std::optional<std::string> slurmd_topology_xml(std::uint32_t job_id, std::uint32_t step_id);
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

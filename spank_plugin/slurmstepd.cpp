@@ -10,7 +10,7 @@
 // it (outcome_sink.hpp: the node daemon's, then the FE's); exit: wait
 // (bounded) for what is unacknowledged, stop the daemon. No threads; any
 // trouble is logged once and the step goes on as without us.
-#include "log.hpp"
+#include "spank_plugin/log.hpp"
 #include "spank.hpp"
 #include "daemon_link.hpp"
 #include "outcome_sink.hpp"
@@ -30,7 +30,7 @@
 #include <string>
 #include <unistd.h>
 
-namespace exitpolicy::plugin::slurmstepd {
+namespace exitpolicy::spank_plugin::slurmstepd {
 namespace {
 
 constexpr std::chrono::milliseconds connect_timeout{5000};
@@ -106,7 +106,7 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
     launch.path = daemon_path(config);
     launch.uid = uid;
     launch.gid = gid;
-    launch.secret_hex = wire::to_hex(link.secret);
+    launch.secret_hex = protocol::to_hex(link.secret);
     launch.limits = propagated_limits([sp](const char* name) { return job_env(sp, name); });
     launch.args = {"--job", std::to_string(link.job_id), "--step", std::to_string(link.step_id),
                    "--node", std::to_string(link.node_id), "--nnodes", std::to_string(nnodes),
@@ -281,7 +281,7 @@ int task_exit(spank_t sp)
 {
     if (remote.sinks.empty())
         return 0;
-    wire::Outcome o;
+    protocol::Outcome o;
     int status = 0;
     pid_t pid = 0;
     if (!item(sp, S_TASK_GLOBAL_ID, o.rank) || !item(sp, S_TASK_EXIT_STATUS, status))
@@ -316,9 +316,9 @@ int exit(spank_t)
     // holds) and says which of this node's outcomes srun has; the others
     // go the direct way now, as it may have died with them on their way.
     const bool had_daemon = remote.daemon.pid > 0;
-    std::vector<wire::Ack> confirmed;
+    std::vector<protocol::Ack> confirmed;
     if (had_daemon)
-        confirmed = stop_daemon(remote.daemon, wire::daemon_stop_wait);
+        confirmed = stop_daemon(remote.daemon, protocol::daemon_stop_wait);
     if (remote.daemon_sink && remote.fe_sink) {
         const auto resend = remote.daemon_sink->unconfirmed(confirmed);
         if (!resend.empty())
@@ -351,4 +351,4 @@ int exit(spank_t)
     return 0;
 }
 
-}  // namespace exitpolicy::plugin::slurmstepd
+}  // namespace exitpolicy::spank_plugin::slurmstepd

@@ -8,7 +8,7 @@ extern "C" {
 #include <slurm/spank.h>
 }
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 
 // One spank_get_item() value of a single out-parameter; false when Slurm
 // has none to give in this context.
@@ -18,4 +18,4 @@ bool item(spank_t sp, spank_item_t which, T& out)
     return spank_get_item(sp, which, &out) == ESPANK_SUCCESS;
 }
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

@@ -8,7 +8,7 @@
 // end srun with the policy's code. Any trouble of our own: one warning, and
 // srun keeps Slurm's exit code.
 #include "front_end.hpp"
-#include "log.hpp"
+#include "spank_plugin/log.hpp"
 #include "spank.hpp"
 #include "user_line.hpp"
 #include "plugin.hpp"
@@ -23,7 +23,7 @@
 #include <string_view>
 #include <unistd.h>
 
-namespace exitpolicy::plugin::srun {
+namespace exitpolicy::spank_plugin::srun {
 namespace {
 
 struct Local {
@@ -127,7 +127,7 @@ int local_user_init(spank_t sp)
         return 0;
     }
     local.fe = std::move(*fe);
-    std::string bootstrap = "1:" + std::to_string(local.fe->port()) + ":" + wire::to_hex(local.fe->secret());
+    std::string bootstrap = "1:" + std::to_string(local.fe->port()) + ":" + protocol::to_hex(local.fe->secret());
     if (local.pmix)
         bootstrap += ":pmix:" + std::to_string(state().config.fanout);
     // srun copies its environment into the step's: spank_setenv is refused here.
@@ -198,4 +198,4 @@ int exit(spank_t)
     ::_exit(decision->code);
 }
 
-}  // namespace exitpolicy::plugin::srun
+}  // namespace exitpolicy::spank_plugin::srun

@@ -5,7 +5,7 @@
 #include <cstdarg>
 #include <cstdio>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 
 void user_line(const char* fmt, ...) noexcept
 {
@@ -19,4 +19,4 @@ void user_line(const char* fmt, ...) noexcept
     va_end(ap);
 }
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

@@ -6,8 +6,8 @@
 // mixed with another thread's line (stderr is locked while it is written).
 #pragma once
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 
 void user_line(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

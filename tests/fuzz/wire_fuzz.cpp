@@ -20,7 +20,7 @@
 
 namespace {
 
-using namespace exitpolicy::wire;
+using namespace exitpolicy::protocol;
 
 template <typename M>
 void round_trip(std::span<const std::uint8_t> body)

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-using namespace exitpolicy::wire;
+using namespace exitpolicy::protocol;
 
 int main(int argc, char** argv)
 {

@@ -32,7 +32,7 @@
 
 extern char** environ;
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 namespace {
 
 namespace fs = std::filesystem;
@@ -254,4 +254,4 @@ TEST(SocketActivation, TheRunningLibraryIsOneTheGateWasMadeFor)
 }
 
 }  // namespace
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -28,7 +28,7 @@
 #include <thread>
 #include <vector>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 namespace {
 
 using namespace std::chrono_literals;
@@ -45,8 +45,8 @@ struct TestNode final : Agent::Node {
     std::unique_ptr<Agent> agent;
     bool serve_when_mapped = true;
     int linked = 0;  // linked_up() calls
-    std::vector<wire::Event> events;
-    std::vector<wire::NodeDown> lost;
+    std::vector<protocol::Event> events;
+    std::vector<protocol::NodeDown> lost;
     std::optional<int> stopped;
 
     void mapped() override
@@ -55,14 +55,14 @@ struct TestNode final : Agent::Node {
             agent->serving();
     }
     void linked_up() override { ++linked; }
-    void peer_failed(const wire::Event& e) override { events.push_back(e); }
-    void node_lost(const wire::NodeDown& d) override { lost.push_back(d); }
-    void relayed(const wire::Relay&) override {}
-    void terminate(const wire::Terminate&) override {}
+    void peer_failed(const protocol::Event& e) override { events.push_back(e); }
+    void node_lost(const protocol::NodeDown& d) override { lost.push_back(d); }
+    void relayed(const protocol::Relay&) override {}
+    void terminate(const protocol::Terminate&) override {}
     // What a local rank committed: its number.
     void dmodex(std::uint32_t rank, Agent::Done done) override
     {
-        done(wire::pmix::success, wire::Bytes{static_cast<std::uint8_t>(rank)});
+        done(protocol::pmix::success, protocol::Bytes{static_cast<std::uint8_t>(rank)});
     }
     void stop(int code) override
     {
@@ -81,14 +81,14 @@ protected:
     void start(std::uint32_t nnodes, const std::function<void(TestNode&)>& setup = {},
                const std::set<std::uint32_t>& held = {})
     {
-        plugin::FrontEndSetup s;
+        spank_plugin::FrontEndSetup s;
         s.job_id = job;
         s.step_id = step;
         s.nnodes = nnodes;
         s.ntasks = nnodes * ranks_per_node;
         s.fanout = 2;
         s.recoverable = true;
-        auto started = plugin::FrontEnd::start(s);
+        auto started = spank_plugin::FrontEnd::start(s);
         ASSERT_TRUE(started) << started.error();
         fe = std::move(*started);
         for (std::uint32_t i = 0; i < nnodes; ++i) {
@@ -125,7 +125,7 @@ protected:
 
     struct FenceResult {
         std::optional<int> status;
-        wire::Bytes data;
+        protocol::Bytes data;
     };
     // Every live node enters a fence over `ranks` with its node id as data.
     std::vector<FenceResult> fence(const std::vector<std::uint32_t>& ranks)
@@ -133,8 +133,8 @@ protected:
         std::vector<FenceResult> out(nodes.size());
         for (std::size_t i = 0; i < nodes.size(); ++i)
             if (nodes[i]->agent)
-                nodes[i]->agent->fence(ranks, wire::Bytes{static_cast<std::uint8_t>(i)}, 0,
-                                       [&out, i](int status, wire::Bytes data) {
+                nodes[i]->agent->fence(ranks, protocol::Bytes{static_cast<std::uint8_t>(i)}, 0,
+                                       [&out, i](int status, protocol::Bytes data) {
                                            out[i].status = status;
                                            out[i].data = std::move(data);
                                        });
@@ -162,7 +162,7 @@ protected:
 
     Loop loop;
     Loop held_loop;
-    std::unique_ptr<plugin::FrontEnd> fe;
+    std::unique_ptr<spank_plugin::FrontEnd> fe;
     std::vector<std::unique_ptr<TestNode>> nodes;
 };
 
@@ -172,23 +172,23 @@ TEST_F(AgentTest, AFenceGathersEveryNodesDataThroughTheTreeToEveryNode)
     for (int instance = 1; instance <= 2; ++instance) {
         const auto results = fence({});
         for (std::size_t i = 0; i < nodes.size(); ++i) {
-            EXPECT_EQ(results[i].status, wire::pmix::success) << "node " << i << ", instance " << instance;
-            EXPECT_EQ(results[i].data, (wire::Bytes{0, 1, 2, 3, 4, 5})) << "node " << i;
+            EXPECT_EQ(results[i].status, protocol::pmix::success) << "node " << i << ", instance " << instance;
+            EXPECT_EQ(results[i].data, (protocol::Bytes{0, 1, 2, 3, 4, 5})) << "node " << i;
         }
     }
     // A fence over some ranks counts only the nodes that hold them.
     const std::vector<std::uint32_t> some{0, 9};  // nodes 0 and 4
     std::optional<int> status0, status4;
-    wire::Bytes data0;
-    nodes[0]->agent->fence(some, wire::Bytes{0}, 0, [&](int s, wire::Bytes d) {
+    protocol::Bytes data0;
+    nodes[0]->agent->fence(some, protocol::Bytes{0}, 0, [&](int s, protocol::Bytes d) {
         status0 = s;
         data0 = std::move(d);
     });
-    nodes[4]->agent->fence(some, wire::Bytes{4}, 0, [&](int s, wire::Bytes) { status4 = s; });
+    nodes[4]->agent->fence(some, protocol::Bytes{4}, 0, [&](int s, protocol::Bytes) { status4 = s; });
     ASSERT_TRUE(loop.run_until([&] { return status0 && status4; }));
-    EXPECT_EQ(*status0, wire::pmix::success);
+    EXPECT_EQ(*status0, protocol::pmix::success);
     std::sort(data0.begin(), data0.end());
-    EXPECT_EQ(data0, (wire::Bytes{0, 4}));
+    EXPECT_EQ(data0, (protocol::Bytes{0, 4}));
 }
 
 // Data over what one frame carries: a relay whose subtree alone holds too
@@ -199,17 +199,17 @@ TEST_F(AgentTest, AFenceGathersEveryNodesDataThroughTheTreeToEveryNode)
 TEST_F(AgentTest, AFenceOverWhatAFrameCarriesFailsEverywhereAndTheTreeCarriesOn)
 {
     start(3);  // FE -> 0, 1; 0 -> 2
-    const std::size_t over_half = wire::max_body_trusted / 2 + 1024;
+    const std::size_t over_half = protocol::max_body_trusted / 2 + 1024;
     // Nodes 0 and 2: node 0 cannot send its subtree's up. Nodes 0 and 1:
     // the FE cannot send the result down.
     for (const std::set<std::uint32_t>& big : {std::set<std::uint32_t>{0, 2}, std::set<std::uint32_t>{0, 1}}) {
         testing::internal::CaptureStderr();
         std::vector<std::optional<int>> status(nodes.size());
-        std::vector<wire::Bytes> data(nodes.size());
+        std::vector<protocol::Bytes> data(nodes.size());
         for (std::uint32_t i = 0; i < nodes.size(); ++i) {
-            wire::Bytes mine = big.count(i) ? wire::Bytes(over_half, static_cast<std::uint8_t>(i))
-                                            : wire::Bytes{static_cast<std::uint8_t>(i)};
-            nodes[i]->agent->fence({}, std::move(mine), 0, [&status, &data, i](int st, wire::Bytes d) {
+            protocol::Bytes mine = big.count(i) ? protocol::Bytes(over_half, static_cast<std::uint8_t>(i))
+                                            : protocol::Bytes{static_cast<std::uint8_t>(i)};
+            nodes[i]->agent->fence({}, std::move(mine), 0, [&status, &data, i](int st, protocol::Bytes d) {
                 status[i] = st;
                 data[i] = std::move(d);
             });
@@ -220,15 +220,15 @@ TEST_F(AgentTest, AFenceOverWhatAFrameCarriesFailsEverywhereAndTheTreeCarriesOn)
         const std::string said = testing::internal::GetCapturedStderr();
         ASSERT_TRUE(ended) << "a fence over too much data did not end";
         for (std::size_t i = 0; i < nodes.size(); ++i) {
-            EXPECT_EQ(status[i], wire::pmix::out_of_resource) << "node " << i;
+            EXPECT_EQ(status[i], protocol::pmix::out_of_resource) << "node " << i;
             EXPECT_TRUE(data[i].empty()) << "node " << i;
         }
         EXPECT_NE(said.find("exitpolicy: a fence over every rank: the data its participants put is over the 256 MiB"),
                   std::string::npos)
             << said;
         for (const auto& r : fence({})) {
-            EXPECT_EQ(r.status, wire::pmix::success);
-            EXPECT_EQ(r.data, (wire::Bytes{0, 1, 2}));
+            EXPECT_EQ(r.status, protocol::pmix::success);
+            EXPECT_EQ(r.data, (protocol::Bytes{0, 1, 2}));
         }
     }
 
@@ -237,11 +237,11 @@ TEST_F(AgentTest, AFenceOverWhatAFrameCarriesFailsEverywhereAndTheTreeCarriesOn)
         sparse.push_back(r);
     std::vector<std::optional<int>> status(nodes.size());
     for (std::uint32_t i = 0; i < nodes.size(); ++i)
-        nodes[i]->agent->fence(sparse, {}, 0, [&status, i](int st, wire::Bytes) { status[i] = st; });
+        nodes[i]->agent->fence(sparse, {}, 0, [&status, i](int st, protocol::Bytes) { status[i] = st; });
     for (std::size_t i = 0; i < nodes.size(); ++i)
-        EXPECT_EQ(status[i], wire::pmix::not_supported) << "node " << i;  // at once
+        EXPECT_EQ(status[i], protocol::pmix::not_supported) << "node " << i;  // at once
     for (const auto& r : fence({}))
-        EXPECT_EQ(r.status, wire::pmix::success);
+        EXPECT_EQ(r.status, protocol::pmix::success);
 }
 
 TEST_F(AgentTest, ARequestForOneRankIsRoutedToItsNodeAndAnsweredBack)
@@ -250,27 +250,27 @@ TEST_F(AgentTest, ARequestForOneRankIsRoutedToItsNodeAndAnsweredBack)
     // Node 5 (below node 1) asks for rank 4 (node 2, below node 0): up to
     // the FE and down the other branch, and back.
     std::optional<int> status;
-    wire::Bytes data;
-    nodes[5]->agent->direct_modex(4, 0, [&](int s, wire::Bytes d) {
+    protocol::Bytes data;
+    nodes[5]->agent->direct_modex(4, 0, [&](int s, protocol::Bytes d) {
         status = s;
         data = std::move(d);
     });
     ASSERT_TRUE(loop.run_until([&] { return status.has_value(); }));
-    EXPECT_EQ(*status, wire::pmix::success);
-    EXPECT_EQ(data, wire::Bytes{4});
+    EXPECT_EQ(*status, protocol::pmix::success);
+    EXPECT_EQ(data, protocol::Bytes{4});
     // A rank outside the step is not found, at once.
     status.reset();
-    nodes[5]->agent->direct_modex(99, 0, [&](int s, wire::Bytes) { status = s; });
-    EXPECT_EQ(status, wire::pmix::not_found);
+    nodes[5]->agent->direct_modex(99, 0, [&](int s, protocol::Bytes) { status = s; });
+    EXPECT_EQ(status, protocol::pmix::not_found);
 }
 
 TEST_F(AgentTest, AFailedTaskIsHeardOnEveryNodeOnceAndFailsEveryFenceOverIt)
 {
     start(6);
-    wire::Event e;
+    protocol::Event e;
     e.origin = 5;
     e.rank = 11;
-    e.code = wire::pmix::proc_aborted_by_sig;
+    e.code = protocol::pmix::proc_aborted_by_sig;
     e.exit_code = 139;
     e.wait_status = 11;
     e.client = true;
@@ -286,7 +286,7 @@ TEST_F(AgentTest, AFailedTaskIsHeardOnEveryNodeOnceAndFailsEveryFenceOverIt)
     }
     // A fence over the dead rank fails everywhere, and never waits for it.
     for (const auto& r : fence({}))
-        EXPECT_EQ(r.status, wire::pmix::proc_term_wo_sync);
+        EXPECT_EQ(r.status, protocol::pmix::proc_term_wo_sync);
 }
 
 TEST_F(AgentTest, ALostRelaysChildrenAreAdoptedHearOfItAndFenceOn)
@@ -309,18 +309,18 @@ TEST_F(AgentTest, ALostRelaysChildrenAreAdoptedHearOfItAndFenceOn)
     const std::vector<std::uint32_t> alive{2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
     const auto results = fence(alive);
     for (std::size_t i = 1; i < nodes.size(); ++i) {
-        EXPECT_EQ(results[i].status, wire::pmix::success) << "node " << i;
-        EXPECT_EQ(results[i].data, (wire::Bytes{1, 2, 3, 4, 5})) << "node " << i;
+        EXPECT_EQ(results[i].status, protocol::pmix::success) << "node " << i;
+        EXPECT_EQ(results[i].data, (protocol::Bytes{1, 2, 3, 4, 5})) << "node " << i;
     }
 }
 
 TEST_F(AgentTest, WhatComesBeforeTheNodeServesWaitsForIt)
 {
     start(3, [](TestNode& n) { n.serve_when_mapped = n.id != 2; });
-    wire::Event e;
+    protocol::Event e;
     e.origin = 0;
     e.rank = 0;
-    e.code = wire::pmix::exit_nonzero_term;
+    e.code = protocol::pmix::exit_nonzero_term;
     e.exit_code = 3;
     e.wait_status = 3 << 8;
     nodes[0]->agent->task_failed(e);
@@ -337,7 +337,7 @@ TEST_F(AgentTest, ARelayDrainsOnlyOnceItsOutcomesAreAcknowledgedAndItsChildrenHa
     start(4);  // node 0 relays for nodes 2 and 3
     for (auto& n : nodes)
         for (std::uint32_t r = 0; r < ranks_per_node; ++r) {
-            wire::Outcome o;
+            protocol::Outcome o;
             o.rank = n->id * ranks_per_node + r;
             n->agent->report(o);
         }
@@ -368,7 +368,7 @@ TEST_F(AgentTest, ANodeWhoseTasksEndedServesTheirDataUntilEveryTaskHasEnded)
     start(6);  // node 5 is a leaf below node 1
     auto report_node = [&](TestNode& n) {
         for (std::uint32_t r = 0; r < ranks_per_node; ++r) {
-            wire::Outcome o;
+            protocol::Outcome o;
             o.rank = n.id * ranks_per_node + r;
             n.agent->report(o);
         }
@@ -380,14 +380,14 @@ TEST_F(AgentTest, ANodeWhoseTasksEndedServesTheirDataUntilEveryTaskHasEnded)
     EXPECT_FALSE(nodes[5]->stopped) << "left while tasks elsewhere still ran";
     // Node 2 (below node 0) asks for rank 10 (node 5's) after its end.
     std::optional<int> status;
-    wire::Bytes data;
-    nodes[2]->agent->direct_modex(10, 0, [&](int s, wire::Bytes d) {
+    protocol::Bytes data;
+    nodes[2]->agent->direct_modex(10, 0, [&](int s, protocol::Bytes d) {
         status = s;
         data = std::move(d);
     });
     ASSERT_TRUE(loop.run_until([&] { return status.has_value(); }));
-    EXPECT_EQ(*status, wire::pmix::success);
-    EXPECT_EQ(data, wire::Bytes{10});
+    EXPECT_EQ(*status, protocol::pmix::success);
+    EXPECT_EQ(data, protocol::Bytes{10});
     // The other tasks end: the FE says so, and node 5 leaves.
     for (std::size_t i = 0; i < 5; ++i)
         report_node(*nodes[i]);
@@ -406,7 +406,7 @@ TEST_F(AgentTest, AnOutcomeIsKeptByEveryHolderUntilTheFrontEndHasIt)
 {
     start(8, {}, {0});  // FE -> 0 -> 2 -> 6; node 0 runs only when the test says
     for (std::uint32_t r : {12u, 13u}) {  // node 6's ranks
-        wire::Outcome o;
+        protocol::Outcome o;
         o.rank = r;
         o.pid = 100 + r;
         o.wait_status = 3 << 8;  // exited with code 3
@@ -456,12 +456,12 @@ TEST(AgentCapTest, ARelayWithoutItsMapKeepsAWideTreesChildrenConnecting)
     a.ranks = {0, 1};
     a.fe_host = "127.0.0.1";
     a.fe_port = silent.port();
-    node.agent = std::make_unique<Agent>(loop.base(), std::move(a), *wire::random_secret(), node);
+    node.agent = std::make_unique<Agent>(loop.base(), std::move(a), *protocol::random_secret(), node);
     node.agent->start();
     ASSERT_NE(node.agent->child_port(), 0);
 
     // Three times the cap of an owner that expects no one in particular.
-    constexpr std::size_t children = 3 * wire::max_unauthenticated_channels;
+    constexpr std::size_t children = 3 * protocol::max_unauthenticated_channels;
     sockaddr_in to = silent.address;
     to.sin_port = htons(node.agent->child_port());
     std::vector<int> fds;
@@ -486,12 +486,12 @@ TEST(AgentCapTest, ARelayWithoutItsMapKeepsAWideTreesChildrenConnecting)
     };
     loop.run_until([&] {
         poll_all();
-        return std::all_of(got.begin(), got.end(), [](std::size_t g) { return g >= wire::header_size; });
+        return std::all_of(got.begin(), got.end(), [](std::size_t g) { return g >= protocol::header_size; });
     }, 5s);
     loop.run_until([] { return false; }, 100ms);
     poll_all();
     EXPECT_EQ(std::count(closed.begin(), closed.end(), true), 0);
-    EXPECT_EQ(std::count_if(got.begin(), got.end(), [](std::size_t g) { return g >= wire::header_size; }),
+    EXPECT_EQ(std::count_if(got.begin(), got.end(), [](std::size_t g) { return g >= protocol::header_size; }),
               static_cast<std::ptrdiff_t>(children));
     for (int fd : fds)
         ::close(fd);
@@ -500,4 +500,4 @@ TEST(AgentCapTest, ARelayWithoutItsMapKeepsAWideTreesChildrenConnecting)
 }
 
 }  // namespace
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

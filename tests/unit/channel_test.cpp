@@ -22,7 +22,7 @@
 #include <stdexcept>
 #include <thread>
 
-namespace exitpolicy::wire {
+namespace exitpolicy::protocol {
 namespace {
 
 using namespace std::chrono_literals;
@@ -630,4 +630,4 @@ TEST(ChannelTest, AFrameForManyLinksIsHeldOnceAndLetGoWhenWritten)
 }
 
 }  // namespace
-}  // namespace exitpolicy::wire
+}  // namespace exitpolicy::protocol

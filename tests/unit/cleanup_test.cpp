@@ -26,7 +26,7 @@
 #include <unistd.h>
 #include <vector>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 namespace {
 
 namespace fs = std::filesystem;
@@ -161,4 +161,4 @@ INSTANTIATE_TEST_SUITE_P(Ways, Cleanup,
                          });
 
 }  // namespace
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 Result<Config> parse(std::vector<std::string_view> args)
@@ -124,4 +124,4 @@ TEST(ConfigTest, BadArgumentsAreOneClearError)
 }
 
 }  // namespace
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

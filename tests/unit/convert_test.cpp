@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 namespace {
 
 TEST(Convert, RanksOfAWildcardAreEveryone)
@@ -77,8 +77,8 @@ TEST(Convert, BytesThatAreNotAnInfoDoNotUnpack)
 {
     pmix_info_t out;
     PMIX_INFO_CONSTRUCT(&out);
-    EXPECT_FALSE(unpack_info(wire::Bytes{0xff, 0x01, 0x02}, out));
-    EXPECT_FALSE(unpack_info(wire::Bytes{}, out));
+    EXPECT_FALSE(unpack_info(protocol::Bytes{0xff, 0x01, 0x02}, out));
+    EXPECT_FALSE(unpack_info(protocol::Bytes{}, out));
     PMIX_INFO_DESTRUCT(&out);
 }
 
@@ -110,7 +110,7 @@ TEST(Convert, InfoArraysRoundTrip)
 
 TEST(Convert, BadInfoArraysAreErrorsNotCrashes)
 {
-    EXPECT_FALSE(unpack_infos(wire::Bytes{}));
+    EXPECT_FALSE(unpack_infos(protocol::Bytes{}));
     // A count beyond the bound, and a count without its infos, packed as
     // the library packs them.
     auto count_only = [](std::int32_t n) {
@@ -119,7 +119,7 @@ TEST(Convert, BadInfoArraysAreErrorsNotCrashes)
         EXPECT_EQ(PMIx_Data_pack(nullptr, &buf, &n, 1, PMIX_INT32), PMIX_SUCCESS);
         pmix_byte_object_t bytes;
         EXPECT_EQ(PMIx_Data_unload(&buf, &bytes), PMIX_SUCCESS);
-        wire::Bytes out(bytes.bytes, bytes.bytes + bytes.size);
+        protocol::Bytes out(bytes.bytes, bytes.bytes + bytes.size);
         PMIX_BYTE_OBJECT_DESTRUCT(&bytes);
         PMIX_DATA_BUFFER_DESTRUCT(&buf);
         return out;
@@ -135,12 +135,12 @@ TEST(Convert, BadInfoArraysAreErrorsNotCrashes)
 
 TEST(Convert, ALookupReplyBecomesPdataAndSkipsWhatDoesNotUnpack)
 {
-    wire::DataReply reply;
+    protocol::DataReply reply;
     pmix_info_t v;
     PMIX_INFO_LOAD(&v, "k1", "one", PMIX_STRING);
     reply.keys = {"k1", "k2"};
     reply.ranks = {3, 4};
-    reply.values = {*pack_info(v), wire::Bytes{9, 9}};
+    reply.values = {*pack_info(v), protocol::Bytes{9, 9}};
     PMIX_INFO_DESTRUCT(&v);
     auto pdata = to_pdata(reply, "exitpolicy.1.0");
     ASSERT_EQ(pdata->n, 1u);
@@ -219,4 +219,4 @@ TEST(TerminationEvents, ADefaultHandlerHearsOnceAndTheOthersOnlyByTheirCodes)
 }
 
 }  // namespace
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 namespace {
 
 std::vector<std::string> good()
@@ -73,4 +73,4 @@ TEST(DaemonArgsTest, BadArgumentsAreNamed)
 }
 
 }  // namespace
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -32,7 +32,7 @@
 #include <unistd.h>
 #include <vector>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 using namespace std::chrono_literals;
@@ -500,4 +500,4 @@ TEST_F(DaemonLinkTest, TheDaemonGetsOnlyTheEnvironmentItNeeds)
 }
 
 }  // namespace
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

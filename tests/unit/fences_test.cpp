@@ -8,7 +8,7 @@
 #include <random>
 #include <set>
 
-namespace exitpolicy::wire {
+namespace exitpolicy::protocol {
 namespace {
 
 FenceKey key_of(const std::string& key)
@@ -164,4 +164,4 @@ TEST(FencesTest, AffectedPicksInstancesByTheirParticipants)
 }
 
 }  // namespace
-}  // namespace exitpolicy::wire
+}  // namespace exitpolicy::protocol

@@ -30,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 using namespace std::chrono_literals;
@@ -47,21 +47,21 @@ std::unique_ptr<FrontEnd> start(std::uint32_t ntasks, std::uint32_t nnodes)
 
 // One outcome and its acknowledgement within `timeout`, as slurmstepd's
 // sink sends it; the link is closed when none comes.
-Result<bool> send_outcome(NodeLink& link, const wire::Outcome& outcome, std::chrono::milliseconds timeout)
+Result<bool> send_outcome(NodeLink& link, const protocol::Outcome& outcome, std::chrono::milliseconds timeout)
 {
     if (auto posted = link.post_outcome(outcome, timeout); !posted)
         return posted;
     auto acks = link.read_acks(1, timeout);
     if (!acks)
         return Result<bool>::fail(acks.error());
-    for (const wire::Ack& ack : *acks)
+    for (const protocol::Ack& ack : *acks)
         if (ack.rank == outcome.rank && ack.epoch == outcome.epoch)
             return Result<bool>::ok(true);
     link.close();
     return Result<bool>::fail("no acknowledgement of rank " + std::to_string(outcome.rank));
 }
 
-LinkSetup node(std::uint16_t port, const wire::Secret& secret, std::uint32_t id, std::vector<std::uint32_t> ranks)
+LinkSetup node(std::uint16_t port, const protocol::Secret& secret, std::uint32_t id, std::vector<std::uint32_t> ranks)
 {
     LinkSetup s;
     s.host = "127.0.0.1";
@@ -80,9 +80,9 @@ LinkSetup node(const FrontEnd& fe, std::uint32_t id, std::vector<std::uint32_t> 
     return node(fe.port(), fe.secret(), id, std::move(ranks));
 }
 
-wire::Outcome outcome(std::uint32_t rank, int wait_status, std::int64_t end_us = 1000)
+protocol::Outcome outcome(std::uint32_t rank, int wait_status, std::int64_t end_us = 1000)
 {
-    wire::Outcome o;
+    protocol::Outcome o;
     o.rank = rank;
     o.pid = 100 + rank;
     o.wait_status = wait_status;
@@ -223,7 +223,7 @@ TEST(FrontEndTest, GarbageClosesThatConnectionOnly)
     while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0)
         total += n;
     EXPECT_EQ(n, 0);  // the FE hung up after its challenge
-    EXPECT_EQ(total, static_cast<ssize_t>(wire::header_size + 40));
+    EXPECT_EQ(total, static_cast<ssize_t>(protocol::header_size + 40));
     ::close(fd);
 
     NodeLink a = connect(node(*fe, 0, {0}));  // the FE still serves others
@@ -285,7 +285,7 @@ TEST(FrontEndTest, IdleConnectionsBeyondTheCapAreClosedAndANodeStillReports)
                         static_cast<unsigned long long>(raised.rlim_cur), wanted);
         }
     }
-    ASSERT_GT(wanted, 2 * wire::max_unauthenticated_channels);
+    ASSERT_GT(wanted, 2 * protocol::max_unauthenticated_channels);
 
     auto fe = start(2, 1);
     ASSERT_TRUE(fe);
@@ -302,11 +302,11 @@ TEST(FrontEndTest, IdleConnectionsBeyondTheCapAreClosedAndANodeStillReports)
         closed = 0;
         for (int fd : idle)
             closed += closed_by_peer(fd) ? 1 : 0;
-        if (closed >= wanted - wire::max_unauthenticated_channels)
+        if (closed >= wanted - protocol::max_unauthenticated_channels)
             break;
         std::this_thread::sleep_for(20ms);
     }
-    EXPECT_GE(closed, wanted - wire::max_unauthenticated_channels);
+    EXPECT_GE(closed, wanted - protocol::max_unauthenticated_channels);
 
     const auto began = std::chrono::steady_clock::now();
     NodeLink a = connect(node(*fe, 0, {0, 1}));
@@ -390,7 +390,7 @@ TEST(FrontEndTest, IdlePeersCannotTakeTheDescriptorsANodeNeeds)
         if (!fe)
             ::_exit(11);
         const std::uint16_t port = (*fe)->port();
-        const wire::Secret secret = (*fe)->secret();
+        const protocol::Secret secret = (*fe)->secret();
         if (::write(up[1], &port, sizeof(port)) != sizeof(port) ||
             ::write(up[1], secret.data(), secret.size()) != static_cast<ssize_t>(secret.size()))
             ::_exit(12);
@@ -415,7 +415,7 @@ TEST(FrontEndTest, IdlePeersCannotTakeTheDescriptorsANodeNeeds)
         }
     } reaper{child, down[1], up[0]};
     std::uint16_t port = 0;
-    wire::Secret secret{};
+    protocol::Secret secret{};
     ASSERT_EQ(::read(up[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
     ASSERT_EQ(::read(up[0], secret.data(), secret.size()), static_cast<ssize_t>(secret.size()));
     std::vector<int> idle;
@@ -616,22 +616,22 @@ TEST(FrontEndSinkTest, GivesUpOnceTheFrontEndIsGone)
 // A node daemon as the FE sees one: an authenticated channel that enrolls
 // and records every frame that comes down to it.
 struct FakeDaemon {
-    std::unique_ptr<wire::Channel> channel;
-    std::vector<std::pair<wire::Type, wire::Bytes>> got;
+    std::unique_ptr<protocol::Channel> channel;
+    std::vector<std::pair<protocol::Type, protocol::Bytes>> got;
     bool closed = false;
 
-    std::size_t count(wire::Type type) const
+    std::size_t count(protocol::Type type) const
     {
         return static_cast<std::size_t>(
             std::count_if(got.begin(), got.end(), [type](const auto& f) { return f.first == type; }));
     }
     template <typename M>
-    M last(wire::Type type) const
+    M last(protocol::Type type) const
     {
         for (auto it = got.rbegin(); it != got.rend(); ++it)
             if (it->first == type)
                 return *M::decode(it->second);
-        ADD_FAILURE() << "no " << wire::type_name(type) << " frame";
+        ADD_FAILURE() << "no " << protocol::type_name(type) << " frame";
         return M{};
     }
 };
@@ -639,26 +639,26 @@ struct FakeDaemon {
 using test::Loop;
 
 std::unique_ptr<FakeDaemon> fake_daemon(Loop& loop, const FrontEnd& fe, std::uint32_t node,
-                                        std::vector<std::uint32_t> ranks, wire::Role role = wire::Role::daemon)
+                                        std::vector<std::uint32_t> ranks, protocol::Role role = protocol::Role::daemon)
 {
     auto d = std::make_unique<FakeDaemon>();
     FakeDaemon* raw = d.get();
-    wire::Hello me;
+    protocol::Hello me;
     me.role = role;
     me.node_id = node;
     me.hostname = "node" + std::to_string(node + 1);
     me.ranks = std::move(ranks);
-    wire::Channel::Handlers h;
-    h.ready = [role](wire::Channel& c) {
-        if (role == wire::Role::daemon)
-            c.send(wire::Enroll{"127.0.0.1", 1}.encode());
+    protocol::Channel::Handlers h;
+    h.ready = [role](protocol::Channel& c) {
+        if (role == protocol::Role::daemon)
+            c.send(protocol::Enroll{"127.0.0.1", 1}.encode());
     };
-    h.frame = [raw](wire::Channel&, wire::Type type, std::span<const std::uint8_t> body) {
-        raw->got.emplace_back(type, wire::Bytes(body.begin(), body.end()));
+    h.frame = [raw](protocol::Channel&, protocol::Type type, std::span<const std::uint8_t> body) {
+        raw->got.emplace_back(type, protocol::Bytes(body.begin(), body.end()));
         return Result<bool>::ok(true);
     };
-    h.closed = [raw](wire::Channel&, wire::Channel::Reason, const std::string&) { raw->closed = true; };
-    auto c = wire::Channel::connect(loop.base(), "127.0.0.1", fe.port(), fe.secret(), job, step, me, std::move(h));
+    h.closed = [raw](protocol::Channel&, protocol::Channel::Reason, const std::string&) { raw->closed = true; };
+    auto c = protocol::Channel::connect(loop.base(), "127.0.0.1", fe.port(), fe.secret(), job, step, me, std::move(h));
     EXPECT_TRUE(c) << c.error();
     if (c)
         d->channel = std::move(*c);
@@ -679,7 +679,7 @@ TEST(FrontEndOverlayTest, ALostNodeIsAnnouncedAndTheDaemonBelowItAdoptedWithWhat
     auto d1 = fake_daemon(loop, *fe, 1, {1});
     auto d2 = fake_daemon(loop, *fe, 2, {2});
     ASSERT_TRUE(loop.run_until([&] {
-        return d0->count(wire::Type::step_map) && d1->count(wire::Type::step_map) && d2->count(wire::Type::step_map);
+        return d0->count(protocol::Type::step_map) && d1->count(protocol::Type::step_map) && d2->count(protocol::Type::step_map);
     }));
     // node3's daemon links to node1's and drops its enrollment link: not a
     // departure, its way up is node1.
@@ -687,32 +687,32 @@ TEST(FrontEndOverlayTest, ALostNodeIsAnnouncedAndTheDaemonBelowItAdoptedWithWhat
     // node1 dies: its daemon and its slurmstepd vanish, rank 0 unreported.
     d0->channel.reset();
     stepd0.close();
-    ASSERT_TRUE(loop.run_until([&] { return d1->count(wire::Type::node_down) == 1; }));
-    const auto down = d1->last<wire::NodeDown>(wire::Type::node_down);
+    ASSERT_TRUE(loop.run_until([&] { return d1->count(protocol::Type::node_down) == 1; }));
+    const auto down = d1->last<protocol::NodeDown>(protocol::Type::node_down);
     EXPECT_EQ(down.node, 0u);
     EXPECT_EQ(down.hostname, "node1");
     EXPECT_EQ(down.ranks, std::vector<std::uint32_t>{0});
     EXPECT_EQ(down.exit_code, 9);  // lost_code
 
     // node3's daemon lost its parent: the FE adopts it and replays the loss.
-    auto orphan = fake_daemon(loop, *fe, 2, {2}, wire::Role::orphan);
-    ASSERT_TRUE(loop.run_until([&] { return orphan->count(wire::Type::node_down) == 1; }));
-    EXPECT_EQ(orphan->last<wire::NodeDown>(wire::Type::node_down).node, 0u);
-    EXPECT_EQ(orphan->count(wire::Type::step_map), 0u);
+    auto orphan = fake_daemon(loop, *fe, 2, {2}, protocol::Role::orphan);
+    ASSERT_TRUE(loop.run_until([&] { return orphan->count(protocol::Type::node_down) == 1; }));
+    EXPECT_EQ(orphan->last<protocol::NodeDown>(protocol::Type::node_down).node, 0u);
+    EXPECT_EQ(orphan->count(protocol::Type::step_map), 0u);
 
     // From now on it is the FE's child: events and fence results reach it,
     // and a fence of the survivors counts it.
-    d1->channel->send(wire::FenceUp{"1-2,#1", 0, 1, wire::Bytes{1}}.encode());
-    orphan->channel->send(wire::FenceUp{"1-2,#1", 0, 1, wire::Bytes{2}}.encode());
+    d1->channel->send(protocol::FenceUp{"1-2,#1", 0, 1, protocol::Bytes{1}}.encode());
+    orphan->channel->send(protocol::FenceUp{"1-2,#1", 0, 1, protocol::Bytes{2}}.encode());
     ASSERT_TRUE(loop.run_until([&] {
-        return orphan->count(wire::Type::fence_down) == 1 && d1->count(wire::Type::fence_down) == 1;
+        return orphan->count(protocol::Type::fence_down) == 1 && d1->count(protocol::Type::fence_down) == 1;
     }));
-    const auto result = orphan->last<wire::FenceDown>(wire::Type::fence_down);
+    const auto result = orphan->last<protocol::FenceDown>(protocol::Type::fence_down);
     EXPECT_EQ(result.status, 0);
     EXPECT_EQ(result.data.size(), 2u);
-    d1->channel->send(wire::Event{1, 1, -404, 3, 3 << 8}.encode());
-    ASSERT_TRUE(loop.run_until([&] { return orphan->count(wire::Type::event) == 1; }));
-    EXPECT_EQ(d1->count(wire::Type::node_down), 1u);  // once
+    d1->channel->send(protocol::Event{1, 1, -404, 3, 3 << 8}.encode());
+    ASSERT_TRUE(loop.run_until([&] { return orphan->count(protocol::Type::event) == 1; }));
+    EXPECT_EQ(d1->count(protocol::Type::node_down), 1u);  // once
 
     const Collected got = fe->finish(0ms);
     EXPECT_TRUE(got.step.tasks[0].lost);
@@ -730,18 +730,18 @@ TEST(FrontEndOverlayTest, ADaemonThatDiesAloneIsNoLostNode)
     NodeLink stepd1 = connect(node(*fe, 1, {1}));
     auto d0 = fake_daemon(loop, *fe, 0, {0});
     auto d1 = fake_daemon(loop, *fe, 1, {1});
-    ASSERT_TRUE(loop.run_until([&] { return d0->count(wire::Type::step_map) && d1->count(wire::Type::step_map); }));
+    ASSERT_TRUE(loop.run_until([&] { return d0->count(protocol::Type::step_map) && d1->count(protocol::Type::step_map); }));
     d0->channel.reset();
     loop.run_until([] { return false; }, 200ms);  // the FE sees it go
     EXPECT_TRUE(send_outcome(stepd0, outcome(0, SIGSEGV), 2s));
-    ASSERT_TRUE(loop.run_until([&] { return d1->count(wire::Type::event) == 1; }));
-    const auto e = d1->last<wire::Event>(wire::Type::event);
+    ASSERT_TRUE(loop.run_until([&] { return d1->count(protocol::Type::event) == 1; }));
+    const auto e = d1->last<protocol::Event>(protocol::Type::event);
     EXPECT_EQ(e.rank, 0u);
     EXPECT_EQ(e.code, -402);  // PMIX_ERR_PROC_ABORTED_BY_SIG
     EXPECT_EQ(e.exit_code, 139);
     stepd0.close();
     loop.run_until([] { return false; }, 200ms);
-    EXPECT_EQ(d1->count(wire::Type::node_down), 0u);  // every rank of it reported
+    EXPECT_EQ(d1->count(protocol::Type::node_down), 0u);  // every rank of it reported
 }
 
 
@@ -766,7 +766,7 @@ std::unique_ptr<TwoNodes> two_nodes(FrontEndSetup setup)
     t->d0 = fake_daemon(t->loop, *t->fe, 0, {0});
     t->d1 = fake_daemon(t->loop, *t->fe, 1, {1});
     EXPECT_TRUE(t->loop.run_until(
-        [&] { return t->d0->count(wire::Type::step_map) && t->d1->count(wire::Type::step_map); }));
+        [&] { return t->d0->count(protocol::Type::step_map) && t->d1->count(protocol::Type::step_map); }));
     return t;
 }
 
@@ -780,30 +780,30 @@ FrontEndSetup teardown_setup(bool recoverable)
 }
 
 // Rank 0, a PMIx client (or not), was killed by SIGSEGV on node1.
-wire::Event segfault(bool client)
+protocol::Event segfault(bool client)
 {
-    return wire::Event{0, 0, -402, 139, SIGSEGV, client};
+    return protocol::Event{0, 0, -402, 139, SIGSEGV, client};
 }
 
 TEST(FrontEndOverlayTest, AFailedPmixClientTearsTheStepDownAfterTheGrace)
 {
     auto t = two_nodes(teardown_setup(false));
     ASSERT_TRUE(t);
-    EXPECT_FALSE(t->d1->last<wire::StepMap>(wire::Type::step_map).recoverable);
+    EXPECT_FALSE(t->d1->last<protocol::StepMap>(protocol::Type::step_map).recoverable);
     t->d0->channel->send(segfault(true).encode());
-    ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(wire::Type::terminate) == 1; }));
+    ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(protocol::Type::terminate) == 1; }));
     // Told first, torn down after: the event comes before the terminate.
-    ASSERT_EQ(t->d1->got.front().first, wire::Type::step_map);
-    EXPECT_EQ(t->d1->got[1].first, wire::Type::event);
-    EXPECT_EQ(t->d1->got[2].first, wire::Type::terminate);
-    const auto term = t->d1->last<wire::Terminate>(wire::Type::terminate);
+    ASSERT_EQ(t->d1->got.front().first, protocol::Type::step_map);
+    EXPECT_EQ(t->d1->got[1].first, protocol::Type::event);
+    EXPECT_EQ(t->d1->got[2].first, protocol::Type::terminate);
+    const auto term = t->d1->last<protocol::Terminate>(protocol::Type::terminate);
     EXPECT_EQ(term.kill_after_ms, 1500u);
     EXPECT_EQ(term.reason, "rank 0 on node1 was killed by SIGSEGV");
-    EXPECT_EQ(t->d0->count(wire::Type::terminate), 1u);
+    EXPECT_EQ(t->d0->count(protocol::Type::terminate), 1u);
     // Further failures (the collateral) tear down nothing more.
-    t->d1->channel->send(wire::Event{1, 1, -402, 143, SIGTERM, true}.encode());
+    t->d1->channel->send(protocol::Event{1, 1, -402, 143, SIGTERM, true}.encode());
     t->loop.run_until([] { return false; }, 200ms);
-    EXPECT_EQ(t->d1->count(wire::Type::terminate), 1u);
+    EXPECT_EQ(t->d1->count(protocol::Type::terminate), 1u);
     t->fe->finish(0ms);
 }
 
@@ -811,15 +811,15 @@ TEST(FrontEndOverlayTest, ARecoverableStepIsToldAndRunsOnUntilAnAbort)
 {
     auto t = two_nodes(teardown_setup(true));
     ASSERT_TRUE(t);
-    EXPECT_TRUE(t->d1->last<wire::StepMap>(wire::Type::step_map).recoverable);
+    EXPECT_TRUE(t->d1->last<protocol::StepMap>(protocol::Type::step_map).recoverable);
     t->d0->channel->send(segfault(true).encode());
-    ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(wire::Type::event) == 1; }));
+    ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(protocol::Type::event) == 1; }));
     t->loop.run_until([] { return false; }, 300ms);  // 15 times the grace
-    EXPECT_EQ(t->d1->count(wire::Type::terminate), 0u);
+    EXPECT_EQ(t->d1->count(protocol::Type::terminate), 0u);
     // An abort ends even a recoverable step, at once.
-    t->d1->channel->send(wire::Abort{1, 7, "MPI_Abort"}.encode());
-    ASSERT_TRUE(t->loop.run_until([&] { return t->d0->count(wire::Type::terminate) == 1; }));
-    EXPECT_EQ(t->d0->last<wire::Terminate>(wire::Type::terminate).reason,
+    t->d1->channel->send(protocol::Abort{1, 7, "MPI_Abort"}.encode());
+    ASSERT_TRUE(t->loop.run_until([&] { return t->d0->count(protocol::Type::terminate) == 1; }));
+    EXPECT_EQ(t->d0->last<protocol::Terminate>(protocol::Type::terminate).reason,
               "rank 1 on node2 called abort with status 7");
     t->fe->finish(0ms);
 }
@@ -829,9 +829,9 @@ TEST(FrontEndOverlayTest, TasksThatNeverUsedPmixTearNothingDown)
     auto t = two_nodes(teardown_setup(false));
     ASSERT_TRUE(t);
     t->d0->channel->send(segfault(false).encode());
-    ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(wire::Type::event) == 1; }));
+    ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(protocol::Type::event) == 1; }));
     t->loop.run_until([] { return false; }, 300ms);
-    EXPECT_EQ(t->d1->count(wire::Type::terminate), 0u);
+    EXPECT_EQ(t->d1->count(protocol::Type::terminate), 0u);
     t->fe->finish(0ms);
 }
 
@@ -844,9 +844,9 @@ TEST(FrontEndOverlayTest, ATasksLogLineIsPrintedAsTheTaskWroteIt)
     ASSERT_TRUE(t);
     CapturedStderr capture;
     ASSERT_TRUE(capture.ok());
-    t->d1->channel->send(wire::Notice{1, 1, "[node2:00000] *** An error occurred in Socket closed\n"}.encode());
-    t->d1->channel->send(wire::Notice{1, 1, "no newline of its own"}.encode());
-    t->d1->channel->send(wire::Notice{1, wire::Notice::no_rank, "the daemon's own words"}.encode());
+    t->d1->channel->send(protocol::Notice{1, 1, "[node2:00000] *** An error occurred in Socket closed\n"}.encode());
+    t->d1->channel->send(protocol::Notice{1, 1, "no newline of its own"}.encode());
+    t->d1->channel->send(protocol::Notice{1, protocol::Notice::no_rank, "the daemon's own words"}.encode());
     t->loop.run_until([] { return false; }, 300ms);
     const std::string said = capture.said();
     EXPECT_EQ(said,
@@ -863,9 +863,9 @@ TEST(FrontEndOverlayTest, ALostNodeTearsTheStepDownUnlessItIsRecoverable)
         ASSERT_TRUE(t);
         t->d0->channel.reset();  // node1 dies with rank 0 unreported
         t->stepd0.close();
-        ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(wire::Type::node_down) == 1; }));
+        ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(protocol::Type::node_down) == 1; }));
         t->loop.run_until([] { return false; }, 300ms);
-        EXPECT_EQ(t->d1->count(wire::Type::terminate), recoverable ? 0u : 1u) << recoverable;
+        EXPECT_EQ(t->d1->count(protocol::Type::terminate), recoverable ? 0u : 1u) << recoverable;
         t->fe->finish(0ms);
     }
 }
@@ -880,10 +880,10 @@ TEST(FrontEndOverlayTest, TheDaemonsHearWhenEveryTaskHasEndedOrIsLost)
         ASSERT_TRUE(t);
         EXPECT_TRUE(send_outcome(t->stepd1, outcome(1, 0), 2s));
         t->loop.run_until([] { return false; }, 200ms);
-        EXPECT_EQ(t->d0->count(wire::Type::step_done), 0u) << "rank 0 still runs";
+        EXPECT_EQ(t->d0->count(protocol::Type::step_done), 0u) << "rank 0 still runs";
         EXPECT_TRUE(send_outcome(t->stepd0, outcome(0, 0), 2s));
         ASSERT_TRUE(t->loop.run_until(
-            [&] { return t->d0->count(wire::Type::step_done) == 1 && t->d1->count(wire::Type::step_done) == 1; }));
+            [&] { return t->d0->count(protocol::Type::step_done) == 1 && t->d1->count(protocol::Type::step_done) == 1; }));
         t->fe->finish(0ms);
     }
     {
@@ -891,10 +891,10 @@ TEST(FrontEndOverlayTest, TheDaemonsHearWhenEveryTaskHasEndedOrIsLost)
         ASSERT_TRUE(t);
         t->d0->channel.reset();  // node1 dies with rank 0 unreported
         t->stepd0.close();
-        ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(wire::Type::node_down) == 1; }));
-        EXPECT_EQ(t->d1->count(wire::Type::step_done), 0u) << "rank 1 still runs";
+        ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(protocol::Type::node_down) == 1; }));
+        EXPECT_EQ(t->d1->count(protocol::Type::step_done), 0u) << "rank 1 still runs";
         EXPECT_TRUE(send_outcome(t->stepd1, outcome(1, 0), 2s));
-        ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(wire::Type::step_done) == 1; }));
+        ASSERT_TRUE(t->loop.run_until([&] { return t->d1->count(protocol::Type::step_done) == 1; }));
         t->fe->finish(0ms);
     }
 }
@@ -910,21 +910,21 @@ protected:
         d0 = fake_daemon(loop, *fe, 0, {0});
         d1 = fake_daemon(loop, *fe, 1, {1});
         ASSERT_TRUE(
-            loop.run_until([&] { return d0->count(wire::Type::step_map) && d1->count(wire::Type::step_map); }));
+            loop.run_until([&] { return d0->count(protocol::Type::step_map) && d1->count(protocol::Type::step_map); }));
     }
 
-    void up(FakeDaemon& d, const std::string& key, wire::Bytes data, std::int32_t status = 0)
+    void up(FakeDaemon& d, const std::string& key, protocol::Bytes data, std::int32_t status = 0)
     {
-        d.channel->send(wire::FenceUp{key, status, 1, std::move(data)}.encode());
+        d.channel->send(protocol::FenceUp{key, status, 1, std::move(data)}.encode());
     }
 
     // The results of `key` that reached d, in order.
-    static std::vector<wire::FenceDown> results(const FakeDaemon& d, const std::string& key)
+    static std::vector<protocol::FenceDown> results(const FakeDaemon& d, const std::string& key)
     {
-        std::vector<wire::FenceDown> out;
+        std::vector<protocol::FenceDown> out;
         for (const auto& [type, body] : d.got)
-            if (type == wire::Type::fence_down)
-                if (auto f = wire::FenceDown::decode(body); f && f->key == key)
+            if (type == protocol::Type::fence_down)
+                if (auto f = protocol::FenceDown::decode(body); f && f->key == key)
                     out.push_back(*f);
         return out;
     }
@@ -933,7 +933,7 @@ protected:
     // alone completes at once, after them.
     void settle(FakeDaemon& d, std::uint32_t rank)
     {
-        const std::string key = wire::fence_key({rank}, ++barriers);
+        const std::string key = protocol::fence_key({rank}, ++barriers);
         up(d, key, {});
         ASSERT_TRUE(loop.run_until([&] { return results(*d0, key).size() == 1 && results(*d1, key).size() == 1; }));
     }
@@ -968,16 +968,16 @@ TEST_F(FrontEndFenceTest, ALateContributionToAFinishedInstanceIsDropped)
     ASSERT_TRUE(loop.run_until([&] { return results(*d0, "*#2").size() == 1 && results(*d1, "*#2").size() == 1; }));
     const auto second = results(*d0, "*#2")[0];
     EXPECT_EQ(second.status, 0);
-    wire::Bytes data = second.data;
+    protocol::Bytes data = second.data;
     std::sort(data.begin(), data.end());
-    EXPECT_EQ(data, (wire::Bytes{3, 4}));
+    EXPECT_EQ(data, (protocol::Bytes{3, 4}));
 }
 
 TEST_F(FrontEndFenceTest, AContributionNamingADeadRankFailsTheInstanceAtOnce)
 {
     // Rank 0 ended abnormally before anyone fenced.
-    d0->channel->send(wire::Event{0, 0, -404, 3, 3 << 8}.encode());
-    ASSERT_TRUE(loop.run_until([&] { return d1->count(wire::Type::event) == 1; }));
+    d0->channel->send(protocol::Event{0, 0, -404, 3, 3 << 8}.encode());
+    ASSERT_TRUE(loop.run_until([&] { return d1->count(protocol::Type::event) == 1; }));
 
     // node2 fences over everyone: node1 will never contribute, and need not.
     up(*d1, "*#1", {2});
@@ -995,7 +995,7 @@ TEST_F(FrontEndFenceTest, AContributionNamingADeadRankFailsTheInstanceAtOnce)
     up(*d1, "1,#1", {5});
     ASSERT_TRUE(loop.run_until([&] { return results(*d1, "1,#1").size() == 1; }));
     EXPECT_EQ(results(*d1, "1,#1")[0].status, 0);
-    EXPECT_EQ(results(*d1, "1,#1")[0].data, wire::Bytes{5});
+    EXPECT_EQ(results(*d1, "1,#1")[0].data, protocol::Bytes{5});
 }
 
 TEST_F(FrontEndFenceTest, AFailedContributionFailsTheInstanceForEveryone)
@@ -1020,4 +1020,4 @@ TEST_F(FrontEndFenceTest, AFailedContributionFailsTheInstanceForEveryone)
 }
 
 }  // namespace
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

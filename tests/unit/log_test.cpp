@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // log_test.cpp - the daemon's log file in a directory others may share
 // (pmix_server/log.hpp): no link is followed, no file of another's is taken.
-#include "log.hpp"
+#include "pmix_server/log.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 namespace {
 
 class LogFileTest : public ::testing::Test {
@@ -78,4 +78,4 @@ TEST_F(LogFileTest, ADirectoryIsRefused)
 }
 
 }  // namespace
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server

@@ -24,7 +24,7 @@
 #include <future>
 #include <thread>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 using namespace std::chrono_literals;
@@ -38,7 +38,7 @@ constexpr std::uint32_t step = 3;
 // `script`.
 class ScriptedFrontEnd {
 public:
-    using Script = std::function<void(int fd, wire::FrameSeal& seal)>;
+    using Script = std::function<void(int fd, protocol::FrameSeal& seal)>;
 
     explicit ScriptedFrontEnd(Script script) : script_(std::move(script))
     {
@@ -80,19 +80,19 @@ private:
         const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
         if (fd < 0)
             return;
-        wire::tune_socket(fd);  // as the real front end: no Nagle delay
+        protocol::tune_socket(fd);  // as the real front end: no Nagle delay
         const auto deadline = Clock::now() + 5s;
-        wire::Challenge challenge;
-        challenge.nonce = *wire::random_nonce();
+        protocol::Challenge challenge;
+        challenge.nonce = *protocol::random_nonce();
         challenge.job_id = job;
         challenge.step_id = step;
         auto hello = io::write_all(fd, challenge.encode(), deadline, "node")
-                         ? io::read_frame(fd, wire::Type::hello, deadline, "node")
-                         : Result<wire::Bytes>::fail("write");
-        if (auto h = hello ? wire::Hello::decode(*hello) : Result<wire::Hello>::fail(hello.error())) {
-            wire::Welcome welcome;
-            welcome.mac = wire::server_proof(secret_, challenge.nonce, h->nonce);
-            wire::FrameSeal seal(wire::session_key(secret_, challenge.nonce, h->nonce), true);
+                         ? io::read_frame(fd, protocol::Type::hello, deadline, "node")
+                         : Result<protocol::Bytes>::fail("write");
+        if (auto h = hello ? protocol::Hello::decode(*hello) : Result<protocol::Hello>::fail(hello.error())) {
+            protocol::Welcome welcome;
+            welcome.mac = protocol::server_proof(secret_, challenge.nonce, h->nonce);
+            protocol::FrameSeal seal(protocol::session_key(secret_, challenge.nonce, h->nonce), true);
             if (io::write_all(fd, welcome.encode(), deadline, "node"))
                 script_(fd, seal);
         }
@@ -100,24 +100,24 @@ private:
     }
 
     Script script_;
-    wire::Secret secret_{};
+    protocol::Secret secret_{};
     int listener_ = -1;
     std::uint16_t port_ = 0;
     std::thread thread_;
 };
 
-wire::Bytes sealed_ack(wire::FrameSeal& seal, std::uint32_t rank)
+protocol::Bytes sealed_ack(protocol::FrameSeal& seal, std::uint32_t rank)
 {
-    const wire::Bytes frame = wire::Ack{rank, 0}.encode();
-    const wire::Tag tag = seal.seal(frame);
-    wire::Bytes out(frame);
+    const protocol::Bytes frame = protocol::Ack{rank, 0}.encode();
+    const protocol::Tag tag = seal.seal(frame);
+    protocol::Bytes out(frame);
     out.insert(out.end(), tag.begin(), tag.end());
     return out;
 }
 
-wire::Outcome outcome(std::uint32_t rank)
+protocol::Outcome outcome(std::uint32_t rank)
 {
-    wire::Outcome o;
+    protocol::Outcome o;
     o.rank = rank;
     o.pid = 100 + rank;
     o.end_time_us = 1;
@@ -137,14 +137,14 @@ TEST(NodeLinkBoundTest, AFrontEndThatDribblesAcknowledgementsCannotHoldATaskExit
     // (about 6 s).
     std::promise<void> begun;
     std::atomic<bool> done{false};
-    ScriptedFrontEnd fe([&](int fd, wire::FrameSeal& seal) {
-        wire::Bytes pending = sealed_ack(seal, 1000);
+    ScriptedFrontEnd fe([&](int fd, protocol::FrameSeal& seal) {
+        protocol::Bytes pending = sealed_ack(seal, 1000);
         if (::send(fd, pending.data(), 1, MSG_NOSIGNAL) != 1)
             return;
         begun.set_value();
         for (std::uint32_t i = 1; i <= 10 && !done; ++i) {
             std::this_thread::sleep_for(600ms);
-            wire::Bytes out(pending.begin() + 1, pending.end());
+            protocol::Bytes out(pending.begin() + 1, pending.end());
             pending = sealed_ack(seal, 1000 + i);
             out.push_back(pending.front());
             if (::send(fd, out.data(), out.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(out.size()))
@@ -167,9 +167,9 @@ TEST(NodeLinkBoundTest, AFrontEndThatDribblesAcknowledgementsCannotHoldATaskExit
 TEST(FrontEndSinkProtocolTest, AnAcknowledgementOfWhatWasNeverSentIsAnErrorNotProgress)
 {
     // Answers every outcome with an acknowledgement of rank 99.
-    ScriptedFrontEnd fe([](int fd, wire::FrameSeal& seal) {
-        while (io::read_frame(fd, wire::Type::outcome, Clock::now() + 5s, "node", &seal)) {
-            const wire::Bytes ack = sealed_ack(seal, 99);
+    ScriptedFrontEnd fe([](int fd, protocol::FrameSeal& seal) {
+        while (io::read_frame(fd, protocol::Type::outcome, Clock::now() + 5s, "node", &seal)) {
+            const protocol::Bytes ack = sealed_ack(seal, 99);
             if (!io::write_all(fd, ack, Clock::now() + 5s, "node"))
                 return;
         }
@@ -196,9 +196,9 @@ TEST(FrontEndSinkProtocolTest, AnAcknowledgementOfWhatWasNeverSentIsAnErrorNotPr
 TEST(FrontEndSinkProtocolTest, AcknowledgementsOfWhatWasSentAreProgress)
 {
     // The same front end, answering honestly: the sink flushes clean.
-    ScriptedFrontEnd fe([](int fd, wire::FrameSeal& seal) {
-        while (auto body = io::read_frame(fd, wire::Type::outcome, Clock::now() + 5s, "node", &seal)) {
-            const auto o = wire::Outcome::decode(*body);
+    ScriptedFrontEnd fe([](int fd, protocol::FrameSeal& seal) {
+        while (auto body = io::read_frame(fd, protocol::Type::outcome, Clock::now() + 5s, "node", &seal)) {
+            const auto o = protocol::Outcome::decode(*body);
             if (!o || !io::write_all(fd, sealed_ack(seal, o->rank), Clock::now() + 5s, "node"))
                 return;
         }
@@ -212,4 +212,4 @@ TEST(FrontEndSinkProtocolTest, AcknowledgementsOfWhatWasSentAreProgress)
 }
 
 }  // namespace
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // one_node.hpp - for tests whose process is a node's PMIx server (PmixHost,
-// the daemon's own) with real client programs: the overlay behind the
+// the daemon's own) with real client programs: the step behind the
 // upcalls as a stand-in for a step of this one node (fences are local,
 // nothing goes anywhere else), and the namespace's registration.
 #pragma once
@@ -15,19 +15,19 @@
 #include <thread>
 #include <vector>
 
-namespace exitpolicy::pmixd::one_node {
+namespace exitpolicy::pmix_server::one_node {
 
-class OneNode final : public Overlay {
+class OneNode final : public StepServices {
 public:
     Args args_;
     WorkQueue queue;
 
     void post(std::function<void()> fn) override { queue.push(std::move(fn)); }
-    void fence(std::vector<std::uint32_t>, wire::Bytes data, int, Done done) override { done(0, std::move(data)); }
+    void fence(std::vector<std::uint32_t>, protocol::Bytes data, int, Done done) override { done(0, std::move(data)); }
     void direct_modex(std::uint32_t, int, Done done) override { done(PMIX_ERR_NOT_FOUND, {}); }
     void abort(std::uint32_t, int, std::string) override {}
-    void data_request(wire::DataRequest, int, DataDone) override {}
-    void relay(int, std::uint32_t, wire::Bytes) override {}
+    void data_request(protocol::DataRequest, int, DataDone) override {}
+    void relay(int, std::uint32_t, protocol::Bytes) override {}
     void terminate_step(const std::string&) override {}
     void task_log(std::uint32_t, const std::string&) override {}
     void client_connected(std::uint32_t) override {}
@@ -44,11 +44,11 @@ public:
 
 // Registers namespace `nspace` of `ranks` ranks, all on this node, running
 // the upcalls' work until the library has it (10 s at most).
-inline void register_one_node(PmixHost& host, OneNode& overlay, const std::string& nspace, std::uint32_t ranks)
+inline void register_one_node(PmixHost& host, OneNode& step, const std::string& nspace, std::uint32_t ranks)
 {
-    wire::StepMap map;
+    protocol::StepMap map;
     map.nspace = nspace;
-    map.hostnames = {overlay.args_.hostname};
+    map.hostnames = {step.args_.hostname};
     map.rank_node.assign(ranks, 0);
     int registered = 1;
     bool in = false;
@@ -59,11 +59,11 @@ inline void register_one_node(PmixHost& host, OneNode& overlay, const std::strin
         !ok)
         server_fails(ok.error());
     for (int i = 0; i < 1000 && !in; ++i) {
-        overlay.queue.run();
+        step.queue.run();
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (!in || registered != 0)
         server_fails("namespace not registered");
 }
 
-}  // namespace exitpolicy::pmixd::one_node
+}  // namespace exitpolicy::pmix_server::one_node

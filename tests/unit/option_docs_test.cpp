@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 // What a document must name.
@@ -203,4 +203,4 @@ TEST(DocumentNamesTest, EveryArgumentThePlugstackExampleDocumentsIsInTheTable)
 }
 
 }  // namespace
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

@@ -7,7 +7,7 @@
 #include <cctype>
 #include <string_view>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 const std::string valid =
@@ -186,4 +186,4 @@ TEST(OptionsTest, ReportPathExpansion)
 }
 
 }  // namespace
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

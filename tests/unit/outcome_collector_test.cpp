@@ -14,14 +14,14 @@
 #include <thread>
 #include <vector>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 using namespace std::chrono_literals;
 
-wire::Outcome outcome(std::uint32_t rank, int wait_status, std::uint32_t epoch = 0)
+protocol::Outcome outcome(std::uint32_t rank, int wait_status, std::uint32_t epoch = 0)
 {
-    wire::Outcome o;
+    protocol::Outcome o;
     o.rank = rank;
     o.epoch = epoch;
     o.pid = 100 + rank;
@@ -31,16 +31,16 @@ wire::Outcome outcome(std::uint32_t rank, int wait_status, std::uint32_t epoch =
 }
 
 // The outcome as a link of node `from` delivers it: the body of its frame.
-Result<OutcomeCollector::Recorded> deliver(OutcomeCollector& c, std::uint32_t from, const wire::Outcome& o)
+Result<OutcomeCollector::Recorded> deliver(OutcomeCollector& c, std::uint32_t from, const protocol::Outcome& o)
 {
-    const wire::Bytes frame = o.encode();
+    const protocol::Bytes frame = o.encode();
     const auto header =
-        wire::decode_header(std::span<const std::uint8_t, wire::header_size>(frame.data(), wire::header_size));
-    EXPECT_TRUE(header && header->type == wire::Type::outcome);
-    return c.record(from, std::span<const std::uint8_t>(frame).subspan(wire::header_size));
+        protocol::decode_header(std::span<const std::uint8_t, protocol::header_size>(frame.data(), protocol::header_size));
+    EXPECT_TRUE(header && header->type == protocol::Type::outcome);
+    return c.record(from, std::span<const std::uint8_t>(frame).subspan(protocol::header_size));
 }
 
-OutcomeSet::Recorded recorded(OutcomeCollector& c, std::uint32_t from, const wire::Outcome& o)
+OutcomeSet::Recorded recorded(OutcomeCollector& c, std::uint32_t from, const protocol::Outcome& o)
 {
     auto r = deliver(c, from, o);
     EXPECT_TRUE(r) << r.error();
@@ -85,8 +85,8 @@ TEST(OutcomeCollectorTest, ARankOutsideTheStepIsAProblemAndCountsForNothing)
 TEST(OutcomeCollectorTest, AFrameThatDoesNotDecodeFailsAndRecordsNothing)
 {
     OutcomeCollector c(1, 1);
-    const wire::Bytes frame = outcome(0, 0).encode();
-    const std::span<const std::uint8_t> body = std::span<const std::uint8_t>(frame).subspan(wire::header_size);
+    const protocol::Bytes frame = outcome(0, 0).encode();
+    const std::span<const std::uint8_t> body = std::span<const std::uint8_t>(frame).subspan(protocol::header_size);
     const auto r = c.record(0, body.first(body.size() - 1));
     ASSERT_FALSE(r);
     EXPECT_FALSE(r.error().empty());
@@ -122,11 +122,11 @@ TEST(OutcomeCollectorTest, AnOutcomeIsPlacedOnItsRanksNodeNotTheSenders)
 TEST(OutcomeCollectorTest, TheOutcomeFlagsReachTheTask)
 {
     OutcomeCollector c(2, 1);
-    wire::Outcome aborted = outcome(0, SIGKILL);
-    aborted.flags = wire::Outcome::flag_aborted | wire::Outcome::flag_finalized_known | wire::Outcome::flag_collateral;
+    protocol::Outcome aborted = outcome(0, SIGKILL);
+    aborted.flags = protocol::Outcome::flag_aborted | protocol::Outcome::flag_finalized_known | protocol::Outcome::flag_collateral;
     aborted.abort_status = 5;
-    wire::Outcome finalized = outcome(1, 0);
-    finalized.flags = wire::Outcome::flag_finalized_known | wire::Outcome::flag_finalized;
+    protocol::Outcome finalized = outcome(1, 0);
+    finalized.flags = protocol::Outcome::flag_finalized_known | protocol::Outcome::flag_finalized;
     ASSERT_TRUE(deliver(c, 0, aborted));
     ASSERT_TRUE(deliver(c, 0, finalized));
     const Collected got = c.collected();
@@ -176,8 +176,8 @@ TEST(OutcomeCollectorTest, TheDaemonsAbortsAreMergedIntoWhatIsHandedOver)
     // Rank 0's end came by the direct path, which knows nothing of aborts;
     // rank 1's node knew (its own status stands); rank 2 is lost.
     recorded(c, 0, outcome(0, SIGKILL));
-    wire::Outcome own = outcome(1, SIGKILL);
-    own.flags = wire::Outcome::flag_aborted;
+    protocol::Outcome own = outcome(1, SIGKILL);
+    own.flags = protocol::Outcome::flag_aborted;
     own.abort_status = 6;
     recorded(c, 0, own);
 
@@ -248,4 +248,4 @@ TEST(OutcomeCollectorTest, OnceTheDaemonsHaveTheMapEveryLinkClosedStillWaitsAMom
 }
 
 }  // namespace
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

@@ -26,7 +26,7 @@
 #include <thread>
 #include <utility>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 using namespace std::chrono_literals;
@@ -38,7 +38,7 @@ TEST(BootstrapTest, ReadsThePortTheSecretAndThePmixFanout)
     auto b = parse_bootstrap("1:4242:" + secret_hex);
     ASSERT_TRUE(b) << b.error();
     EXPECT_EQ(b->port, 4242);
-    EXPECT_EQ(b->secret, *wire::secret_from_hex(secret_hex));
+    EXPECT_EQ(b->secret, *protocol::secret_from_hex(secret_hex));
     EXPECT_FALSE(b->pmix);
 
     b = parse_bootstrap("1:4242:" + secret_hex + ":pmix:32");
@@ -77,8 +77,8 @@ TEST(BootstrapTest, AMalformedPmixPartStillGivesTheFrontEnd)
 // outcomes srun has (`on_stop`; none: it says nothing) and closes.
 class FakeDaemon {
 public:
-    explicit FakeDaemon(std::function<wire::Ack(const wire::Outcome&)> answer,
-                        std::optional<std::vector<wire::Ack>> on_stop = std::nullopt)
+    explicit FakeDaemon(std::function<protocol::Ack(const protocol::Outcome&)> answer,
+                        std::optional<std::vector<protocol::Ack>> on_stop = std::nullopt)
         : answer_(std::move(answer)), on_stop_(std::move(on_stop))
     {
         int pair[2];
@@ -127,45 +127,45 @@ private:
     void serve()
     {
         const int fd = served_;
-        std::uint8_t head[wire::header_size];
+        std::uint8_t head[protocol::header_size];
         while (read_exact(fd, head, sizeof(head))) {
-            const auto h = wire::decode_header(std::span<const std::uint8_t, wire::header_size>(head, sizeof(head)));
+            const auto h = protocol::decode_header(std::span<const std::uint8_t, protocol::header_size>(head, sizeof(head)));
             if (!h)
                 break;
-            wire::Bytes body(h->length);
+            protocol::Bytes body(h->length);
             if (!read_exact(fd, body.data(), body.size()))
                 break;
-            if (h->type == wire::Type::stop) {
-                wire::Bytes said = wire::Ack{}.encode();
+            if (h->type == protocol::Type::stop) {
+                protocol::Bytes said = protocol::Ack{}.encode();
                 if (on_stop_) {
-                    const wire::Bytes acks = wire::Acks{*on_stop_}.encode();
+                    const protocol::Bytes acks = protocol::Acks{*on_stop_}.encode();
                     said.insert(said.end(), acks.begin(), acks.end());
                 }
                 (void)::send(fd, said.data(), said.size(), MSG_NOSIGNAL);
                 break;
             }
-            const auto o = wire::Outcome::decode(body);
+            const auto o = protocol::Outcome::decode(body);
             if (!o)
                 break;
             ++outcomes;
-            const wire::Bytes ack = answer_(*o).encode();
+            const protocol::Bytes ack = answer_(*o).encode();
             if (::send(fd, ack.data(), ack.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(ack.size()))
                 break;
         }
         ::close(fd);
     }
 
-    std::function<wire::Ack(const wire::Outcome&)> answer_;
-    std::optional<std::vector<wire::Ack>> on_stop_;
+    std::function<protocol::Ack(const protocol::Outcome&)> answer_;
+    std::optional<std::vector<protocol::Ack>> on_stop_;
     int control_ = -1;
     int served_ = -1;
     std::atomic<bool> stop_{false};
     std::thread thread_;
 };
 
-wire::Outcome outcome(std::uint32_t rank, std::uint32_t epoch)
+protocol::Outcome outcome(std::uint32_t rank, std::uint32_t epoch)
 {
-    wire::Outcome o;
+    protocol::Outcome o;
     o.rank = rank;
     o.epoch = epoch;
     o.pid = 100 + std::int64_t{rank};
@@ -174,7 +174,7 @@ wire::Outcome outcome(std::uint32_t rank, std::uint32_t epoch)
 
 TEST(DaemonSinkTest, AnAckThatNamesTheOutcomeSentIsADelivery)
 {
-    FakeDaemon daemon([](const wire::Outcome& o) { return wire::Ack{o.rank, o.epoch}; });
+    FakeDaemon daemon([](const protocol::Outcome& o) { return protocol::Ack{o.rank, o.epoch}; });
     DaemonSink sink(daemon.control(), 2s);
     EXPECT_TRUE(sink.deliver(outcome(0, 0)));
     EXPECT_TRUE(sink.deliver(outcome(1, 3)));
@@ -183,7 +183,7 @@ TEST(DaemonSinkTest, AnAckThatNamesTheOutcomeSentIsADelivery)
 
 TEST(DaemonSinkTest, AnAckOfAnotherRankIsNoAck)
 {
-    FakeDaemon daemon([](const wire::Outcome& o) { return wire::Ack{o.rank + 1, o.epoch}; });
+    FakeDaemon daemon([](const protocol::Outcome& o) { return protocol::Ack{o.rank + 1, o.epoch}; });
     DaemonSink sink(daemon.control(), 2s);
     const auto delivered = sink.deliver(outcome(4, 1));
     ASSERT_FALSE(delivered);
@@ -195,7 +195,7 @@ TEST(DaemonSinkTest, AnAckOfAnotherRankIsNoAck)
 
 TEST(DaemonSinkTest, AnAckOfAnotherEpochIsNoAck)
 {
-    FakeDaemon daemon([](const wire::Outcome& o) { return wire::Ack{o.rank, o.epoch + 1}; });
+    FakeDaemon daemon([](const protocol::Outcome& o) { return protocol::Ack{o.rank, o.epoch + 1}; });
     DaemonSink sink(daemon.control(), 2s);
     const auto delivered = sink.deliver(outcome(4, 1));
     ASSERT_FALSE(delivered);
@@ -207,8 +207,8 @@ TEST(DaemonSinkTest, AnAckOfAnotherEpochIsNoAck)
 // exit). Before, slurmstepd forgot an outcome once its daemon had it.
 TEST(DaemonSinkTest, WhatTheDaemonTookAndSrunNeverConfirmedIsForTheDirectWay)
 {
-    FakeDaemon daemon([](const wire::Outcome& o) { return wire::Ack{o.rank, o.epoch}; },
-                      std::vector<wire::Ack>{{1, 0}, {7, 0}});
+    FakeDaemon daemon([](const protocol::Outcome& o) { return protocol::Ack{o.rank, o.epoch}; },
+                      std::vector<protocol::Ack>{{1, 0}, {7, 0}});
     DaemonSink sink(daemon.control(), 2s);
     for (std::uint32_t r : {0u, 1u, 2u})
         ASSERT_TRUE(sink.deliver(outcome(r, 0)));
@@ -225,7 +225,7 @@ TEST(DaemonSinkTest, WhatTheDaemonTookAndSrunNeverConfirmedIsForTheDirectWay)
 
 TEST(DaemonSinkTest, ADaemonThatSaysNothingOnItsWayOutConfirmsNothing)
 {
-    FakeDaemon daemon([](const wire::Outcome& o) { return wire::Ack{o.rank, o.epoch}; });
+    FakeDaemon daemon([](const protocol::Outcome& o) { return protocol::Ack{o.rank, o.epoch}; });
     DaemonSink sink(daemon.control(), 2s);
     for (std::uint32_t r : {3u, 4u})
         ASSERT_TRUE(sink.deliver(outcome(r, 1)));
@@ -235,4 +235,4 @@ TEST(DaemonSinkTest, ADaemonThatSaysNothingOnItsWayOutConfirmsNothing)
 }
 
 }  // namespace
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

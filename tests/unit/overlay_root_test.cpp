@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 using namespace std::chrono_literals;
@@ -26,31 +26,31 @@ using namespace std::chrono_literals;
 struct RecordedLinks final : OverlayRoot::Links {
     explicit RecordedLinks(std::uint32_t nnodes) : linked(nnodes, true) {}
     bool tree_linked(std::uint32_t node) const override { return linked[node]; }
-    void send_tree(const std::vector<std::uint32_t>& nodes, const wire::Bytes& frame) override
+    void send_tree(const std::vector<std::uint32_t>& nodes, const protocol::Bytes& frame) override
     {
         for (std::uint32_t node : nodes)
             sent[node].push_back(frame);
     }
-    void send_daemons(const wire::Bytes& frame) override { to_daemons.push_back(frame); }
+    void send_daemons(const protocol::Bytes& frame) override { to_daemons.push_back(frame); }
 
     std::vector<bool> linked;
-    std::map<std::uint32_t, std::vector<wire::Bytes>> sent;
-    std::vector<wire::Bytes> to_daemons;
+    std::map<std::uint32_t, std::vector<protocol::Bytes>> sent;
+    std::vector<protocol::Bytes> to_daemons;
 };
 
-wire::Type type_of(const wire::Bytes& frame)
+protocol::Type type_of(const protocol::Bytes& frame)
 {
-    return wire::decode_header(std::span<const std::uint8_t, wire::header_size>(frame.data(), wire::header_size))->type;
+    return protocol::decode_header(std::span<const std::uint8_t, protocol::header_size>(frame.data(), protocol::header_size))->type;
 }
 
-std::span<const std::uint8_t> body_of(const wire::Bytes& frame)
+std::span<const std::uint8_t> body_of(const protocol::Bytes& frame)
 {
-    return std::span<const std::uint8_t>(frame).subspan(wire::header_size);
+    return std::span<const std::uint8_t>(frame).subspan(protocol::header_size);
 }
 
-std::vector<wire::Type> types(const std::vector<wire::Bytes>& frames)
+std::vector<protocol::Type> types(const std::vector<protocol::Bytes>& frames)
 {
-    std::vector<wire::Type> out;
+    std::vector<protocol::Type> out;
     for (const auto& f : frames)
         out.push_back(type_of(f));
     return out;
@@ -72,7 +72,7 @@ struct Step {
         }
     }
 
-    Result<bool> from(std::uint32_t node, const wire::Bytes& frame, wire::Role role = wire::Role::daemon)
+    Result<bool> from(std::uint32_t node, const protocol::Bytes& frame, protocol::Role role = protocol::Role::daemon)
     {
         return root->daemon_frame({node, role, addresses[node]}, type_of(frame), body_of(frame));
     }
@@ -80,7 +80,7 @@ struct Step {
     void enroll_all()
     {
         for (std::uint32_t n = 0; n < setup.nnodes; ++n)
-            ASSERT_TRUE(from(n, wire::Enroll{"not used", 5000 + n}.encode()));
+            ASSERT_TRUE(from(n, protocol::Enroll{"not used", 5000 + n}.encode()));
         ASSERT_EQ(links.to_daemons.size(), 1u);
     }
 
@@ -95,15 +95,15 @@ struct Step {
 TEST(OverlayRootTest, TheStepMapGoesOutOnceEveryDaemonEnrolled)
 {
     Step s;
-    ASSERT_TRUE(s.from(0, wire::Enroll{"not used", 5000}.encode()));
-    ASSERT_TRUE(s.from(2, wire::Enroll{"not used", 5002}.encode()));
-    ASSERT_TRUE(s.from(0, wire::Enroll{"not used", 5010}.encode()));  // again: its latest port counts
+    ASSERT_TRUE(s.from(0, protocol::Enroll{"not used", 5000}.encode()));
+    ASSERT_TRUE(s.from(2, protocol::Enroll{"not used", 5002}.encode()));
+    ASSERT_TRUE(s.from(0, protocol::Enroll{"not used", 5010}.encode()));  // again: its latest port counts
     EXPECT_TRUE(s.links.to_daemons.empty());
     EXPECT_FALSE(s.root->adopt(2));  // no tree to adopt into yet
-    ASSERT_TRUE(s.from(1, wire::Enroll{"not used", 5001}.encode()));
+    ASSERT_TRUE(s.from(1, protocol::Enroll{"not used", 5001}.encode()));
     ASSERT_EQ(s.links.to_daemons.size(), 1u);
 
-    const auto map = wire::StepMap::decode(body_of(s.links.to_daemons[0]));
+    const auto map = protocol::StepMap::decode(body_of(s.links.to_daemons[0]));
     ASSERT_TRUE(map) << map.error();
     EXPECT_EQ(map->nspace, "exitpolicy.77.3");
     EXPECT_EQ(map->fanout, 2u);
@@ -114,7 +114,7 @@ TEST(OverlayRootTest, TheStepMapGoesOutOnceEveryDaemonEnrolled)
     EXPECT_FALSE(map->recoverable);
 
     // Sent once: a late enrollment changes nothing.
-    ASSERT_TRUE(s.from(1, wire::Enroll{"not used", 6001}.encode()));
+    ASSERT_TRUE(s.from(1, protocol::Enroll{"not used", 6001}.encode()));
     EXPECT_EQ(s.links.to_daemons.size(), 1u);
 }
 
@@ -124,26 +124,26 @@ TEST(OverlayRootTest, AnEventBeforeTheStepMapGoesDownBehindIt)
     // node3 enrolled. Its node's event is kept, and goes down the tree, to
     // the FE's children (node3 hears it from node1), right after the map.
     Step s;
-    ASSERT_TRUE(s.from(0, wire::Enroll{"not used", 5000}.encode()));
-    ASSERT_TRUE(s.from(1, wire::Enroll{"not used", 5001}.encode()));
-    wire::Event e;
+    ASSERT_TRUE(s.from(0, protocol::Enroll{"not used", 5000}.encode()));
+    ASSERT_TRUE(s.from(1, protocol::Enroll{"not used", 5001}.encode()));
+    protocol::Event e;
     e.rank = 1;
-    e.code = wire::pmix::exit_nonzero_term;
+    e.code = protocol::pmix::exit_nonzero_term;
     e.exit_code = 3;
     ASSERT_TRUE(s.from(1, e.encode()));
     EXPECT_TRUE(s.links.sent.empty());  // no tree yet
-    ASSERT_TRUE(s.from(2, wire::Enroll{"not used", 5002}.encode()));
+    ASSERT_TRUE(s.from(2, protocol::Enroll{"not used", 5002}.encode()));
     ASSERT_EQ(s.links.to_daemons.size(), 1u);
     for (std::uint32_t node : {0u, 1u}) {
-        ASSERT_EQ(types(s.links.sent[node]), (std::vector<wire::Type>{wire::Type::event}))
+        ASSERT_EQ(types(s.links.sent[node]), (std::vector<protocol::Type>{protocol::Type::event}))
             << "node" << node + 1;
-        const auto heard = wire::Event::decode(body_of(s.links.sent[node][0]));
+        const auto heard = protocol::Event::decode(body_of(s.links.sent[node][0]));
         ASSERT_TRUE(heard) << heard.error();
         EXPECT_EQ(heard->rank, 1u);
     }
     EXPECT_FALSE(s.links.sent.contains(2));  // node1 relays it to node3
     // Once: what comes after the map goes down once, as always.
-    ASSERT_TRUE(s.from(2, wire::Enroll{"not used", 6002}.encode()));
+    ASSERT_TRUE(s.from(2, protocol::Enroll{"not used", 6002}.encode()));
     EXPECT_EQ(s.links.sent[0].size(), 1u);
 }
 
@@ -151,15 +151,15 @@ TEST(OverlayRootTest, WhatIsForOneNodeGoesToTheChildAboveItOnly)
 {
     Step s;
     s.enroll_all();
-    ASSERT_TRUE(s.from(1, wire::DmodexReq{1, 1, 2, 2}.encode()));  // node3 is below node1
+    ASSERT_TRUE(s.from(1, protocol::DmodexReq{1, 1, 2, 2}.encode()));  // node3 is below node1
     ASSERT_EQ(s.links.sent[0].size(), 1u);
-    EXPECT_EQ(wire::DmodexReq::decode(body_of(s.links.sent[0][0]))->to, 2u);
+    EXPECT_EQ(protocol::DmodexReq::decode(body_of(s.links.sent[0][0]))->to, 2u);
     EXPECT_TRUE(s.links.sent[1].empty());
     EXPECT_TRUE(s.links.sent[2].empty());  // not the FE's child
 
     // node1's link is not open: nothing goes, and nothing else instead.
     s.links.linked[0] = false;
-    ASSERT_TRUE(s.from(1, wire::DmodexResp{1, 1, 2, 0, {7}}.encode()));
+    ASSERT_TRUE(s.from(1, protocol::DmodexResp{1, 1, 2, 0, {7}}.encode()));
     EXPECT_EQ(s.links.sent[0].size(), 1u);
     EXPECT_TRUE(s.links.sent[1].empty());
 }
@@ -168,8 +168,8 @@ TEST(OverlayRootTest, ALookupThatWaitsIsAnsweredOncePublished)
 {
     Step s;
     s.enroll_all();
-    wire::DataRequest lookup;
-    lookup.op = wire::DataRequest::Op::lookup;
+    protocol::DataRequest lookup;
+    lookup.op = protocol::DataRequest::Op::lookup;
     lookup.id = 4;
     lookup.node = 1;
     lookup.rank = 1;
@@ -178,8 +178,8 @@ TEST(OverlayRootTest, ALookupThatWaitsIsAnsweredOncePublished)
     ASSERT_TRUE(s.from(1, lookup.encode()));
     EXPECT_TRUE(s.links.sent[1].empty());
 
-    wire::DataRequest publish;
-    publish.op = wire::DataRequest::Op::publish;
+    protocol::DataRequest publish;
+    publish.op = protocol::DataRequest::Op::publish;
     publish.id = 9;
     publish.node = 2;
     publish.rank = 2;
@@ -187,20 +187,20 @@ TEST(OverlayRootTest, ALookupThatWaitsIsAnsweredOncePublished)
     publish.values = {{4, 2}};
     ASSERT_TRUE(s.from(0, publish.encode()));  // node3's, relayed by node1
     ASSERT_EQ(s.links.sent[0].size(), 1u);     // node3's reply, by node1
-    EXPECT_EQ(wire::DataReply::decode(body_of(s.links.sent[0][0]))->status, 0);
+    EXPECT_EQ(protocol::DataReply::decode(body_of(s.links.sent[0][0]))->status, 0);
     ASSERT_EQ(s.links.sent[1].size(), 1u);
-    const auto found = wire::DataReply::decode(body_of(s.links.sent[1][0]));
+    const auto found = protocol::DataReply::decode(body_of(s.links.sent[1][0]));
     ASSERT_TRUE(found);
     EXPECT_EQ(found->id, 4u);
     EXPECT_EQ(found->keys, std::vector<std::string>{"port"});
     EXPECT_EQ(found->ranks, std::vector<std::uint32_t>{2});
-    EXPECT_EQ(found->values, std::vector<wire::Bytes>{(wire::Bytes{4, 2})});
+    EXPECT_EQ(found->values, std::vector<protocol::Bytes>{(protocol::Bytes{4, 2})});
 
     // A second publication of the key is refused; the first stands.
     publish.id = 10;
     publish.values = {{9}};
     ASSERT_TRUE(s.from(0, publish.encode()));
-    EXPECT_EQ(wire::DataReply::decode(body_of(s.links.sent[0].back()))->status, wire::pmix::duplicate_key);
+    EXPECT_EQ(protocol::DataReply::decode(body_of(s.links.sent[0].back()))->status, protocol::pmix::duplicate_key);
 }
 
 TEST(OverlayRootTest, ALostNodeIsToldTornDownAfterTheGraceAndReplayedToTheOrphanBelowIt)
@@ -217,8 +217,8 @@ TEST(OverlayRootTest, ALostNodeIsToldTornDownAfterTheGraceAndReplayedToTheOrphan
     s.root->tree_link_closed(0, false);
     EXPECT_TRUE(s.links.sent[1].empty());
     s.root->stepd_closed(0);
-    ASSERT_EQ(types(s.links.sent[1]), std::vector<wire::Type>{wire::Type::node_down});
-    const auto down = wire::NodeDown::decode(body_of(s.links.sent[1][0]));
+    ASSERT_EQ(types(s.links.sent[1]), std::vector<protocol::Type>{protocol::Type::node_down});
+    const auto down = protocol::NodeDown::decode(body_of(s.links.sent[1][0]));
     ASSERT_TRUE(down);
     EXPECT_EQ(down->node, 0u);
     EXPECT_EQ(down->hostname, "node1");
@@ -227,18 +227,18 @@ TEST(OverlayRootTest, ALostNodeIsToldTornDownAfterTheGraceAndReplayedToTheOrphan
 
     // Not recoverable: after the grace, every node still there ends its tasks.
     ASSERT_TRUE(s.loop.run_until([&] { return s.links.sent[1].size() == 2; }));
-    EXPECT_EQ(type_of(s.links.sent[1][1]), wire::Type::terminate);
-    const auto term = wire::Terminate::decode(body_of(s.links.sent[1][1]));
+    EXPECT_EQ(type_of(s.links.sent[1][1]), protocol::Type::terminate);
+    const auto term = protocol::Terminate::decode(body_of(s.links.sent[1][1]));
     EXPECT_EQ(term->reason, "node1 was lost");
     EXPECT_EQ(term->kill_after_ms, 1500u);
 
     // node3 asks to be adopted: it is told what it missed, in order.
     ASSERT_TRUE(s.root->adopt(2));
-    EXPECT_EQ(types(s.root->history()), (std::vector<wire::Type>{wire::Type::node_down, wire::Type::terminate}));
+    EXPECT_EQ(types(s.root->history()), (std::vector<protocol::Type>{protocol::Type::node_down, protocol::Type::terminate}));
     s.links.linked[2] = true;
-    ASSERT_TRUE(s.from(1, wire::Event{1, 1, -402, 143, SIGTERM, true}.encode()));
-    EXPECT_EQ(type_of(s.links.sent[2].back()), wire::Type::event);
-    EXPECT_EQ(type_of(s.links.sent[1].back()), wire::Type::event);
+    ASSERT_TRUE(s.from(1, protocol::Event{1, 1, -402, 143, SIGTERM, true}.encode()));
+    EXPECT_EQ(type_of(s.links.sent[2].back()), protocol::Type::event);
+    EXPECT_EQ(type_of(s.links.sent[1].back()), protocol::Type::event);
     EXPECT_TRUE(s.collector.collected().problems.empty());
 }
 
@@ -252,19 +252,19 @@ TEST(OverlayRootTest, AnEnrollmentDroppedAfterTheParentLeftIsNotALoss)
     s.enroll_all();
     s.links.linked[0] = false;
     s.root->tree_link_closed(0, false);
-    ASSERT_EQ(types(s.links.sent[1]), std::vector<wire::Type>{wire::Type::node_down});
+    ASSERT_EQ(types(s.links.sent[1]), std::vector<protocol::Type>{protocol::Type::node_down});
     s.links.linked[2] = false;
     s.root->tree_link_closed(2, false);
     EXPECT_EQ(s.links.sent[1].size(), 1u);  // no node_down for node3
     ASSERT_TRUE(s.root->adopt(2));
     s.links.linked[2] = true;
-    ASSERT_TRUE(s.from(1, wire::Event{1, 1, -402, 143, SIGTERM, true}.encode()));
+    ASSERT_TRUE(s.from(1, protocol::Event{1, 1, -402, 143, SIGTERM, true}.encode()));
     ASSERT_FALSE(s.links.sent[2].empty());
-    EXPECT_EQ(type_of(s.links.sent[2].back()), wire::Type::event);  // node3 is in the tree
+    EXPECT_EQ(type_of(s.links.sent[2].back()), protocol::Type::event);  // node3 is in the tree
 
     s.links.linked[2] = false;
     s.root->tree_link_closed(2, true);
-    const auto down = wire::NodeDown::decode(body_of(s.links.sent[1].back()));
+    const auto down = protocol::NodeDown::decode(body_of(s.links.sent[1].back()));
     ASSERT_TRUE(down);
     EXPECT_EQ(down->node, 2u);
 }
@@ -273,16 +273,16 @@ TEST(OverlayRootTest, ARecoverableStepRunsOnUntilAnAbort)
 {
     Step s(true, 2);
     s.enroll_all();
-    ASSERT_TRUE(s.from(0, wire::Event{0, 0, -402, 139, SIGSEGV, true}.encode()));
-    ASSERT_EQ(types(s.links.sent[1]), std::vector<wire::Type>{wire::Type::event});
+    ASSERT_TRUE(s.from(0, protocol::Event{0, 0, -402, 139, SIGSEGV, true}.encode()));
+    ASSERT_EQ(types(s.links.sent[1]), std::vector<protocol::Type>{protocol::Type::event});
     s.loop.run_until([] { return false; }, 200ms);  // ten times the grace
     EXPECT_EQ(s.links.sent[1].size(), 1u);
 
-    ASSERT_TRUE(s.from(1, wire::Abort{1, 7, "MPI_Abort"}.encode()));
+    ASSERT_TRUE(s.from(1, protocol::Abort{1, 7, "MPI_Abort"}.encode()));
     ASSERT_EQ(s.links.sent[0].size(), 2u);  // at once
-    EXPECT_EQ(wire::Terminate::decode(body_of(s.links.sent[0][1]))->reason,
+    EXPECT_EQ(protocol::Terminate::decode(body_of(s.links.sent[0][1]))->reason,
               "rank 1 on node2 called abort with status 7");
-    ASSERT_TRUE(s.from(0, wire::Abort{0, 8, "later"}.encode()));
+    ASSERT_TRUE(s.from(0, protocol::Abort{0, 8, "later"}.encode()));
     EXPECT_EQ(s.links.sent[0].size(), 2u);  // once
     const Collected got = s.collector.collected();
     EXPECT_EQ(got.step.tasks[1].abort_status, 7);
@@ -295,7 +295,7 @@ TEST(OverlayRootTest, WhenADaemonIsGoneItsTasksEndsAreToldByTheRoot)
     Step s(true, 2);
     s.enroll_all();
     s.root->stepd_opened(0);  // node1's slurmstepd runs on
-    wire::Outcome o;
+    protocol::Outcome o;
     o.rank = 0;
     o.wait_status = SIGSEGV;
     s.root->direct_outcome(o, 0);  // node1's daemon still tells its peers itself
@@ -304,24 +304,24 @@ TEST(OverlayRootTest, WhenADaemonIsGoneItsTasksEndsAreToldByTheRoot)
     s.links.linked[0] = false;
     s.root->tree_link_closed(0, false);
     s.root->direct_outcome(o, 0);
-    ASSERT_EQ(types(s.links.sent[1]), std::vector<wire::Type>{wire::Type::event});
-    const auto e = wire::Event::decode(body_of(s.links.sent[1][0]));
+    ASSERT_EQ(types(s.links.sent[1]), std::vector<protocol::Type>{protocol::Type::event});
+    const auto e = protocol::Event::decode(body_of(s.links.sent[1][0]));
     EXPECT_EQ(e->rank, 0u);
     EXPECT_EQ(e->origin, 0u);
-    EXPECT_EQ(e->code, wire::pmix::proc_aborted_by_sig);
+    EXPECT_EQ(e->code, protocol::pmix::proc_aborted_by_sig);
     EXPECT_EQ(e->exit_code, 139);
 }
 
 TEST(OverlayRootTest, FramesTheRootDoesNotTakeAreRefused)
 {
     Step s;
-    EXPECT_EQ(s.from(0, wire::FenceUp{"*#1", 0, 1, {1}}.encode()).error(), "a fence before the step map");
-    EXPECT_EQ(s.from(0, wire::Ack{0, 0}.encode()).error(), "unexpected ack frame");
-    const wire::Bytes frame = wire::Enroll{"x", 1}.encode();
-    EXPECT_FALSE(s.root->daemon_frame({0, wire::Role::daemon, s.addresses[0]}, wire::Type::enroll,
+    EXPECT_EQ(s.from(0, protocol::FenceUp{"*#1", 0, 1, {1}}.encode()).error(), "a fence before the step map");
+    EXPECT_EQ(s.from(0, protocol::Ack{0, 0}.encode()).error(), "unexpected ack frame");
+    const protocol::Bytes frame = protocol::Enroll{"x", 1}.encode();
+    EXPECT_FALSE(s.root->daemon_frame({0, protocol::Role::daemon, s.addresses[0]}, protocol::Type::enroll,
                                       body_of(frame).first(2)));
     EXPECT_TRUE(s.links.to_daemons.empty());
 }
 
 }  // namespace
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

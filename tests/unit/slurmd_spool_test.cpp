@@ -18,7 +18,7 @@
 #include <unistd.h>
 #include <vector>
 
-namespace exitpolicy::plugin {
+namespace exitpolicy::spank_plugin {
 namespace {
 
 // A listening unix socket bound at `path`; the fd, or -1.
@@ -123,4 +123,4 @@ TEST(SlurmdSpoolTextTest, OnlyBoundPathsOfHeldSocketsAreRead)
 }
 
 }  // namespace
-}  // namespace exitpolicy::plugin
+}  // namespace exitpolicy::spank_plugin

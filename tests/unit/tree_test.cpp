@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-namespace exitpolicy::wire {
+namespace exitpolicy::protocol {
 namespace {
 
 using Nodes = std::vector<std::uint32_t>;
@@ -146,4 +146,4 @@ TEST(TreeTest, EveryLiveNodeIsReachedOnceWhateverLeaves)
 }
 
 }  // namespace
-}  // namespace exitpolicy::wire
+}  // namespace exitpolicy::protocol

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // upcalls_test.cpp - every PMIx server upcall answers exactly once, on
-// every path: success, an error from the overlay, the step lost, a `done`
+// every path: success, an error from the step, the step lost, a `done`
 // dropped or called twice, the daemon stopping, an exception of any type
-// in the overlay or in the upcall itself. The PMIx library is real (this
-// process is a PMIx server without clients: PmixHost::init); the overlay
+// in the step or in the upcall itself. The PMIx library is real (this
+// process is a PMIx server without clients: PmixHost::init); the step
 // behind the upcalls is scripted, the one thin boundary faked here.
 #include "completion.hpp"
 #include "convert.hpp"
@@ -25,18 +25,18 @@
 #include <thread>
 #include <vector>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 namespace {
 
-// How the scripted overlay ends what it is asked.
+// How the scripted step ends what it is asked.
 enum class Way {
     answer,       // done(PMIX_SUCCESS, ...)
-    fail,         // done(PMIX_ERR_TIMEOUT): an error from the overlay
+    fail,         // done(PMIX_ERR_TIMEOUT): an error from the step
     lost,         // done(PMIX_ERR_PROC_ABORTED): a participant is gone
     twice,        // done(PMIX_SUCCESS) and again done(PMIX_ERR_TIMEOUT)
     drop,         // `done` destroyed uncalled
-    throw_std,    // the overlay throws a std::exception
-    throw_other,  // the overlay throws an int
+    throw_std,    // the step throws a std::exception
+    throw_other,  // the step throws an int
     stopped,      // the loop no longer runs: posted work is dropped
     post_throws,  // posting itself throws, inside the upcall
 };
@@ -57,7 +57,7 @@ const char* name(Way w)
     return "?";
 }
 
-class Scripted final : public Overlay {
+class Scripted final : public StepServices {
 public:
     Way way = Way::answer;
     Args args_;
@@ -70,7 +70,7 @@ public:
             throw std::bad_alloc();
         queue->push(std::move(fn));
     }
-    void fence(std::vector<std::uint32_t>, wire::Bytes data, int, Done done) override
+    void fence(std::vector<std::uint32_t>, protocol::Bytes data, int, Done done) override
     {
         calls.push_back("fence");
         end(done, std::move(data));
@@ -78,14 +78,14 @@ public:
     void direct_modex(std::uint32_t, int, Done done) override
     {
         calls.push_back("direct_modex");
-        end(done, wire::Bytes{'d', 'm'});
+        end(done, protocol::Bytes{'d', 'm'});
     }
     void abort(std::uint32_t, int, std::string) override { event("abort"); }
-    void data_request(wire::DataRequest request, int, DataDone done) override
+    void data_request(protocol::DataRequest request, int, DataDone done) override
     {
         calls.push_back("data");
-        wire::DataReply reply;
-        if (request.op == wire::DataRequest::Op::lookup)
+        protocol::DataReply reply;
+        if (request.op == protocol::DataRequest::Op::lookup)
             for (const auto& key : request.keys) {
                 pmix_info_t info;
                 PMIX_INFO_LOAD(&info, key.c_str(), "value", PMIX_STRING);
@@ -96,7 +96,7 @@ public:
             }
         end_data(done, reply);
     }
-    void relay(int, std::uint32_t, wire::Bytes) override { event("relay"); }
+    void relay(int, std::uint32_t, protocol::Bytes) override { event("relay"); }
     void terminate_step(const std::string&) override { event("terminate"); }
     void task_log(std::uint32_t, const std::string&) override { event("task_log"); }
     void client_connected(std::uint32_t) override { event("connected"); }
@@ -118,17 +118,17 @@ private:
     void maybe_throw()
     {
         if (way == Way::throw_std)
-            throw std::runtime_error("the overlay broke");
+            throw std::runtime_error("the step broke");
         if (way == Way::throw_other)
             throw 7;
     }
-    // For requests that carry no `done`: the overlay can only throw.
+    // For requests that carry no `done`: the step can only throw.
     void event(const char* what)
     {
         calls.push_back(what);
         maybe_throw();
     }
-    void end(Done& done, wire::Bytes data)
+    void end(Done& done, protocol::Bytes data)
     {
         maybe_throw();
         switch (way) {
@@ -142,7 +142,7 @@ private:
         default: done(PMIX_SUCCESS, std::move(data)); break;
         }
     }
-    void end_data(DataDone& done, wire::DataReply reply)
+    void end_data(DataDone& done, protocol::DataReply reply)
     {
         maybe_throw();
         switch (way) {
@@ -159,7 +159,7 @@ private:
     }
 };
 
-Scripted* overlay = nullptr;
+Scripted* step = nullptr;
 
 // This process as a PMIx server, through the daemon's own PmixHost.
 class PmixServer : public ::testing::Environment {
@@ -177,12 +177,12 @@ public:
         host_ = std::make_unique<PmixHost>(scripted_);
         auto ok = host_->init(dir_);
         ASSERT_TRUE(ok) << ok.error();
-        overlay = &scripted_;
+        step = &scripted_;
     }
     void TearDown() override
     {
         host_.reset();  // PMIx_server_finalize
-        overlay = nullptr;
+        step = nullptr;
         std::filesystem::remove_all(dir_);
     }
     PmixHost& host() { return *host_; }
@@ -250,7 +250,7 @@ pmix_proc_t rank_proc(std::uint32_t rank)
     return p;
 }
 
-// One upcall family member: how to call it, and whether the overlay ends
+// One upcall family member: how to call it, and whether the step ends
 // it with a `done` (fence, modex, data) or it ends when posted work ran.
 struct Upcall {
     const char* name;
@@ -355,15 +355,15 @@ TEST_P(EveryPath, EveryUpcallAnswersExactlyOnce)
     const Way way = GetParam();
     for (const Upcall& u : upcalls()) {
         SCOPED_TRACE(std::string(u.name) + " / " + name(way));
-        overlay->begin(way);
+        step->begin(way);
         Answers a;
         a.returned = u.call(a);
-        overlay->run();
+        step->run();
         EXPECT_EQ(a.count(), 1);
         EXPECT_EQ(a.answer(), expected(u, way));
         // Nothing answers later either: the work is gone, and so is `done`.
-        overlay->run();
-        overlay->queue.reset();
+        step->run();
+        step->queue.reset();
         EXPECT_EQ(a.count(), 1);
     }
 }
@@ -375,7 +375,7 @@ INSTANTIATE_TEST_SUITE_P(Upcalls, EveryPath,
 
 TEST(Upcalls, AnswersCarryTheOverlaysData)
 {
-    overlay->begin(Way::answer);
+    step->begin(Way::answer);
     Answers fence;
     auto all = rank_proc(PMIX_RANK_WILDCARD);
     char mine[] = "mine";
@@ -383,15 +383,15 @@ TEST(Upcalls, AnswersCarryTheOverlaysData)
     Answers lookup;
     auto one = rank_proc(1);
     ASSERT_EQ(on_lookup(&one, keys, nullptr, 0, lookup_cb, &lookup), PMIX_SUCCESS);
-    overlay->run();
+    step->run();
     EXPECT_EQ(fence.data, "mine");
     EXPECT_EQ(lookup.ndata, 1u);
-    EXPECT_EQ(overlay->calls, (std::vector<std::string>{"fence", "data"}));
+    EXPECT_EQ(step->calls, (std::vector<std::string>{"fence", "data"}));
 }
 
 TEST(Upcalls, TheAnchorFinalizesWithoutTheLoop)
 {
-    overlay->begin(Way::stopped);
+    step->begin(Way::stopped);
     pmix_proc_t anchor;
     PMIX_PROC_LOAD(&anchor, "exitpolicy-anchor.5.1", 0);
     Answers a;
@@ -402,7 +402,7 @@ TEST(Upcalls, TheAnchorFinalizesWithoutTheLoop)
 
 TEST(Upcalls, RefusedRequestsAnswerByTheirReturnValue)
 {
-    overlay->begin(Way::answer);
+    step->begin(Way::answer);
     Answers a;
     auto p = rank_proc(0);
     pmix_info_t dir;
@@ -410,7 +410,7 @@ TEST(Upcalls, RefusedRequestsAnswerByTheirReturnValue)
     PMIX_INFO_LOAD(&dir, PMIX_JOB_CTRL_PAUSE, &yes, PMIX_BOOL);
     a.returned = on_job_control(&p, nullptr, 0, &dir, 1, info_cb, &a);
     PMIX_INFO_DESTRUCT(&dir);
-    overlay->run();
+    step->run();
     EXPECT_EQ(a.returned, PMIX_ERR_NOT_SUPPORTED);
     EXPECT_EQ(a.calls, 0);
     EXPECT_EQ(on_spawn(&p, nullptr, 0, nullptr, 0, nullptr, nullptr), PMIX_ERR_NOT_SUPPORTED);
@@ -422,8 +422,8 @@ TEST(Upcalls, RefusedRequestsAnswerByTheirReturnValue)
 // call are refused at once, never cut short on the way.
 TEST(Upcalls, MoreKeysThanAReplyCanNameAreRefused)
 {
-    overlay->begin(Way::answer);
-    std::vector<std::string> names(wire::max_ranks + 1);
+    step->begin(Way::answer);
+    std::vector<std::string> names(protocol::max_ranks + 1);
     std::vector<char*> many;
     for (std::size_t i = 0; i < names.size(); ++i) {
         names[i] = "k" + std::to_string(i);
@@ -434,22 +434,22 @@ TEST(Upcalls, MoreKeysThanAReplyCanNameAreRefused)
     Answers lookup, unpublish;
     lookup.returned = on_lookup(&p, many.data(), nullptr, 0, lookup_cb, &lookup);
     unpublish.returned = on_unpublish(&p, many.data(), nullptr, 0, op_cb, &unpublish);
-    overlay->run();
+    step->run();
     for (const Answers* a : {&lookup, &unpublish}) {
         EXPECT_EQ(a->returned, PMIX_ERR_BAD_PARAM);
         EXPECT_EQ(a->calls, 0);
     }
-    EXPECT_TRUE(overlay->calls.empty());
+    EXPECT_TRUE(step->calls.empty());
 }
 
 // notify_event's callback is never called (OpenPMIx 4.2.2 corrupts its
 // heap when it is called from another thread): the return value answers,
-// whatever the overlay does with the relay.
+// whatever the step does with the relay.
 TEST(Upcalls, NotifyEventAnswersByItsReturnValueOnly)
 {
     for (Way way : {Way::answer, Way::throw_std, Way::throw_other, Way::stopped, Way::post_throws}) {
         SCOPED_TRACE(name(way));
-        overlay->begin(way);
+        step->begin(way);
         Answers a;
         auto src = rank_proc(2);
         pmix_info_t info;
@@ -457,11 +457,11 @@ TEST(Upcalls, NotifyEventAnswersByItsReturnValueOnly)
         PMIX_INFO_LOAD(&info, "ep.custom", &v, PMIX_INT);
         a.returned = on_notify_event(PMIX_ERR_PROC_ABORTED, &src, PMIX_RANGE_SESSION, &info, 1, op_cb, &a);
         PMIX_INFO_DESTRUCT(&info);
-        overlay->run();
+        step->run();
         EXPECT_EQ(a.calls, 0);
         EXPECT_EQ(a.returned, way == Way::post_throws ? PMIX_ERROR : PMIX_OPERATION_SUCCEEDED);
         if (way == Way::answer) {
-            EXPECT_EQ(overlay->calls, std::vector<std::string>{"relay"});
+            EXPECT_EQ(step->calls, std::vector<std::string>{"relay"});
         }
     }
     Answers reg;
@@ -472,11 +472,11 @@ TEST(Upcalls, NotifyEventAnswersByItsReturnValueOnly)
 
 TEST(Upcalls, WithoutAnOverlayTheyAnswerUnreachable)
 {
-    set_overlay(nullptr);
+    set_step(nullptr);
     Answers a;
     auto p = rank_proc(1);
     a.returned = on_client_connected(&p, nullptr, op_cb, &a);
-    set_overlay(overlay);
+    set_step(step);
     EXPECT_EQ(a.returned, unanswered);
     EXPECT_EQ(a.calls, 0);
 }
@@ -577,9 +577,9 @@ TEST(WorkQueue, ClosedDropsWorkUncalledAndDestroysIt)
 
 // ---- namespace registration ----
 
-wire::StepMap two_node_map(const std::string& nspace)
+protocol::StepMap two_node_map(const std::string& nspace)
 {
-    wire::StepMap map;
+    protocol::StepMap map;
     map.nspace = nspace;
     map.hostnames = {"node0", "node1"};
     map.rank_node = {0, 0, 1};
@@ -591,17 +591,17 @@ wire::StepMap two_node_map(const std::string& nspace)
 bool wait_for(const int& calls)
 {
     for (int i = 0; i < 1000 && calls == 0; ++i) {
-        overlay->run();
+        step->run();
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    overlay->run();
+    step->run();
     return calls > 0;
 }
 
 TEST(Registration, DoneRunsOnceWhenEveryLocalClientIsIn)
 {
-    overlay->begin(Way::answer);
-    overlay->args_.ranks = {0, 1};
+    step->begin(Way::answer);
+    step->args_.ranks = {0, 1};
     int calls = 0, status = 1;
     auto ok = server->host().register_namespace(two_node_map("exitpolicy.5.1"), [&](int st) {
         ++calls;
@@ -610,7 +610,7 @@ TEST(Registration, DoneRunsOnceWhenEveryLocalClientIsIn)
     ASSERT_TRUE(ok) << ok.error();
     ASSERT_TRUE(wait_for(calls));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    overlay->run();
+    step->run();
     EXPECT_EQ(calls, 1);
     EXPECT_EQ(status, PMIX_SUCCESS);
     auto env = server->host().environment(1);
@@ -623,8 +623,8 @@ TEST(Registration, DoneRunsOnceWhenEveryLocalClientIsIn)
 // library's status, and no client is waited for.
 TEST(Registration, ARefusedNamespaceIsDoneOnce)
 {
-    overlay->begin(Way::answer);
-    overlay->args_.ranks = {};
+    step->begin(Way::answer);
+    step->args_.ranks = {};
     int calls = 0, status = 1;
     auto map = two_node_map("exitpolicy.5.2");
     map.rank_node = {1, 1};
@@ -636,18 +636,18 @@ TEST(Registration, ARefusedNamespaceIsDoneOnce)
         return;  // refused at once: nothing to wait for
     ASSERT_TRUE(wait_for(calls));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    overlay->run();
+    step->run();
     EXPECT_EQ(calls, 1);
     RecordProperty("library_status", status);
 }
 
 }  // namespace
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server
 
 int main(int argc, char** argv)
 {
     ::testing::InitGoogleTest(&argc, argv);
-    exitpolicy::pmixd::server = new exitpolicy::pmixd::PmixServer;
-    ::testing::AddGlobalTestEnvironment(exitpolicy::pmixd::server);
+    exitpolicy::pmix_server::server = new exitpolicy::pmix_server::PmixServer;
+    ::testing::AddGlobalTestEnvironment(exitpolicy::pmix_server::server);
     return RUN_ALL_TESTS();
 }

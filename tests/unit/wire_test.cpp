@@ -12,7 +12,7 @@
 #include <optional>
 #include <random>
 
-namespace exitpolicy::wire {
+namespace exitpolicy::protocol {
 namespace {
 
 std::span<const std::uint8_t, header_size> head(const Bytes& frame)
@@ -537,4 +537,4 @@ TEST(AuthTest, SecretsInHex)
 }
 
 }  // namespace
-}  // namespace exitpolicy::wire
+}  // namespace exitpolicy::protocol

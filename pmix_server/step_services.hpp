@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// overlay.hpp - what the PMIx upcalls ask of the rest of the step: the
+// step_services.hpp - what the PMIx upcalls ask of the rest of the step: the
 // node daemon (daemon.hpp) implements it; the upcalls' unit test gives its
 // own (tests/unit/upcalls_test.cpp).
 //
@@ -18,23 +18,23 @@
 #include <string>
 #include <vector>
 
-namespace exitpolicy::pmixd {
+namespace exitpolicy::pmix_server {
 
-class Overlay {
+class StepServices {
 public:
-    virtual ~Overlay() = default;
+    virtual ~StepServices() = default;
 
     // Any thread: runs fn on the loop thread, or destroys it uncalled when
     // the loop no longer runs.
     virtual void post(std::function<void()> fn) = 0;
 
     // ---- loop thread ----
-    using Done = std::function<void(int status, wire::Bytes data)>;
+    using Done = std::function<void(int status, protocol::Bytes data)>;
     // A fence over `ranks` (empty: all) with this node's data: the next
     // instance over that set. It fails at once when a participant is known
     // dead; with timeout_s > 0 (the caller's PMIX_TIMEOUT) an instance still
     // pending here after that long fails everywhere with PMIX_ERR_TIMEOUT.
-    virtual void fence(std::vector<std::uint32_t> ranks, wire::Bytes data, int timeout_s, Done done) = 0;
+    virtual void fence(std::vector<std::uint32_t> ranks, protocol::Bytes data, int timeout_s, Done done) = 0;
     // The data `rank` committed, from the node that owns it.
     virtual void direct_modex(std::uint32_t rank, int timeout_s, Done done) = 0;
     // A local task called PMIx_Abort.
@@ -42,10 +42,10 @@ public:
     // PMIx_Publish / Lookup / Unpublish: to the FE and back. A lookup that
     // waits for the keys to be published (PMIX_WAIT) without a PMIX_TIMEOUT
     // waits as long as it takes, as the caller asked.
-    using DataDone = std::function<void(const wire::DataReply& reply)>;
-    virtual void data_request(wire::DataRequest request, int timeout_s, DataDone done) = 0;
+    using DataDone = std::function<void(const protocol::DataReply& reply)>;
+    virtual void data_request(protocol::DataRequest request, int timeout_s, DataDone done) = 0;
     // An event a local client raised for more than this node.
-    virtual void relay(int code, std::uint32_t source_rank, wire::Bytes info) = 0;
+    virtual void relay(int code, std::uint32_t source_rank, protocol::Bytes info) = 0;
     // The whole step ends (PMIx_Job_control terminate): through the FE.
     virtual void terminate_step(const std::string& why) = 0;
     // What task `rank` logged (PMIx_Log to stderr or stdout): srun's stderr
@@ -58,4 +58,4 @@ public:
     virtual const Args& args() const noexcept = 0;
 };
 
-}  // namespace exitpolicy::pmixd
+}  // namespace exitpolicy::pmix_server
