@@ -9,6 +9,7 @@
 #include "exitpolicy/policy.hpp"
 #include "pmix_server/log.hpp"
 #include "pmix_host.hpp"
+#include "protocol/process.hpp"
 #include "protocol/events.hpp"
 
 #include <event2/buffer.h>
@@ -193,7 +194,7 @@ void Daemon::on_local_frame(Local& l, protocol::Type type, std::span<const std::
             // The task itself asks, before exec: its pid is the peer's.
             auto task = std::make_unique<Task>();
             task->pid = l.pid;
-            task->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, l.pid, 0));
+            task->pidfd = protocol::process::open_pidfd(l.pid);
             watch_exit(*task);
             tasks_[r->rank] = std::move(task);
             out.env = std::move(*env);

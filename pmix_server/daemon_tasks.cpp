@@ -10,33 +10,23 @@
 #include "exitpolicy/policy.hpp"
 #include "pmix_server/log.hpp"
 #include "pmix_host.hpp"
+#include "protocol/process.hpp"
 #include "protocol/events.hpp"
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/listener.h>
-#include <event2/thread.h>
 
 #include <pmix_common.h>
 
 #include <algorithm>
-#include <utility>
+#include <cerrno>
 #include <charconv>
-#include <fcntl.h>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <netinet/tcp.h>
-#include <arpa/inet.h>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <netinet/in.h>
-#include <poll.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <unistd.h>
+#include <utility>
 
 namespace exitpolicy::pmix_server {
 namespace {
@@ -46,27 +36,6 @@ std::int64_t now_us()
     timespec now{};
     ::clock_gettime(CLOCK_REALTIME, &now);
     return std::int64_t{now.tv_sec} * 1'000'000 + now.tv_nsec / 1000;
-}
-
-// The process has begun to exit (PF_EXITING in /proc/PID/stat's flags): a
-// signal can no longer change how it ends. Its sockets may be closed and
-// its peers told, while its pidfd turns readable only once it is gone.
-bool exiting(pid_t pid)
-{
-    constexpr unsigned long pf_exiting = 0x4;
-    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-    std::string stat;
-    if (!std::getline(in, stat))
-        return false;
-    const auto paren = stat.rfind(')');  // the name may hold anything
-    if (paren == std::string::npos)
-        return false;
-    std::istringstream fields(stat.substr(paren + 1));
-    std::string skip;
-    unsigned long flags = 0;
-    for (int i = 3; i < 9; ++i)  // state ppid pgrp session tty_nr tpgid
-        fields >> skip;
-    return fields >> flags && (flags & pf_exiting) != 0;
 }
 
 // A failure of the task's own: an exit or a signal, not an abort or the
@@ -203,10 +172,9 @@ void Daemon::terminate_local(const std::string& why, std::uint32_t kill_after_ms
 bool Daemon::exited(Task& task)
 {
     if (task.exited_at_us == 0 && task.pidfd >= 0) {
-        pollfd p{task.pidfd, POLLIN, 0};
         // Should the pid be gone and taken by another process between the
         // two looks, the task has exited all the same.
-        if ((::poll(&p, 1, 0) == 1 && (p.revents & POLLIN)) || exiting(task.pid))
+        if (protocol::process::ended(task.pidfd) || protocol::process::exiting(task.pid))
             task.exited_at_us = now_us();
     }
     return task.exited_at_us != 0;
@@ -241,7 +209,7 @@ void Daemon::signal_local(int sig, const std::set<std::uint32_t>& ranks)
             continue;
         const Task& t = *it->second;
         if (t.pidfd >= 0) {
-            if (::syscall(SYS_pidfd_send_signal, t.pidfd, sig, nullptr, 0) != 0 && errno != ESRCH)
+            if (!protocol::process::signal(t.pidfd, sig) && errno != ESRCH)
                 log::error("cannot signal rank %u: %s", rank, std::strerror(errno));
         } else if (t.pid > 0) {
             ::kill(t.pid, sig);  // no pidfds on this kernel

@@ -3,6 +3,7 @@
 #include "daemon_link.hpp"
 
 #include "blocking_io.hpp"
+#include "protocol/process.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -67,19 +68,6 @@ Result<int> connect_local(const std::string& dir, Clock::time_point deadline)
         }
     }
     return Result<int>::ok(fd);
-}
-
-// Whether the process behind `pidfd` still runs (the pidfd turns readable
-// when it exits).
-bool running(int pidfd)
-{
-    pollfd p{pidfd, POLLIN, 0};
-    return ::poll(&p, 1, 0) == 0;
-}
-
-int pidfd_open(pid_t pid)
-{
-    return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 }
 
 }  // namespace
@@ -360,7 +348,7 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     ::close(pid_pipe[0]);
     // The daemon waits for this before it becomes the job's user: its pid
     // is still its own.
-    launched.pidfd = pidfd_open(launched.pid);
+    launched.pidfd = protocol::process::open_pidfd(launched.pid);
     const int pidfd_errno = errno;
     if (launched.pidfd < 0 || ::write(go_pipe[1], "g", 1) != 1) {
         ::close(go_pipe[1]);  // it reads EOF and exits without running anything
@@ -454,10 +442,10 @@ std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::mill
     // to a bare pid.
     if (daemon.pidfd >= 0) {
         // A pidfd turns readable when its process ends.
-        if (running(daemon.pidfd))
+        if (!protocol::process::ended(daemon.pidfd))
             wait_fd(daemon.pidfd, POLLIN, deadline);
-        if (running(daemon.pidfd))
-            ::syscall(SYS_pidfd_send_signal, daemon.pidfd, SIGKILL, nullptr, 0);
+        if (!protocol::process::ended(daemon.pidfd))
+            protocol::process::signal(daemon.pidfd, SIGKILL);
         ::close(daemon.pidfd);
     }
     daemon = LaunchedDaemon{};

@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: Apache-2.0
+// process.hpp - a process seen through its pidfd and /proc, as slurmstepd
+// sees its node daemon and the daemon its tasks: a pidfd pins the process
+// (its pid cannot be reused while the pidfd is open), so a signal sent
+// through it never reaches a stranger.
+#pragma once
+
+#include <sys/types.h>
+
+namespace exitpolicy::protocol::process {
+
+// A pidfd for `pid` (pidfd_open, Linux 5.3); -1 with errno set otherwise.
+int open_pidfd(pid_t pid) noexcept;
+// Sends `sig` through the pidfd; false with errno set (ESRCH: it is gone).
+bool signal(int pidfd, int sig) noexcept;
+// The process behind the pidfd has ended (its pidfd turned readable).
+bool ended(int pidfd) noexcept;
+// The process has begun to exit (PF_EXITING in /proc/PID/stat's flags): a
+// signal can no longer change how it ends; its sockets may be closed and
+// its peers told while its pidfd turns readable only once it is gone.
+bool exiting(pid_t pid) noexcept;
+
+}  // namespace exitpolicy::protocol::process
