@@ -88,6 +88,11 @@ bool killed_by_teardown(const TaskOutcome& task) noexcept
     return s.kind == WaitStatus::Kind::signaled && (s.signal == SIGTERM || s.signal == SIGKILL);
 }
 
+bool ended_by_itself(const TaskOutcome& task) noexcept
+{
+    return !task.lost && !task.abort_status && !killed_by_teardown(task);
+}
+
 std::string signal_name(int signal)
 {
     switch (signal) {

@@ -63,6 +63,12 @@ bool succeeded(const TaskOutcome& task) noexcept;
 // (srun -K, an abort, scancel) does to the survivors of a failure.
 bool killed_by_teardown(const TaskOutcome& task) noexcept;
 
+// Ended by itself: an exit or a signal of its own, neither an abort nor a
+// tear-down's SIGTERM or SIGKILL (a lost task's end is unknown: not so).
+// The policy's root cause and the node daemon's collateral judgement both
+// start from it.
+bool ended_by_itself(const TaskOutcome& task) noexcept;
+
 // "SIGSEGV", or "signal 40" for a number without a name.
 std::string signal_name(int signal);
 

@@ -69,7 +69,7 @@ bool may_be_reaction(const TaskOutcome& t, bool unseen) noexcept
 // can be an unseen abort itself).
 bool own_end(const TaskOutcome& t, bool unseen) noexcept
 {
-    if (t.lost || succeeded(t) || t.abort_status || killed_by_teardown(t))
+    if (!ended_by_itself(t) || succeeded(t))
         return false;
     return unseen ? t.status().kind == WaitStatus::Kind::signaled : pmix_client(t);
 }

@@ -82,8 +82,8 @@ private:
     // a PMIx client that fails here after it is collateral. An own end is
     // an exit or a signal of the task's own, not an abort or a tear-down
     // kill.
-    void failure_known(std::uint32_t rank, bool own_end);
-    bool collateral(std::uint32_t rank, std::int64_t when_us, bool own_end) const;
+    void failure_known(std::uint32_t rank, bool by_itself);
+    bool collateral(std::uint32_t rank, std::int64_t when_us, bool by_itself) const;
     void outcome(const protocol::Outcome& o);
     // Teardown: SIGTERM to every local task still running, SIGKILL to
     // those left after kill_after_ms.
@@ -170,7 +170,7 @@ private:
     struct KnownFailure {
         std::uint32_t rank = 0;
         std::int64_t at_us = 0;
-        bool own_end = false;  // see failure_known
+        bool by_itself = false;  // an end of its own (exitpolicy::ended_by_itself)
     };
     std::optional<KnownFailure> first_known_;
     std::set<std::uint32_t> torn_down_;  // local ranks our teardown signalled

@@ -38,20 +38,20 @@ std::int64_t now_us()
     return std::int64_t{now.tv_sec} * 1'000'000 + now.tv_nsec / 1000;
 }
 
-// A failure of the task's own: an exit or a signal, not an abort or the
-// SIGTERM or SIGKILL of a teardown.
-bool own_end(int wait_status, bool aborted)
+bool ended_by_itself(int wait_status, bool aborted)
 {
     TaskOutcome t;
     t.wait_status = wait_status;
-    return !aborted && !killed_by_teardown(t);
+    if (aborted)
+        t.abort_status = 0;  // whatever its status: an abort
+    return exitpolicy::ended_by_itself(t);
 }
 
 }  // namespace
 
 void Daemon::peer_failed(const protocol::Event& e)
 {
-    failure_known(e.rank, own_end(e.wait_status, e.code == protocol::pmix::proc_requested_abort));
+    failure_known(e.rank, ended_by_itself(e.wait_status, e.code == protocol::pmix::proc_requested_abort));
     if (notified_.insert(e.rank).second)  // the origin told its own clients already
         when_served([this, e] { pmix_->notify_terminated(e.rank, e.code, e.exit_code); });
 }
@@ -116,17 +116,17 @@ void Daemon::client_finalized(std::uint32_t rank)
     finalized_.insert(rank);
 }
 
-void Daemon::failure_known(std::uint32_t rank, bool own_end)
+void Daemon::failure_known(std::uint32_t rank, bool by_itself)
 {
     if (!first_known_)
-        first_known_ = KnownFailure{rank, now_us(), own_end};
+        first_known_ = KnownFailure{rank, now_us(), by_itself};
 }
 
 // Signalled by our own teardown, or a PMIx client (which can have been
 // told) that ended or aborted at `when_us`, after this node knew of another
 // task's failure. A task that never used PMIx heard of nothing: its failure
 // is its own.
-bool Daemon::collateral(std::uint32_t rank, std::int64_t when_us, bool own_end) const
+bool Daemon::collateral(std::uint32_t rank, std::int64_t when_us, bool by_itself) const
 {
     // A task that called abort failed by itself when it did: the teardown
     // that abort started may still find it running.
@@ -137,7 +137,7 @@ bool Daemon::collateral(std::uint32_t rank, std::int64_t when_us, bool own_end) 
     // An abort, and the teardown it starts, can be a reaction to this
     // task's own end, whose sockets closed before the end was seen: then
     // the root cause decides (reaction_window_us in policy.hpp).
-    const std::int64_t margin = own_end && !first_known_->own_end ? reaction_window_us : 0;
+    const std::int64_t margin = by_itself && !first_known_->by_itself ? reaction_window_us : 0;
     return when_us > first_known_->at_us + margin;
 }
 
@@ -242,7 +242,7 @@ void Daemon::outcome(const protocol::Outcome& in)
     if (const auto event = protocol::pmix::termination_event(o, args_.node_id)) {
         const bool called_abort = aborted != aborts_.end();
         const std::int64_t when = called_abort ? aborted->second.when_us : o.end_time_us;
-        const bool own = own_end(o.wait_status, called_abort);
+        const bool own = ended_by_itself(o.wait_status, called_abort);
         if (collateral(o.rank, when, own))
             o.flags |= protocol::Outcome::flag_collateral;
         failure_known(o.rank, own);

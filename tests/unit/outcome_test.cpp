@@ -104,6 +104,18 @@ TEST(TaskOutcomeTest, TeardownKillsAreSigtermAndSigkillOnly)
     EXPECT_FALSE(killed_by_teardown(lost(0)));
 }
 
+TEST(TaskOutcomeTest, AnEndByItselfIsAnExitOrASignalOfItsOwn)
+{
+    EXPECT_TRUE(ended_by_itself(segv(0)));
+    EXPECT_TRUE(ended_by_itself(exits(0, 3)));
+    EXPECT_TRUE(ended_by_itself(exits(0, 0)));
+    EXPECT_TRUE(ended_by_itself(exits(0, 143)));  // an exit, whatever its code
+    EXPECT_FALSE(ended_by_itself(aborts(0, 3)));
+    EXPECT_FALSE(ended_by_itself(killed(0, SIGTERM)));
+    EXPECT_FALSE(ended_by_itself(killed(0, SIGKILL)));
+    EXPECT_FALSE(ended_by_itself(lost(0)));
+}
+
 TEST(TaskOutcomeTest, Describe)
 {
     EXPECT_EQ(describe(ok(0), 1), "exited with code 0");
