@@ -45,6 +45,13 @@ inline T aborts(std::uint32_t rank, int status)
     t.o.abort_status = status;
     return t;
 }
+// A task its node reported collateral: it ended after the node had learned
+// of another task's abnormal end, or the node killed it in a teardown.
+inline T flagged(T t)
+{
+    t.o.collateral = true;
+    return t;
+}
 inline T lost(std::uint32_t rank)
 {
     T t;

@@ -14,14 +14,6 @@ namespace {
 
 using namespace test;
 
-// A task its node reported collateral: it ended after the node had learned
-// of another task's abnormal end, or the node killed it in a teardown.
-T flagged(T t)
-{
-    t.o.collateral = true;
-    return t;
-}
-
 // PMIx_Abort(status), then the task exited by itself with code before the
 // launcher killed it.
 T exited_after_abort(std::uint32_t rank, int status, int code)

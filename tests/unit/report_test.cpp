@@ -16,13 +16,6 @@ namespace {
 
 using namespace test;
 
-// A task its node reported collateral.
-T flagged(T t)
-{
-    t.o.collateral = true;
-    return t;
-}
-
 TEST(RanksTest, Compress)
 {
     const std::pair<std::vector<std::uint32_t>, const char*> cases[] = {
