@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: Apache-2.0
+// sockets.hpp - the overlay's TCP sockets and listeners, beside the
+// channels on them (channel.hpp): how every socket is tuned, how many
+// unauthenticated peers and descriptors an owner that accepts allows, and
+// the back-off of a listener whose accept() fails.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <string>
+
+struct event;
+struct evconnlistener;
+
+namespace exitpolicy::protocol {
+
+// Every overlay TCP socket: close-on-exec, no Nagle delay, and keepalive
+// probes with a bound, so that a peer that vanished without a word is
+// noticed.
+void tune_socket(int fd) noexcept;
+
+// The most accepted channels not yet ready that an owner keeps at once,
+// unless it expects more peers than that at once (the front end of a step
+// of many nodes, whose daemons and slurmstepds all connect as the step
+// starts): then as many as it expects.
+constexpr std::size_t max_unauthenticated_channels = 64;
+inline std::size_t unauthenticated_cap(std::size_t expected_peers) noexcept
+{
+    return expected_peers > max_unauthenticated_channels ? expected_peers : max_unauthenticated_channels;
+}
+
+// Descriptors an owner leaves to the rest of its process (srun's own, the
+// PMIx server's for its clients) after accepting a channel.
+constexpr std::size_t descriptor_reserve = 64;
+// How many of the oldest unauthenticated channels to close after accepting
+// `fd` so that `reserve` descriptors stay free under RLIMIT_NOFILE: the
+// kernel gives the lowest free descriptor, so every one below `fd` is in
+// use and at most limit - 1 - fd are left. 0: none.
+std::size_t descriptors_short(int fd, std::size_t reserve = descriptor_reserve) noexcept;
+
+// A listener's failed accept() (evconnlistener_set_error_cb): the listener
+// is disabled and enabled again after `pause`, and `log` is called once for
+// the whole episode, which ends with the next accepted connection. Without
+// it libevent retries at once and warns on stderr each time: with no
+// descriptor left (EMFILE, ENFILE), or no memory (ENOBUFS, ENOMEM), that is
+// a busy loop. Any other error is treated alike.
+class AcceptBackoff {
+public:
+    static constexpr std::chrono::milliseconds pause{100};
+
+    // Everything on the listener's loop; the listener outlives this.
+    // relieve, when given, closes the oldest unauthenticated channel and
+    // says whether there was one: with no descriptor left (EMFILE, ENFILE)
+    // that makes room at once, and the listener is not paused.
+    AcceptBackoff(evconnlistener* listener, std::function<void(const std::string&)> log,
+                  std::function<bool()> relieve = {});
+    ~AcceptBackoff();
+    AcceptBackoff(const AcceptBackoff&) = delete;
+    AcceptBackoff& operator=(const AcceptBackoff&) = delete;
+
+    // From the listener's error callback, with accept()'s errno.
+    void failed(int error) noexcept;
+    // From the listener's accept callback: an episode is over.
+    void accepted() noexcept { failing_ = false; }
+
+private:
+    static void on_timer(int, short, void* arg) noexcept;
+    evconnlistener* listener_;
+    std::function<void(const std::string&)> log_;
+    std::function<bool()> relieve_;
+    ::event* timer_ = nullptr;
+    bool failing_ = false;
+};
+
+}  // namespace exitpolicy::protocol
