@@ -135,167 +135,115 @@ Result<bool> Agent::on_frame(protocol::Channel& from, protocol::Type type, std::
     return dispatch(from_above, &from, type, body);
 }
 
-// from: the link it came on (none for a frame kept until the step map).
+// What each frame does here, by where it comes from: from above (srun's
+// front end or the parent), from below (a child), or either. A frame with
+// no route, or from the wrong side, is a peer's error and closes its link.
+// Frames from below for the front end alone pass up undecoded; the front
+// end reads them.
 Result<bool> Agent::dispatch(bool from_above, protocol::Channel* from, protocol::Type type, std::span<const std::uint8_t> body)
 {
-    using R = Result<bool>;
-    switch (type) {
-    case protocol::Type::step_map: {
-        auto m = protocol::StepMap::decode(body);
-        if (!m)
-            return R::fail(m.error());
-        if (!map_)
-            on_map(*m);
-        return R::ok(true);
-    }
-    case protocol::Type::acks: {  // from above: the FE has these
-        if (!from_above)
-            return R::fail("a child acknowledged outcomes");
-        auto a = protocol::Acks::decode(body);
-        if (!a)
-            return R::fail(a.error());
-        on_acks(*a);
-        drained();
-        return R::ok(true);
-    }
-    case protocol::Type::step_done: {  // from above: every task of the step has ended
-        if (!from_above || !protocol::StepDone::decode(body))
-            return R::fail("a step done from below, or malformed");
-        if (!std::exchange(step_done_, true)) {
-            const protocol::Bytes frame = protocol::StepDone{}.encode();
-            history_.push_back(frame);  // a child adopted later hears it too
-            send_down(std::nullopt, frame);
-        }
-        drained();
-        return R::ok(true);
-    }
-    case protocol::Type::outcomes: {  // from a child, on their way to the FE
-        auto batch = protocol::Outcomes::decode(body);
-        if (!batch)
-            return R::fail(batch.error());
-        // Acknowledged to the child only once the FE has them: a relay that
-        // dies with them on their way loses nothing, as the child sends
-        // them again on its next way up.
-        for (const auto& o : batch->list) {
-            if (from && !from_above)
-                relayed_for_[{o.rank, o.epoch}] = from->tag;
-            report(o);
-        }
-        return R::ok(true);
-    }
-    case protocol::Type::event: {
-        auto e = protocol::Event::decode(body);
-        if (!e)
-            return R::fail(e.error());
-        on_event(*e, from_above);
-        return R::ok(true);
-    }
-    case protocol::Type::gone: {  // from below, for the FE
-        auto g = protocol::Gone::decode(body);
-        if (!g)
-            return R::fail(g.error());
-        send_up(g->encode());
-        return R::ok(true);
-    }
-    case protocol::Type::node_down: {
-        auto n = protocol::NodeDown::decode(body);
-        if (!n || !from_above)
-            return R::fail(n ? std::string("a node down from below") : n.error());
-        on_node_down(*n);
-        return R::ok(true);
-    }
-    case protocol::Type::fence_up: {
-        auto f = protocol::FenceUp::decode(body);
-        if (!f)
-            return R::fail(f.error());
-        on_fence_up(*f);
-        return R::ok(true);
-    }
-    case protocol::Type::fence_down: {
-        auto f = protocol::FenceDown::decode(body);
-        if (!f)
-            return R::fail(f.error());
-        on_fence_down(*f);
-        return R::ok(true);
-    }
-    case protocol::Type::dmodex_req: {
-        auto r = protocol::DmodexReq::decode(body);
-        if (!r)
-            return R::fail(r.error());
-        on_dmodex_req(*r);
-        return R::ok(true);
-    }
-    case protocol::Type::dmodex_resp: {
-        auto r = protocol::DmodexResp::decode(body);
-        if (!r)
-            return R::fail(r.error());
-        on_dmodex_resp(*r);
-        return R::ok(true);
-    }
-    case protocol::Type::data_request: {  // from below, for the FE
-        auto r = protocol::DataRequest::decode(body);
-        if (!r)
-            return R::fail(r.error());
-        send_up(r->encode());
-        return R::ok(true);
-    }
-    case protocol::Type::data_reply: {
-        auto r = protocol::DataReply::decode(body);
-        if (!r)
-            return R::fail(r.error());
-        if (r->node != setup_.node_id) {
-            route(r->node, r->encode());
-            return R::ok(true);
-        }
-        if (auto it = data_waiting_.find(r->id); it != data_waiting_.end()) {
-            auto done = std::move(it->second);
-            data_waiting_.erase(it);
-            done(*r);
-        }
-        return R::ok(true);
-    }
-    case protocol::Type::relay: {
-        auto r = protocol::Relay::decode(body);
-        if (!r)
-            return R::fail(r.error());
-        if (!from_above) {
-            send_up(r->encode());
-            return R::ok(true);
-        }
-        send_down(std::nullopt, r->encode());
-        if (r->origin != setup_.node_id)
-            node_.relayed(*r);
-        return R::ok(true);
-    }
-    case protocol::Type::abort: {  // from below, for the FE
-        auto a = protocol::Abort::decode(body);
-        if (!a)
-            return R::fail(a.error());
-        send_up(a->encode());
-        return R::ok(true);
-    }
-    case protocol::Type::notice: {
-        auto n = protocol::Notice::decode(body);
-        if (!n)
-            return R::fail(n.error());
-        send_up(n->encode());
-        return R::ok(true);
-    }
-    case protocol::Type::terminate: {
-        auto t = protocol::Terminate::decode(body);
-        if (!t)
-            return R::fail(t.error());
-        if (!from_above) {  // a request from below, for the FE
-            send_up(t->encode());
-            return R::ok(true);
-        }
-        send_down(std::nullopt, t->encode());
-        node_.terminate(*t);
-        return R::ok(true);
-    }
-    default:
-        return R::fail("unexpected " + std::string(protocol::type_name(type)) + " frame");
-    }
+    using protocol::decoded;
+    using T = protocol::Type;
+    // from: the link it came on (none for a frame kept until the step map).
+    struct In {
+        Agent& a;
+        bool from_above;
+        protocol::Channel* from;
+        protocol::Type type;
+        std::span<const std::uint8_t> body;
+    };
+    enum class Side { above, below, either };
+    struct Route {
+        T type;
+        Side side;
+        Result<bool> (*handle)(const In&);
+    };
+    constexpr auto up_as_is = [](const In& in) {
+        in.a.send_up(protocol::reframe(in.type, in.body));
+        return Result<bool>::ok(true);
+    };
+    static const Route routes[] = {
+        {T::step_map, Side::above, [](const In& in) {
+             return decoded<protocol::StepMap>(in.body, [&](const auto& m) {
+                 if (!in.a.map_)
+                     in.a.on_map(m);
+             });
+         }},
+        {T::acks, Side::above, [](const In& in) {  // the FE has these
+             return decoded<protocol::Acks>(in.body, [&](const auto& acks) {
+                 in.a.on_acks(acks);
+                 in.a.drained();
+             });
+         }},
+        {T::step_done, Side::above, [](const In& in) {  // every task of the step has ended
+             return decoded<protocol::StepDone>(in.body, [&](const auto&) {
+                 if (!std::exchange(in.a.step_done_, true)) {
+                     const protocol::Bytes frame = protocol::StepDone{}.encode();
+                     in.a.history_.push_back(frame);  // a child adopted later hears it too
+                     in.a.send_down(std::nullopt, frame);
+                 }
+                 in.a.drained();
+             });
+         }},
+        {T::outcomes, Side::below, [](const In& in) {  // on their way to the FE
+             return decoded<protocol::Outcomes>(in.body, [&](const auto& batch) {
+                 // Acknowledged to the child only once the FE has them: a
+                 // relay that dies with them on their way loses nothing, as
+                 // the child sends them again on its next way up.
+                 for (const auto& o : batch.list) {
+                     if (in.from)
+                         in.a.relayed_for_[{o.rank, o.epoch}] = in.from->tag;
+                     in.a.report(o);
+                 }
+             });
+         }},
+        {T::event, Side::either, [](const In& in) {
+             return decoded<protocol::Event>(in.body, [&](const auto& e) { in.a.on_event(e, in.from_above); });
+         }},
+        {T::node_down, Side::above, [](const In& in) {
+             return decoded<protocol::NodeDown>(in.body, [&](const auto& n) { in.a.on_node_down(n); });
+         }},
+        {T::fence_up, Side::either, [](const In& in) {
+             return decoded<protocol::FenceUp>(in.body, [&](const auto& f) { in.a.on_fence_up(f); });
+         }},
+        {T::fence_down, Side::either, [](const In& in) {
+             return decoded<protocol::FenceDown>(in.body, [&](const auto& f) { in.a.on_fence_down(f); });
+         }},
+        {T::dmodex_req, Side::either, [](const In& in) {
+             return decoded<protocol::DmodexReq>(in.body, [&](const auto& r) { in.a.on_dmodex_req(r); });
+         }},
+        {T::dmodex_resp, Side::either, [](const In& in) {
+             return decoded<protocol::DmodexResp>(in.body, [&](const auto& r) { in.a.on_dmodex_resp(r); });
+         }},
+        {T::data_reply, Side::either, [](const In& in) {
+             return decoded<protocol::DataReply>(in.body, [&](const auto& r) { in.a.on_data_reply(r); });
+         }},
+        {T::relay, Side::above, [](const In& in) {
+             return decoded<protocol::Relay>(in.body, [&](const auto& r) {
+                 in.a.send_down(std::nullopt, protocol::reframe(in.type, in.body));
+                 if (r.origin != in.a.setup_.node_id)
+                     in.a.node_.relayed(r);
+             });
+         }},
+        {T::terminate, Side::above, [](const In& in) {
+             return decoded<protocol::Terminate>(in.body, [&](const auto& t) {
+                 in.a.send_down(std::nullopt, protocol::reframe(in.type, in.body));
+                 in.a.node_.terminate(t);
+             });
+         }},
+        // For the FE: passed up as they came.
+        {T::gone, Side::below, up_as_is},
+        {T::data_request, Side::below, up_as_is},
+        {T::abort, Side::below, up_as_is},
+        {T::notice, Side::either, up_as_is},
+        {T::relay, Side::below, up_as_is},
+        {T::terminate, Side::below, up_as_is},
+    };
+    for (const Route& r : routes)
+        if (r.type == type && (r.side == Side::either || (r.side == Side::above) == from_above))
+            return r.handle(In{*this, from_above, from, type, body});
+    return Result<bool>::fail("unexpected " + std::string(protocol::type_name(type)) + " frame from " +
+                              (from_above ? "above" : "below"));
 }
 
 void Agent::flush_outcomes()

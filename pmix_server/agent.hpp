@@ -176,6 +176,7 @@ private:
     void fail_fence(std::string key, int status);
     void on_dmodex_req(const protocol::DmodexReq& r);
     void on_dmodex_resp(const protocol::DmodexResp& r);
+    void on_data_reply(const protocol::DataReply& r);
     // The FE's acknowledgements: what was this node's is confirmed(), what
     // a child sent up goes down to it.
     void on_acks(const protocol::Acks& acks);

@@ -248,4 +248,17 @@ void Agent::data_request(protocol::DataRequest request, int timeout_s, DataDone 
     });
 }
 
+void Agent::on_data_reply(const protocol::DataReply& r)
+{
+    if (r.node != setup_.node_id) {
+        route(r.node, r.encode());
+        return;
+    }
+    if (auto it = data_waiting_.find(r.id); it != data_waiting_.end()) {
+        auto done = std::move(it->second);
+        data_waiting_.erase(it);
+        done(r);
+    }
+}
+
 }  // namespace exitpolicy::pmix_server

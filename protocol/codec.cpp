@@ -87,6 +87,11 @@ Writer& Writer::blobs(const std::vector<Bytes>& v)
     return *this;
 }
 
+Bytes reframe(Type type, std::span<const std::uint8_t> body)
+{
+    return Writer(type).bytes(body).finish();
+}
+
 Bytes Writer::finish()
 {
     if (!fits())

@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 #include <algorithm>
 
@@ -465,5 +466,28 @@ struct Notice {
     Bytes encode() const;
     static Result<Notice> decode(std::span<const std::uint8_t> body);
 };
+
+// ---- receiving frames -----------------------------------------------------
+
+// The frame again from its type and body, undecoded: what a relay passes on
+// without reading it (its final receiver decodes it).
+Bytes reframe(Type type, std::span<const std::uint8_t> body);
+
+// Decodes `body` as message M and calls fn with it: fn returns nothing
+// (then ok) or a Result<bool>. A malformed body fails with the decoder's
+// error, and fn is not called.
+template <class M, class Fn>
+Result<bool> decoded(std::span<const std::uint8_t> body, Fn&& fn)
+{
+    auto m = M::decode(body);
+    if (!m)
+        return Result<bool>::fail(m.error());
+    if constexpr (std::is_void_v<decltype(fn(*m))>) {
+        fn(*m);
+        return Result<bool>::ok(true);
+    } else {
+        return fn(*m);
+    }
+}
 
 }  // namespace exitpolicy::protocol

@@ -392,103 +392,92 @@ void OverlayRoot::data_request(const protocol::DataRequest& r)
     }
 }
 
+// What each frame from a daemon or slurmstepd does here; a frame with no
+// route is a peer's error and closes its link.
 Result<bool> OverlayRoot::daemon_frame(const Peer& from, protocol::Type type, std::span<const std::uint8_t> body)
 {
-    switch (type) {
-    case protocol::Type::data_request: {
-        auto r = protocol::DataRequest::decode(body);
-        if (!r)
-            return Result<bool>::fail(r.error());
-        data_request(*r);
-        return Result<bool>::ok(true);
+    using protocol::decoded;
+    using T = protocol::Type;
+    struct In {
+        OverlayRoot& root;
+        const Peer& from;
+        protocol::Type type;
+        std::span<const std::uint8_t> body;
+    };
+    struct Route {
+        T type;
+        Result<bool> (*handle)(const In&);
+    };
+    static const Route routes[] = {
+        {T::data_request, [](const In& in) {
+             return decoded<protocol::DataRequest>(in.body, [&](const auto& r) { in.root.data_request(r); });
+         }},
+        {T::gone, [](const In& in) {
+             return decoded<protocol::Gone>(in.body, [&](const auto& g) { in.root.node_left(g.node); });
+         }},
+        {T::enroll, [](const In& in) {
+             return decoded<protocol::Enroll>(in.body, [&](const auto& e) { in.root.enroll(in.from, e); });
+         }},
+        {T::event, [](const In& in) {
+             return decoded<protocol::Event>(in.body, [&](const auto& e) { in.root.event(e); });
+         }},
+        {T::fence_up, [](const In& in) {
+             return decoded<protocol::FenceUp>(in.body, [&](const auto& f) {
+                 if (!in.root.tree)
+                     return Result<bool>::fail("a fence before the step map");
+                 in.root.fence_up(f);
+                 return Result<bool>::ok(true);
+             });
+         }},
+        {T::dmodex_req, [](const In& in) {
+             return decoded<protocol::DmodexReq>(in.body, [&](const auto& r) {
+                 in.root.route(r.to, protocol::reframe(in.type, in.body));
+             });
+         }},
+        {T::dmodex_resp, [](const In& in) {
+             return decoded<protocol::DmodexResp>(in.body, [&](const auto& r) {
+                 in.root.route(r.to, protocol::reframe(in.type, in.body));
+             });
+         }},
+        {T::abort, [](const In& in) {
+             return decoded<protocol::Abort>(in.body, [&](const auto& a) {
+                 // An abort ends the step at once, recoverable or not.
+                 if (in.root.collector.record_abort(a.rank, a.status, a.message))
+                     in.root.teardown(in.root.collector.where(a.rank) + " called abort with status " +
+                                      std::to_string(a.status));
+             });
+         }},
+        {T::notice, [](const In& in) {
+             return decoded<protocol::Notice>(in.body, [&](const auto& n) { in.root.notice(in.from, n); });
+         }},
+        {T::relay, [](const In& in) {
+             return decoded<protocol::Relay>(in.body, [&](const auto&) {
+                 in.root.broadcast(protocol::reframe(in.type, in.body));
+             });
+         }},
+        {T::terminate, [](const In& in) {
+             return decoded<protocol::Terminate>(in.body, [&](const auto& t) { in.root.teardown(t.reason); });
+         }},
+    };
+    for (const Route& r : routes)
+        if (r.type == type)
+            return r.handle(In{*this, from, type, body});
+    return Result<bool>::fail("unexpected " + std::string(protocol::type_name(type)) + " frame");
+}
+
+// Straight to srun's stderr, as it happens. What a task logged reads as the
+// task wrote it, as its own stderr would (it is not the plugin's to prefix:
+// the report's lines stay the plugin's). A daemon's notice names its node
+// (it may come up the tree); slurmstepd's comes on its own link.
+void OverlayRoot::notice(const Peer& from, const protocol::Notice& n)
+{
+    if (n.rank != protocol::Notice::no_rank && from.role != protocol::Role::stepd) {
+        const bool newline = !n.text.empty() && n.text.back() == '\n';
+        std::fprintf(stderr, "%s%s", n.text.c_str(), newline ? "" : "\n");
+        return;
     }
-    case protocol::Type::gone: {
-        auto g = protocol::Gone::decode(body);
-        if (!g)
-            return Result<bool>::fail(g.error());
-        node_left(g->node);
-        return Result<bool>::ok(true);
-    }
-    case protocol::Type::enroll: {
-        auto e = protocol::Enroll::decode(body);
-        if (!e)
-            return Result<bool>::fail(e.error());
-        enroll(from, *e);
-        return Result<bool>::ok(true);
-    }
-    case protocol::Type::event: {
-        auto e = protocol::Event::decode(body);
-        if (!e)
-            return Result<bool>::fail(e.error());
-        event(*e);
-        return Result<bool>::ok(true);
-    }
-    case protocol::Type::fence_up: {
-        auto f = protocol::FenceUp::decode(body);
-        if (!f || !tree)
-            return Result<bool>::fail(f ? std::string("a fence before the step map") : f.error());
-        fence_up(*f);
-        return Result<bool>::ok(true);
-    }
-    case protocol::Type::dmodex_req: {
-        auto r = protocol::DmodexReq::decode(body);
-        if (!r)
-            return Result<bool>::fail(r.error());
-        route(r->to, r->encode());
-        return Result<bool>::ok(true);
-    }
-    case protocol::Type::dmodex_resp: {
-        auto r = protocol::DmodexResp::decode(body);
-        if (!r)
-            return Result<bool>::fail(r.error());
-        route(r->to, r->encode());
-        return Result<bool>::ok(true);
-    }
-    case protocol::Type::abort: {
-        auto a = protocol::Abort::decode(body);
-        if (!a)
-            return Result<bool>::fail(a.error());
-        const bool first = collector.record_abort(a->rank, a->status, a->message);
-        // An abort ends the step at once, recoverable or not.
-        if (first)
-            teardown(collector.where(a->rank) + " called abort with status " + std::to_string(a->status));
-        return Result<bool>::ok(true);
-    }
-    case protocol::Type::notice: {
-        auto n = protocol::Notice::decode(body);
-        if (!n)
-            return Result<bool>::fail(n.error());
-        // Straight to srun's stderr, as it happens. What a task logged
-        // reads as the task wrote it, as its own stderr would (it is not
-        // the plugin's to prefix: the report's lines stay the plugin's).
-        // A daemon's notice names its node (it may come up the tree);
-        // slurmstepd's comes on its own link.
-        if (n->rank != protocol::Notice::no_rank && from.role != protocol::Role::stepd) {
-            const bool newline = !n->text.empty() && n->text.back() == '\n';
-            std::fprintf(stderr, "%s%s", n->text.c_str(), newline ? "" : "\n");
-            return Result<bool>::ok(true);
-        }
-        const std::uint32_t node = from.role == protocol::Role::stepd ? from.node : n->node;
-        user_line("%s: %s", collector.node_name(node).c_str(), n->text.c_str());
-        return Result<bool>::ok(true);
-    }
-    case protocol::Type::relay: {
-        auto r = protocol::Relay::decode(body);
-        if (!r)
-            return Result<bool>::fail(r.error());
-        broadcast(r->encode());
-        return Result<bool>::ok(true);
-    }
-    case protocol::Type::terminate: {
-        auto t = protocol::Terminate::decode(body);
-        if (!t)
-            return Result<bool>::fail(t.error());
-        teardown(t->reason);
-        return Result<bool>::ok(true);
-    }
-    default:
-        return Result<bool>::fail("unexpected " + std::string(protocol::type_name(type)) + " frame");
-    }
+    const std::uint32_t node = from.role == protocol::Role::stepd ? from.node : n.node;
+    user_line("%s: %s", collector.node_name(node).c_str(), n.text.c_str());
 }
 
 }  // namespace exitpolicy::spank_plugin

@@ -119,6 +119,7 @@ private:
     void fence_too_large(const std::string& key, const protocol::FenceKey& id);
     void fail_fence(const std::string& key, const protocol::FenceKey& id, int status);
     void event(const protocol::Event& e);
+    void notice(const Peer& from, const protocol::Notice& n);
     template <typename Hit>
     void fail_fences(int status, Hit hit);
     bool try_lookup(const protocol::DataRequest& r);

@@ -58,7 +58,8 @@ struct TestNode final : Agent::Node {
     void peer_failed(const protocol::Event& e) override { events.push_back(e); }
     void node_lost(const protocol::NodeDown& d) override { lost.push_back(d); }
     void relayed(const protocol::Relay&) override {}
-    void terminate(const protocol::Terminate&) override {}
+    std::vector<std::string> terminated;  // each Terminate's reason
+    void terminate(const protocol::Terminate& t) override { terminated.push_back(t.reason); }
     // What a local rank committed: its number.
     void dmodex(std::uint32_t rank, Agent::Done done) override
     {
@@ -287,6 +288,35 @@ TEST_F(AgentTest, AFailedTaskIsHeardOnEveryNodeOnceAndFailsEveryFenceOverIt)
     // A fence over the dead rank fails everywhere, and never waits for it.
     for (const auto& r : fence({}))
         EXPECT_EQ(r.status, protocol::pmix::proc_term_wo_sync);
+}
+
+TEST_F(AgentTest, WhatOnlyTheFrontEndReadsPassesARelayAsItCame)
+{
+    start(4);  // node 0 relays for node 2
+    nodes[2]->agent->to_root(protocol::Terminate{"rank 4 asked to terminate the job", 0}.encode());
+    // Up through node 0 undecoded, read by the FE, whose teardown comes
+    // down to every node.
+    ASSERT_TRUE(loop.run_until([&] {
+        return std::all_of(nodes.begin(), nodes.end(), [](const auto& n) { return !n->terminated.empty(); });
+    })) << "the request did not reach the front end through its relay";
+    for (const auto& n : nodes)
+        EXPECT_EQ(n->terminated[0], "rank 4 asked to terminate the job") << "node " << n->id;
+}
+
+TEST_F(AgentTest, AFrameOnlyTheFrontEndSendsIsRefusedFromAChild)
+{
+    start(4);  // node 0 relays for node 2
+    // A node down comes from above only: from a child it is a broken peer,
+    // whose link its parent closes (a departure, as any link that fails);
+    // the node it names is not lost for anyone.
+    nodes[2]->agent->to_root(protocol::NodeDown{3, "node4", {6, 7}, 1}.encode());
+    ASSERT_TRUE(loop.run_until([&] {
+        return std::any_of(nodes[1]->lost.begin(), nodes[1]->lost.end(), [](const auto& d) { return d.node == 2; });
+    })) << "node 2's link outlived what it sent";
+    loop.run_until([] { return false; }, 50ms);
+    for (const auto& n : nodes)
+        for (const auto& d : n->lost)
+            EXPECT_NE(d.node, 3u) << "node " << n->id << " heard node 3 lost from a child";
 }
 
 TEST_F(AgentTest, ALostRelaysChildrenAreAdoptedHearOfItAndFenceOn)
