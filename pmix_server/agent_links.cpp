@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // agent_links.cpp - the agent's links in the overlay tree: to the front end
 // and its parent, from its children (accepted with backoff, the oldest
-// unauthenticated closed first), frames up, down and routed, the step map,
-// a lost parent and the adoption of orphans, a node that left. See agent.hpp.
+// unauthenticated closed first), frames up, down and routed, the step map.
+// A parent or child that leaves: agent_lost.cpp. See agent.hpp.
 #include "agent.hpp"
 
 #include "pmix_server/log.hpp"
@@ -278,111 +278,6 @@ void Agent::on_map(const protocol::StepMap& map)
         up_node_ = parent;
     }
     node_.mapped();
-}
-
-void Agent::parent_lost(const std::string& why)
-{
-    if (stopping_)
-        return;
-    if (up_node_) {
-        log::info("the parent daemon on %s left the tree (%s): asking the next live ancestor",
-                  map_->hostnames[*up_node_].c_str(), why.c_str());
-        tree_->leave(*up_node_);
-    } else {
-        log::info("the link to the front end closed (%s): reconnecting once", why.c_str());
-    }
-    // Every fence in progress here went, or would have gone, through the
-    // parent: it fails here and below (never succeeds short, never hangs).
-    for (auto& key : fences_.affected([](const auto&) { return true; }))
-        fail_fence(std::move(key), protocol::pmix::unreach);
-    // Publish / lookup requests it carried are lost with it.
-    for (auto& [id, done] : std::exchange(data_waiting_, {}))
-        done(protocol::DataReply{id, setup_.node_id, protocol::pmix::unreach, {}, {}, {}});
-    connect_up();
-}
-
-// Asks the nearest ancestor still in the tree (the FE last) to adopt us; an
-// ancestor that cannot be reached is gone too, and the next one is asked.
-void Agent::connect_up()
-{
-    const auto target = tree_->parent(setup_.node_id);
-    protocol::Hello me;
-    me.role = protocol::Role::orphan;
-    me.node_id = setup_.node_id;
-    me.hostname = setup_.hostname;
-    auto h = overlay_handlers();
-    h.ready = [this](protocol::Channel& c) {
-        log::info("adopted by %s", up_node_ ? map_->hostnames[*up_node_].c_str() : "the front end");
-        fe_.reset();  // the enrollment link, if it was still open
-        flush_up(c);
-        flush_outcomes();  // what the lost parent took but may not have passed on
-        node_.linked_up();
-    };
-    h.closed = [this, target](protocol::Channel& c, protocol::Channel::Reason, const std::string& why) {
-        const bool was_ready = c.is_ready();
-        timers_.defer([this, target, was_ready, why] {
-            if (was_ready) {
-                parent_lost(why);
-            } else if (target) {
-                log::info("ancestor %s unreachable (%s)", map_->hostnames[*target].c_str(), why.c_str());
-                tree_->leave(*target);
-                connect_up();
-            } else {
-                log::error("lost the front end: %s", why.c_str());
-                quit(1);
-            }
-        });
-    };
-    const std::string host = target ? map_->hosts[*target] : setup_.fe_host;
-    const auto port = target ? static_cast<std::uint16_t>(map_->ports[*target]) : setup_.fe_port;
-    auto c = protocol::Channel::connect(base_, host, port, secret_, setup_.job_id, setup_.step_id, me, std::move(h));
-    if (!c) {
-        log::error("%s: %s", target ? map_->hostnames[*target].c_str() : "front end", c.error().c_str());
-        quit(1);
-        return;
-    }
-    up_ = std::move(*c);
-    up_node_ = target;
-}
-
-// A child came: when its own parent was not us, the daemons in between left
-// the tree; it may have missed what came down meanwhile.
-void Agent::adopt(protocol::Channel& child)
-{
-    if (!tree_)
-        return;
-    const std::uint32_t node = child.tag;
-    if (node == setup_.node_id || !tree_->in_static_subtree(node, setup_.node_id)) {
-        child.close("node " + std::to_string(node) + " is not below this node");
-        return;
-    }
-    bool skipped = false;
-    for (auto a = tree_->static_parent(node); a && *a != setup_.node_id; a = tree_->static_parent(*a)) {
-        node_left(*a);
-        skipped = true;
-    }
-    if (skipped || child.peer().role == protocol::Role::orphan) {
-        log::info("adopted %s", map_->hostnames[node].c_str());
-        for (const auto& frame : history_)
-            child.send(frame);
-    }
-}
-
-void Agent::node_left(std::uint32_t node)
-{
-    if (!tree_ || stopping_ || !tree_->leave(node))
-        return;
-    log::debug("node %u left the tree", node);
-    down_queue_.erase(node);
-    send_up(protocol::Gone{node}.encode());
-    // Fences whose contributions may have been on their way through it.
-    const auto through = fences_.affected([&](const std::vector<std::uint32_t>& ranks) {
-        return ranks.empty() || std::any_of(ranks.begin(), ranks.end(), [&](std::uint32_t r) {
-                   return r < map_->rank_node.size() && tree_->in_static_subtree(map_->rank_node[r], node);
-               });
-    });
-    for (auto key : through)
-        fail_fence(std::move(key), protocol::pmix::unreach);
 }
 
 }  // namespace exitpolicy::pmix_server

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // agent_requests.cpp - what the agent does for the node's PMIx server across
-// nodes: failure events and lost nodes, fences, direct modex, publish and
-// lookup. See agent.hpp.
+// nodes: failure events, fences, direct modex, publish and lookup (lost
+// nodes: agent_lost.cpp). See agent.hpp.
 #include "agent.hpp"
 
 #include "pmix_server/log.hpp"
@@ -27,20 +27,6 @@ void Agent::on_event(const protocol::Event& e, bool from_above)
     send_down(std::nullopt, frame);
     fail_fences_with(e.rank);
     node_.peer_failed(e);
-}
-
-void Agent::on_node_down(const protocol::NodeDown& d)
-{
-    if (!nodes_down_.insert(d.node).second)
-        return;  // a replay
-    const protocol::Bytes frame = d.encode();
-    history_.push_back(frame);
-    send_down(std::nullopt, frame);
-    log::info("node %s is lost with %zu ranks", d.hostname.c_str(), d.ranks.size());
-    tree_->leave(d.node);
-    for (std::uint32_t r : d.ranks)
-        fail_fences_with(r);
-    node_.node_lost(d);
 }
 
 // ---- fences ----------------------------------------------------------------------

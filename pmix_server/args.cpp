@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <map>
+#include <utility>
 
 namespace exitpolicy::pmix_server {
 namespace {
@@ -81,6 +82,25 @@ Result<Args> parse_args(const std::vector<std::string>& argv)
     if (args.node_id >= args.nnodes)
         return R::fail("--node is not below --nnodes");
     return R::ok(std::move(args));
+}
+
+std::vector<std::string> command_line(const Args& a)
+{
+    std::string ranks;
+    for (std::uint32_t r : a.ranks)
+        ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    std::vector<std::string> out = {
+        "--job", std::to_string(a.job_id), "--step", std::to_string(a.step_id), "--node", std::to_string(a.node_id),
+        "--nnodes", std::to_string(a.nnodes), "--ntasks", std::to_string(a.ntasks), "--ranks", ranks,
+        "--hostname", a.hostname, "--fe", a.fe_host + ":" + std::to_string(a.fe_port), "--dir", a.dir,
+        "--uid", std::to_string(a.uid), "--topology", a.topology, "--debug", std::to_string(a.debug)};
+    if (!a.log_dir.empty())
+        out.insert(out.end(), {"--log-dir", a.log_dir});
+    for (const auto& [key, fd] : {std::pair{"--secret-fd", a.secret_fd}, std::pair{"--ready-fd", a.ready_fd},
+                                  std::pair{"--control-fd", a.control_fd}})
+        if (fd >= 0)
+            out.insert(out.end(), {key, std::to_string(fd)});
+    return out;
 }
 
 }  // namespace exitpolicy::pmix_server

@@ -33,11 +33,18 @@ struct Args {
     std::string log_dir;               // empty: syslog
     std::string topology = "discover"; // discover, none, or an hwloc XML file
     int debug = 0;
+
+    bool operator==(const Args&) const = default;
 };
 
 // --job J --step S --node N --nnodes M --ntasks T --ranks 0,1 --hostname H
 // --fe HOST:PORT --secret-fd FD --ready-fd FD --control-fd FD --dir DIR --uid U
 // [--log-dir DIR] [--topology discover|none|/PATH] [--debug L]
 Result<Args> parse_args(const std::vector<std::string>& argv);
+
+// The command line parse_args reads back as `args` (slurmstepd writes it):
+// without the descriptors that are -1, which the launcher adds once it
+// knows them.
+std::vector<std::string> command_line(const Args& args);
 
 }  // namespace exitpolicy::pmix_server

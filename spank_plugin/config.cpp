@@ -63,6 +63,19 @@ constexpr std::array<char, usage_size()> usage = [] {
     return out;
 }();
 
+// A number argument within its range, or the error that says which.
+Result<std::int64_t> range_checked(const SiteArgument& a, std::string_view value)
+{
+    const Number& n = a.number;
+    if (auto v = number<std::int64_t>(value, n.lo, n.hi))
+        return Result<std::int64_t>::ok(*v);
+    return Result<std::int64_t>::fail(bad(a.name, value, "expected " + std::string(n.what) + ", " +
+                                                             std::to_string(n.lo) + " to " + std::to_string(n.hi)));
+}
+
+static_assert(site_argument(SiteArg::fanout).number.hi == protocol::max_fanout,
+              "fanout's range ends at the widest tree the overlay builds");
+
 const SiteArgument* find_argument(std::string_view name) noexcept
 {
     for (const auto& a : site_arguments)
@@ -108,6 +121,23 @@ Result<bool> parse_switch(std::string_view text)
         return Result<bool>::ok(false);
     return Result<bool>::fail("invalid value '" + std::string(text) + "': expected yes or no (or true/false, 1/0)");
 }
+
+namespace {
+
+// Where each number argument goes; its range was checked.
+void set_number(Config& c, SiteArg id, std::int64_t v)
+{
+    switch (id) {
+    case SiteArg::lost_code: c.lost_code = static_cast<int>(v); return;
+    case SiteArg::grace_ms: c.grace_ms = static_cast<std::uint32_t>(v); return;
+    case SiteArg::fanout: c.fanout = static_cast<std::uint32_t>(v); return;
+    case SiteArg::teardown_grace_ms: c.teardown_grace_ms = static_cast<std::uint32_t>(v); return;
+    case SiteArg::debug: c.debug = static_cast<int>(v); return;
+    default: return;
+    }
+}
+
+}  // namespace
 
 Result<Config> parse_config(const std::vector<std::string_view>& args)
 {
@@ -161,20 +191,6 @@ Result<Config> parse_config(const std::vector<std::string_view>& args)
             c.report = *m;
             break;
         }
-        case SiteArg::lost_code: {
-            auto v = number<int>(value, 0, 255);
-            if (!v)
-                return Result<Config>::fail(bad(key, value, "expected an exit code, 0 to 255"));
-            c.lost_code = *v;
-            break;
-        }
-        case SiteArg::grace_ms: {
-            auto v = number<std::uint32_t>(value, 0, 600000);
-            if (!v)
-                return Result<Config>::fail(bad(key, value, "expected milliseconds, 0 to 600000"));
-            c.grace_ms = *v;
-            break;
-        }
         case SiteArg::pmix:
             if (value == "auto")
                 c.pmix = PmixMode::automatic;
@@ -183,14 +199,6 @@ Result<Config> parse_config(const std::vector<std::string_view>& args)
             else
                 return Result<Config>::fail(bad(key, value, "expected auto or never"));
             break;
-        case SiteArg::fanout: {
-            auto v = number<std::uint32_t>(value, 2, protocol::max_fanout);
-            if (!v)
-                return Result<Config>::fail(
-                    bad(key, value, "expected a tree fan-out, 2 to " + std::to_string(protocol::max_fanout)));
-            c.fanout = *v;
-            break;
-        }
         case SiteArg::port_range: {
             const auto dash = value.find('-');
             const auto first = number<std::uint16_t>(value.substr(0, dash), 1, 65535);
@@ -222,18 +230,15 @@ Result<Config> parse_config(const std::vector<std::string_view>& args)
             c.recoverable = *v;
             break;
         }
-        case SiteArg::teardown_grace_ms: {
-            auto v = number<std::uint32_t>(value, 0, 60000);
-            if (!v)
-                return Result<Config>::fail(bad(key, value, "expected milliseconds, 0 to 60000"));
-            c.teardown_grace_ms = *v;
-            break;
-        }
+        case SiteArg::lost_code:
+        case SiteArg::grace_ms:
+        case SiteArg::fanout:
+        case SiteArg::teardown_grace_ms:
         case SiteArg::debug: {
-            auto v = number<int>(value, 0, 3);
+            auto v = range_checked(*known, value);
             if (!v)
-                return Result<Config>::fail(bad(key, value, "expected a level, 0 to 3"));
-            c.debug = *v;
+                return Result<Config>::fail(v.error());
+            set_number(c, known->id, *v);
             break;
         }
         }

@@ -8,6 +8,8 @@
 // disables itself (fail open). No Slurm headers here, so it is unit-tested.
 #pragma once
 
+#include "option_table.hpp"
+
 #include "exitpolicy/policy.hpp"
 #include "exitpolicy/result.hpp"
 
@@ -30,13 +32,14 @@ struct Config {
     std::optional<Policy> default_policy;    // unset: no policy unless asked
     std::vector<Policy> allowed_policies;    // empty: all
     ReportMode report = ReportMode::automatic;
-    int lost_code = 1;
-    std::uint32_t grace_ms = 3000;
+    // Defaults and ranges of numbers: site_arguments (option_table.hpp).
+    int lost_code = site_default<int>(SiteArg::lost_code);
+    std::uint32_t grace_ms = site_default<std::uint32_t>(SiteArg::grace_ms);
     PmixMode pmix = PmixMode::automatic;
-    std::uint32_t fanout = 32;
+    std::uint32_t fanout = site_default<std::uint32_t>(SiteArg::fanout);
     std::optional<PortRange> port_range;     // unset: an ephemeral port
     std::string daemon;                      // path of exitpolicy-pmixd; empty: installed default
-    int debug = 0;                           // 0..3
+    int debug = site_default<int>(SiteArg::debug);
     std::string log_dir;
     // What the node daemon gives its PMIx clients as the node's hardware
     // topology: "slurmd" (slurmd's own <SlurmdSpoolDir>/hwloc_topo_whole.xml,
@@ -46,7 +49,7 @@ struct Config {
     // Failures in a PMIx step: run-through (recoverable) or teardown after
     // teardown_grace_ms (the default).
     bool recoverable = false;
-    std::uint32_t teardown_grace_ms = 500;
+    std::uint32_t teardown_grace_ms = site_default<std::uint32_t>(SiteArg::teardown_grace_ms);
 
     bool allows(Policy policy) const noexcept;
     // "main-rank, max" or "all policies".

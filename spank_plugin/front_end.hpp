@@ -39,14 +39,15 @@ struct FrontEndSetup {
     std::uint32_t ntasks = 0;
     std::uint32_t nnodes = 0;
     std::optional<PortRange> ports;  // none: an ephemeral port
-    std::uint32_t fanout = 32;       // the overlay tree of the node daemons
-    int lost_code = 1;               // what a lost task counts as (for the PMIx events)
+    // The site's settings (config.hpp); their defaults: option_table.hpp.
+    std::uint32_t fanout = site_default<std::uint32_t>(SiteArg::fanout);  // the node daemons' tree
+    int lost_code = site_default<int>(SiteArg::lost_code);  // what a lost task counts as (for the PMIx events)
     // Failures in a PMIx step: when a PMIx client ends abnormally or a node
     // is lost, the FE tears the whole step down after teardown_grace
     // (SIGTERM, then SIGKILL after kill_after), unless the step is
     // recoverable (run-through). An abort tears it down at once.
     bool recoverable = false;
-    std::chrono::milliseconds teardown_grace{500};
+    std::chrono::milliseconds teardown_grace{site_default<std::int64_t>(SiteArg::teardown_grace_ms)};
     std::chrono::milliseconds kill_after{2000};
 };
 

@@ -37,40 +37,58 @@ enum class SiteArg : std::uint8_t {
     teardown_grace_ms,
 };
 
+// A number's range and default; `what` names it in an error ("expected
+// milliseconds, 0 to 60000"). what == nullptr: the argument is no number.
+struct Number {
+    std::int64_t lo = 0;
+    std::int64_t hi = 0;
+    std::int64_t fallback = 0;  // the default
+    const char* what = nullptr;
+};
+
 struct SiteArgument {
     SiteArg id;
-    const char* name;    // before the "="
-    const char* syntax;  // its values, as the list of valid arguments shows them
-    const char* about;   // one line
+    const char* name;          // before the "="
+    const char* syntax;        // its values, as the list of valid arguments shows them ("0..255" for a number)
+    const char* default_text;  // the default as the documents give it (checked by tests/unit/option_docs_test.cpp)
+    const char* about;         // one line
+    Number number{};
 };
 
 inline constexpr SiteArgument site_arguments[] = {
-    {SiteArg::default_policy, "default_policy", "POLICY",
-     "the policy of steps whose user asked for none (default: none, Slurm's own code)"},
-    {SiteArg::allowed_policies, "allowed_policies", "POLICY[,POLICY...]",
-     "the policies users may choose (default: all)"},
-    {SiteArg::report, "report", "auto|always|never", "the default of --exit-report"},
-    {SiteArg::lost_code, "lost_code", "0..255", "the code of a task whose outcome never arrived (default 1)"},
-    {SiteArg::grace_ms, "grace_ms", "0..600000",
-     "how long srun waits for missing outcomes after the step, in ms (default 3000)"},
-    {SiteArg::pmix, "pmix", "auto|never",
+    {SiteArg::default_policy, "default_policy", "POLICY", "none",
+     "the policy of steps whose user asked for none (none: Slurm's own code)"},
+    {SiteArg::allowed_policies, "allowed_policies", "POLICY[,POLICY...]", "all", "the policies users may choose"},
+    {SiteArg::report, "report", "auto|always|never", "auto", "the default of --exit-report"},
+    {SiteArg::lost_code, "lost_code", "0..255", "1", "the code of a task whose outcome never arrived",
+     {0, 255, 1, "an exit code"}},
+    {SiteArg::grace_ms, "grace_ms", "0..600000", "3000",
+     "how long srun waits for missing outcomes after the step, in ms", {0, 600000, 3000, "milliseconds"}},
+    {SiteArg::pmix, "pmix", "auto|never", "auto",
      "auto: exitpolicy serves PMIx to steps without another PMIx server; never: exit policies only"},
-    {SiteArg::fanout, "fanout", "2..1024", "the width of the node daemons' tree (default 32)"},
-    {SiteArg::port_range, "port_range", "FIRST-LAST",
-     "the TCP ports srun's front end may listen on (default: an ephemeral port)"},
-    {SiteArg::daemon, "daemon", "/PATH", "the node daemon, exitpolicy-pmixd (default: the installed one)"},
-    {SiteArg::debug, "debug", "0..3", "the log level of the plugin and the node daemons (default 0)"},
-    {SiteArg::log_dir, "log_dir", "/PATH", "where the node daemons log, a file per step and node (default: syslog)"},
-    {SiteArg::topology, "topology", "slurmd|discover|none|/PATH",
-     "the hardware topology the node daemons give their PMIx clients (default: slurmd's own XML if there, else discover)"},
-    {SiteArg::recoverable, "recoverable", "yes|no", "the default of --exit-recoverable (default: no)"},
-    {SiteArg::teardown_grace_ms, "teardown_grace_ms", "0..60000",
-     "how long the survivors of a failure have before the step is torn down, in ms (default 500)"},
+    {SiteArg::fanout, "fanout", "2..1024", "32", "the width of the node daemons' tree", {2, 1024, 32, "a tree fan-out"}},
+    {SiteArg::port_range, "port_range", "FIRST-LAST", "an ephemeral port", "the TCP ports srun's front end may listen on"},
+    {SiteArg::daemon, "daemon", "/PATH", "the installed one", "the node daemon, exitpolicy-pmixd"},
+    {SiteArg::debug, "debug", "0..3", "0", "the log level of the plugin and the node daemons", {0, 3, 0, "a level"}},
+    {SiteArg::log_dir, "log_dir", "/PATH", "syslog", "where the node daemons log, a file per step and node"},
+    {SiteArg::topology, "topology", "slurmd|discover|none|/PATH", "slurmd",
+     "the hardware topology the node daemons give their PMIx clients (slurmd: slurmd's own XML if there, else "
+     "discover)"},
+    {SiteArg::recoverable, "recoverable", "yes|no", "no", "the default of --exit-recoverable"},
+    {SiteArg::teardown_grace_ms, "teardown_grace_ms", "0..60000", "500",
+     "how long the survivors of a failure have before the step is torn down, in ms", {0, 60000, 500, "milliseconds"}},
 };
 
 constexpr const SiteArgument& site_argument(SiteArg id) noexcept
 {
     return site_arguments[static_cast<std::size_t>(id)];
+}
+
+// The default of a number argument, as its setting's type.
+template <typename T>
+constexpr T site_default(SiteArg id) noexcept
+{
+    return static_cast<T>(site_argument(id).number.fallback);
 }
 
 // Raw option values, as given, from one source (the command line or the
@@ -139,6 +157,45 @@ constexpr bool tables_in_order() noexcept
     return true;
 }
 static_assert(tables_in_order(), "option_table and site_arguments are in the order of their ids");
+
+// A number's syntax is "LO..HI", its default within and its default_text:
+// the range and the default are written once, in `number`.
+// text after value's decimal digits at its start; nullptr if they are not.
+constexpr const char* after_number(const char* text, std::int64_t value) noexcept
+{
+    char digits[24] = {};
+    int n = 0;
+    do {
+        digits[n++] = static_cast<char>('0' + value % 10);
+        value /= 10;
+    } while (value > 0);
+    for (int i = n - 1; i >= 0; --i, ++text)
+        if (*text != digits[i])
+            return nullptr;
+    return text;
+}
+
+constexpr bool numbers_written_once() noexcept
+{
+    for (const auto& a : site_arguments) {
+        const Number& n = a.number;
+        if (!n.what)
+            continue;
+        if (n.lo < 0 || n.lo > n.hi || n.fallback < n.lo || n.fallback > n.hi)
+            return false;
+        const char* range = after_number(a.syntax, n.lo);
+        if (!range || range[0] != '.' || range[1] != '.')
+            return false;
+        const char* end = after_number(range + 2, n.hi);
+        if (!end || *end != '\0')
+            return false;
+        const char* text = after_number(a.default_text, n.fallback);
+        if (!text || *text != '\0')
+            return false;
+    }
+    return true;
+}
+static_assert(numbers_written_once(), "a number argument's syntax is LO..HI and its default_text its default");
 
 inline bool RawOptions::any() const noexcept
 {

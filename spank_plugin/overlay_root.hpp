@@ -28,6 +28,7 @@
 #include "protocol/wire.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -120,8 +121,7 @@ private:
     void fail_fence(const std::string& key, const protocol::FenceKey& id, int status);
     void event(const protocol::Event& e);
     void notice(const Peer& from, const protocol::Notice& n);
-    template <typename Hit>
-    void fail_fences(int status, Hit hit);
+    void fail_fences(int status, const std::function<bool(const std::vector<std::uint32_t>&)>& hit);
     bool try_lookup(const protocol::DataRequest& r);
     void data_request(const protocol::DataRequest& r);
 

@@ -13,6 +13,7 @@
 #include "spank_plugin/log.hpp"
 #include "spank.hpp"
 #include "daemon_link.hpp"
+#include "pmix_server/args.hpp"
 #include "outcome_sink.hpp"
 #include "slurmd_spool.hpp"
 #include "plugin.hpp"
@@ -68,14 +69,6 @@ std::optional<std::string> job_env(spank_t sp, const char* name)
     return std::string(buf);
 }
 
-std::string join_ranks(const std::vector<std::uint32_t>& ranks)
-{
-    std::string out;
-    for (auto r : ranks)
-        out += (out.empty() ? "" : ",") + std::to_string(r);
-    return out;
-}
-
 // Starts this node's exitpolicy-pmixd for the step; false if it could not.
 // On failure, `failure` says why (for srun's user and the Slurm log).
 bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
@@ -108,22 +101,30 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
     launch.gid = gid;
     launch.secret_hex = protocol::to_hex(link.secret);
     launch.limits = propagated_limits([sp](const char* name) { return job_env(sp, name); });
-    launch.args = {"--job", std::to_string(link.job_id), "--step", std::to_string(link.step_id),
-                   "--node", std::to_string(link.node_id), "--nnodes", std::to_string(nnodes),
-                   "--ntasks", std::to_string(ntasks), "--ranks", join_ranks(link.ranks),
-                   "--hostname", link.hostname, "--fe", link.host + ":" + std::to_string(link.port),
-                   "--dir", dir, "--uid", std::to_string(uid), "--debug", std::to_string(config.debug)};
-    if (!config.log_dir.empty())
-        launch.args.insert(launch.args.end(), {"--log-dir", config.log_dir});
-    std::string topology = config.topology;
-    if (topology == "slurmd") {
+    pmix_server::Args args;
+    args.job_id = link.job_id;
+    args.step_id = link.step_id;
+    args.node_id = link.node_id;
+    args.nnodes = nnodes;
+    args.ntasks = ntasks;
+    args.ranks = link.ranks;
+    args.hostname = link.hostname;
+    args.fe_host = link.host;
+    args.fe_port = link.port;
+    args.dir = dir;
+    args.uid = uid;
+    args.debug = config.debug;
+    args.log_dir = config.log_dir;
+    args.topology = config.topology;
+    if (args.topology == "slurmd") {
         const auto xml = slurmd_topology_xml(link.job_id, link.step_id);
-        topology = xml ? *xml : "discover";
-        log::debug("step %u.%u: the clients' topology: %s", link.job_id, link.step_id, topology.c_str());
+        args.topology = xml ? *xml : "discover";
+        log::debug("step %u.%u: the clients' topology: %s", link.job_id, link.step_id, args.topology.c_str());
     }
-    for (auto at = topology.find("%n"); at != std::string::npos; at = topology.find("%n", at + link.hostname.size()))
-        topology.replace(at, 2, link.hostname);
-    launch.args.insert(launch.args.end(), {"--topology", topology});
+    for (auto at = args.topology.find("%n"); at != std::string::npos;
+         at = args.topology.find("%n", at + link.hostname.size()))
+        args.topology.replace(at, 2, link.hostname);
+    launch.args = pmix_server::command_line(args);
     auto launched = launch_daemon(launch);
     if (!launched) {
         failure = "PMIx service failed: " + launched.error();

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace exitpolicy::pmix_server {
 namespace {
 
@@ -38,6 +40,50 @@ TEST(DaemonArgsTest, EveryArgument)
     auto v = good();
     v.insert(v.end(), {"--topology", "/var/spool/slurmd/hwloc_topo_whole.xml"});
     EXPECT_EQ(parse_args(v)->topology, "/var/spool/slurmd/hwloc_topo_whole.xml");
+}
+
+// What slurmstepd writes is what the daemon reads, each field, the
+// optional ones given and left out.
+TEST(DaemonArgsTest, TheCommandLineReadsBackAsWritten)
+{
+    Args a;
+    a.job_id = 4294967295u;
+    a.step_id = 7;
+    a.node_id = 2;
+    a.nnodes = 3;
+    a.ntasks = 9;
+    a.ranks = {6, 7, 8};
+    a.hostname = "node-3.cluster";
+    a.fe_host = "fe01.example.org";
+    a.fe_port = 65535;
+    a.secret_fd = 3;
+    a.ready_fd = 4;
+    a.control_fd = 5;
+    a.dir = "/tmp/exitpolicy.1.7.node-3";
+    a.uid = 1001;
+    a.log_dir = "/var/log/exitpolicy";
+    a.topology = "/var/spool/slurmd/hwloc_topo_whole.xml";
+    a.debug = 3;
+    auto back = parse_args(command_line(a));
+    ASSERT_TRUE(back) << back.error();
+    EXPECT_TRUE(*back == a);
+
+    Args lean = a;
+    lean.log_dir.clear();
+    lean.topology = "none";
+    lean.debug = 0;
+    lean.ranks = {8};
+    back = parse_args(command_line(lean));
+    ASSERT_TRUE(back) << back.error();
+    EXPECT_TRUE(*back == lean);
+
+    // The descriptors are the launcher's to add: without them it is no
+    // complete command line.
+    Args unlaunched = a;
+    unlaunched.secret_fd = unlaunched.ready_fd = unlaunched.control_fd = -1;
+    const auto words = command_line(unlaunched);
+    EXPECT_EQ(std::count(words.begin(), words.end(), "--secret-fd"), 0);
+    EXPECT_EQ(parse_args(words).error(), "missing or bad --secret-fd");
 }
 
 TEST(DaemonArgsTest, BadArgumentsAreNamed)

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -166,6 +167,62 @@ TEST(DocumentNamesTest, WholeWordsInMarkdownAndRoff)
     const std::string roff = plain(".TP\n\\fB\\-\\-exit\\-policy\\fR=\\fIPOLICY\\fR\n\\f(CWgrace_ms=\\fP3000");
     EXPECT_TRUE(names(roff, "--exit-policy")) << roff;
     EXPECT_TRUE(names(roff, "grace_ms=")) << roff;
+}
+
+// A line's roff requests out (".BR auto ." reads "auto ."), lines joined by
+// spaces.
+std::string running_text(const std::string& roff)
+{
+    std::istringstream in(plain(roff));
+    std::string out, line;
+    while (std::getline(in, line)) {
+        if (!line.empty() && line[0] == '.') {
+            const auto space = line.find(' ');
+            line = space == std::string::npos ? "" : line.substr(space + 1);
+        }
+        if (!out.empty())
+            out += ' ';
+        out += line;
+    }
+    return out;
+}
+
+// The README's table of arguments gives each default in its second column.
+TEST(DocumentDefaultsTest, TheReadmeTableGivesEachDefault)
+{
+    const std::string text = read_text(std::filesystem::path(EXITPOLICY_SOURCE_DIR) / "README.md");
+    for (const auto& a : site_arguments) {
+        const std::string row = "| `" + std::string(a.name) + "=";
+        const auto at = text.find("\n" + row);
+        ASSERT_NE(at, std::string::npos) << "README.md has no row " << row;
+        const std::string line = text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+        // | `name=syntax` | default | meaning |, with | escaped in the syntax.
+        auto cell_start = line.find("` |");
+        ASSERT_NE(cell_start, std::string::npos) << line;
+        cell_start += 3;
+        std::string cell = line.substr(cell_start, line.find(" |", cell_start + 1) - cell_start);
+        cell.erase(0, cell.find_first_not_of(' '));
+        if (cell.size() > 2 && cell.front() == '`' && cell.back() == '`')
+            cell = cell.substr(1, cell.size() - 2);
+        EXPECT_EQ(cell, a.default_text) << "README.md's default of " << a.name << "=";
+    }
+}
+
+// The site's manual page says "Default: X." for each argument.
+TEST(DocumentDefaultsTest, TheSitesManualPageGivesEachDefault)
+{
+    const std::string text = read_text(std::filesystem::path(EXITPOLICY_SOURCE_DIR) / "docs/exitpolicy.8");
+    for (const auto& a : site_arguments) {
+        auto at = text.find("\n.BI " + std::string(a.name) + "=");
+        if (at == std::string::npos)
+            at = text.find("\n.B " + std::string(a.name) + "=");
+        ASSERT_NE(at, std::string::npos) << "docs/exitpolicy.8 has no entry for " << a.name << "=";
+        const auto end = std::min(text.find("\n.TP\n", at + 1), text.find("\n.SH ", at + 1));
+        const std::string entry = running_text(text.substr(at + 1, end - at - 1));
+        EXPECT_TRUE(names(entry, std::string("Default: ") + a.default_text))
+            << "docs/exitpolicy.8's entry for " << a.name << "= does not say \"Default: " << a.default_text
+            << "\": " << entry;
+    }
 }
 
 // The user's documentation: every --exit-* option and SLURM_EXIT_* variable it
