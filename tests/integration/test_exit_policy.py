@@ -14,7 +14,6 @@ one test and reports all mismatches together.
 """
 
 import json
-import os
 import pathlib
 import re
 import select

@@ -12,11 +12,10 @@ examples/fault.c).
 """
 
 import re
-import time
 
 import pytest
 
-from test_pmix import N4N8, client, lines, parse_events, srun, srun_mpi
+from test_pmix import N4N8, client, lines, parse_events, srun, srun_mpi_timed
 
 pytestmark = pytest.mark.integration
 
@@ -41,10 +40,8 @@ def pmix(plugstack):
 
 
 def mpi_fail(cluster, workdir, fail, *srun_args, user=None):
-    t0 = time.monotonic()
-    rc, out, err = srun_mpi(cluster, workdir, *N4N8, *srun_args, client("ep_mpi_fail"), "--fail", fail,
-                            "--timeout", "90", user=user)
-    return rc, out, err, time.monotonic() - t0
+    return srun_mpi_timed(cluster, workdir, *N4N8, *srun_args, client("ep_mpi_fail"), "--fail", fail,
+                          "--timeout", "90", user=user)
 
 
 @pytest.mark.parametrize("policy", ROOT_CAUSE_POLICIES + ["all-success", None])
@@ -84,10 +81,8 @@ def test_under_slurms_own_pmix_the_root_cause_decides_over_its_teardown(cluster,
     server (unseen by exitpolicy) and exit 14 around the segfault, some of
     them on record before it. Either way the survivors' ends are collateral
     and srun's code is the segfault's."""
-    t0 = time.monotonic()
-    rc, out, err = srun_mpi(cluster, workdir, "--mpi=pmix", "-N4", "-n8", f"--exit-policy={policy}",
-                            client("ep_mpi_fail"), "--fail", "5:segv", "--timeout", "90")
-    elapsed = time.monotonic() - t0
+    rc, out, err, elapsed = srun_mpi_timed(cluster, workdir, "--mpi=pmix", "-N4", "-n8", f"--exit-policy={policy}",
+                                           client("ep_mpi_fail"), "--fail", "5:segv", "--timeout", "90")
     assert "fail rank=5" in out, out + err
     assert lines(out, "passed ") == [], out
     assert elapsed < HANG, f"the step took {elapsed:.1f} s\n{err}"

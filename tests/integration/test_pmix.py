@@ -77,26 +77,41 @@ def srun(cluster, workdir, *args, env=None, timeout=120, user=None):
 
 
 def srun_mpi(cluster, workdir, *args, user=None):
-    """An Open MPI step. Open MPI's TCP transport between virtual nodes of
-    one machine now and then fails to connect ("Open MPI failed to TCP
-    connect to a peer MPI process", seen under Slurm's own mpi/pmix too),
-    and Open MPI 5 under Slurm's own mpi/pmix now and then loses a rank to
-    SIGSEGV in MPI_Init (in ob1's recv_frag_callback_match: a peer that
-    left MPI_Init's fence first sends before the rank, still in the fence,
-    has MPI_COMM_WORLD; 6 runs in 120 on Debian 13, open-mpi/ompi#12495):
-    a segfault before any rank wrote a line. Such a run is repeated, at
-    most twice; any other failure stands, and so does such a segfault
-    under exitpolicy's own PMIx service."""
+    """An Open MPI step: srun_mpi_timed without the time."""
+    return srun_mpi_timed(cluster, workdir, *args, user=user)[:3]
+
+
+def srun_mpi_timed(cluster, workdir, *args, user=None):
+    """An Open MPI step, and how long its last attempt took. Open MPI's TCP
+    transport between virtual nodes of one machine now and then fails to
+    connect ("Open MPI failed to TCP connect to a peer MPI process", seen
+    under Slurm's own mpi/pmix too), and Open MPI under Slurm's own mpi/pmix
+    now and then loses a rank to SIGSEGV in MPI_Init, with or without
+    exitpolicy: Open MPI 5 on Debian 13 (6 runs in 120; in ob1's
+    recv_frag_callback_match: a peer that left MPI_Init's fence first sends
+    before the rank, still in the fence, has MPI_COMM_WORLD,
+    open-mpi/ompi#12495), Open MPI 4.1 under SchedMD's 26.05.3 (4 runs in
+    80, half of them without exitpolicy); when the rank dies early enough
+    Slurm's mpi/pmix does not end the step and the others wait in
+    MPI_Init's fence until their own watchdog. Either is a segfault before
+    any rank wrote a line. Such a run is repeated, at most twice, and only
+    the last attempt is timed; any other failure stands, and so does such a
+    segfault under exitpolicy's own PMIx service."""
     def flake(rc, out, err):
         return rc != 0 and ("failed to TCP connect to a peer" in err or
                             ("--mpi=pmix" in args and not out.strip() and "Segmentation fault" in err))
 
-    rc, out, err = srun(cluster, workdir, *args, env=OMPI_ENV, user=user)
-    for _ in range(2):
-        if not flake(rc, out, err):
-            break
+    def attempt():
+        t0 = time.monotonic()
         rc, out, err = srun(cluster, workdir, *args, env=OMPI_ENV, user=user)
-    return rc, out, err
+        return rc, out, err, time.monotonic() - t0
+
+    result = attempt()
+    for _ in range(2):
+        if not flake(*result[:3]):
+            break
+        result = attempt()
+    return result
 
 
 def lines(text, prefix):
