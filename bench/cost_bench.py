@@ -17,6 +17,12 @@ that machine noise hits all alike:
 Time: each kind's median, and the median of the per-round ratios: the four
 `true` steps against "no plugin", the Open MPI steps against each other.
 
+CPU: the whole machine's CPU time (user, system and interrupts, from
+/proc/stat) while the step ran, each kind's mean (the kernel counts it in
+ticks of 1/USER_HZ s, 10 ms here, too coarse for a median): what the step cost the
+nodes' cores, which on a machine with fewer cores than busy processes is
+also wall time. Other work on the machine adds to every kind alike.
+
 Memory per node: the same steps with tasks that stay (sleep, or the Open
 MPI program held after its ring), sampled while they run: the step's
 slurmstepd plus every process exitpolicy started for the step (its node
@@ -65,16 +71,24 @@ def srun(name, held=False):
     return subprocess.Popen(argv, env=mpi_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def cpu_seconds():
+    """The machine's busy CPU time so far: user, nice, system, irq, softirq."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / os.sysconf("SC_CLK_TCK")
+
+
 def timed(name):
-    # Open MPI's TCP transport between virtual nodes of one machine fails
-    # now and then, under either PMIx server: such a run is repeated.
+    """(wall, CPU) seconds of one step. Open MPI's TCP transport between
+    virtual nodes of one machine fails now and then, under either PMIx
+    server: such a run is repeated."""
     for _ in range(3):
-        t0 = time.perf_counter()
+        c0, t0 = cpu_seconds(), time.perf_counter()
         p = srun(name)
         out, err = p.communicate()
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - c0
         if p.returncode == 0 and ("Open MPI" not in name or out.count("mpi ok") == 8):
-            return elapsed
+            return elapsed, cpu
     sys.exit(f"'{name}' failed 3 times in a row ({p.returncode}):\n{out}{err}")
 
 
@@ -128,10 +142,13 @@ names = list(kinds)
 for name in names:  # warm up caches and the controller
     timed(name)
 times = {n: [] for n in names}
+cpus = {n: [] for n in names}
 for r in range(rounds):
     order = names[r % len(names):] + names[:r % len(names)]
     for name in order:
-        times[name].append(timed(name))
+        elapsed, cpu = timed(name)
+        times[name].append(elapsed)
+        cpus[name].append(cpu)
 mems = {n: [] for n in names}
 for r in range(max(1, min(3, rounds))):
     for name in names[r % len(names):] + names[:r % len(names)]:
@@ -145,9 +162,11 @@ def ratio(name, base):
 
 print(f"srun -N{nodes} -n8, {rounds} interleaved rounds; memory per node: the step's slurmstepd and "
       f"exitpolicy's processes, median of {len(mems[names[0]])} samples")
-print(f"{'step':24} {'median':>9} {'ratio':>7} {'against':>20} {'RSS MiB':>8} {'+RSS':>6} {'PSS MiB':>8} {'+PSS':>6}")
+print(f"{'step':24} {'median':>9} {'ratio':>7} {'against':>20} {'CPU ms':>7} {'+CPU':>6} {'RSS MiB':>8} {'+RSS':>6} "
+      f"{'PSS MiB':>8} {'+PSS':>6}")
 base_rss = statistics.median(m[0] for m in mems["no plugin"])
 base_pss = statistics.median(m[1] for m in mems["no plugin"])
+base_cpu = statistics.fmean(cpus["no plugin"]) * 1000
 # What each kind is measured against: the Open MPI step under our service
 # against the same under Slurm's; the rest against no plugin.
 against = {n: ("--mpi=pmix, Open MPI" if n == "pmix=auto, Open MPI" else "no plugin") for n in names}
@@ -157,5 +176,6 @@ for name in names:
     r = f"{ratio(name, vs):.3f}" if vs else "-"
     rss = statistics.median(m[0] for m in mems[name])
     pss = statistics.median(m[1] for m in mems[name])
-    print(f"{name:24} {statistics.median(times[name]) * 1000:7.1f}ms {r:>7} {vs or '-':>20} {rss:8.1f} "
-          f"{rss - base_rss:+6.1f} {pss:8.1f} {pss - base_pss:+6.1f}")
+    cpu = statistics.fmean(cpus[name]) * 1000
+    print(f"{name:24} {statistics.median(times[name]) * 1000:7.1f}ms {r:>7} {vs or '-':>20} {cpu:7.1f} "
+          f"{cpu - base_cpu:+6.1f} {rss:8.1f} {rss - base_rss:+6.1f} {pss:8.1f} {pss - base_pss:+6.1f}")

@@ -12,8 +12,9 @@
 #   bash bench/run.sh cost     what a step pays, as one table: no plugin, pmix=never,
 #                              pmix=auto with tasks that never use PMIx and with Open
 #                              MPI ones, Slurm's --mpi=pmix; time (COST_ROUNDS=9
-#                              interleaved rounds, medians of per-round ratios) and
-#                              memory per node (RSS and PSS, bench/cost_bench.py)
+#                              interleaved rounds, medians of per-round ratios), the
+#                              machine's CPU per step, and memory per node (RSS and
+#                              PSS, bench/cost_bench.py)
 #   bash bench/run.sh pmix     Open MPI -N4 -n8 under exitpolicy's PMIx servers vs
 #                              Slurm's mpi/pmix (PAIRS=9), failure-event latency
 #                              (EVENT_RUNS=10); the daemons' fan-out is the site
