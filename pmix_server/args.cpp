@@ -79,6 +79,14 @@ Result<Args> parse_args(const std::vector<std::string>& argv)
     }
     if (const std::string* s = need("debug"); s && (!number(*s, args.debug) || args.debug < 0 || args.debug > 3))
         return R::fail("bad --debug");
+    const std::string* reserved = need("reserved-fd");
+    const std::string* planned = need("planned-version");
+    if (!reserved != !planned)
+        return R::fail("--reserved-fd and --planned-version go together");
+    if (reserved && (!number(*reserved, args.reserved_fd) || args.reserved_fd < 0 || planned->empty()))
+        return R::fail("bad --reserved-fd or --planned-version");
+    if (planned)
+        args.planned_version = *planned;
     if (args.node_id >= args.nnodes)
         return R::fail("--node is not below --nnodes");
     return R::ok(std::move(args));
@@ -96,8 +104,10 @@ std::vector<std::string> command_line(const Args& a)
         "--uid", std::to_string(a.uid), "--topology", a.topology, "--debug", std::to_string(a.debug)};
     if (!a.log_dir.empty())
         out.insert(out.end(), {"--log-dir", a.log_dir});
+    if (!a.planned_version.empty())
+        out.insert(out.end(), {"--planned-version", a.planned_version});
     for (const auto& [key, fd] : {std::pair{"--secret-fd", a.secret_fd}, std::pair{"--ready-fd", a.ready_fd},
-                                  std::pair{"--control-fd", a.control_fd}})
+                                  std::pair{"--control-fd", a.control_fd}, std::pair{"--reserved-fd", a.reserved_fd}})
         if (fd >= 0)
             out.insert(out.end(), {key, std::to_string(fd)});
     return out;

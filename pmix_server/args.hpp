@@ -28,6 +28,12 @@ struct Args {
     // only way outcomes and Stop come in. No path leads to it, so no one
     // can put another daemon's socket in its place.
     int control_fd = -1;
+    // The PMIx server's listening socket, which slurmstepd made and named in
+    // the tasks' environment, planned for the OpenPMIx version
+    // `planned_version` (protocol/planned_environment.hpp); -1 and "": the
+    // daemon's library writes the tasks' environment.
+    int reserved_fd = -1;
+    std::string planned_version;
     std::string dir;                   // private directory: local socket, PMIx rendezvous
     std::uint32_t uid = 0;             // the job's user (accepted on the local socket)
     std::string log_dir;               // empty: syslog
@@ -40,6 +46,7 @@ struct Args {
 // --job J --step S --node N --nnodes M --ntasks T --ranks 0,1 --hostname H
 // --fe HOST:PORT --secret-fd FD --ready-fd FD --control-fd FD --dir DIR --uid U
 // [--log-dir DIR] [--topology discover|none|/PATH] [--debug L]
+// [--reserved-fd FD --planned-version V]
 Result<Args> parse_args(const std::vector<std::string>& argv);
 
 // The command line parse_args reads back as `args` (slurmstepd writes it):

@@ -157,28 +157,36 @@ int Daemon::run()
 
 void Daemon::plan_server()
 {
+    if (args_.reserved_fd < 0) {
+        log::debug("the PMIx server starts before the tasks: slurmstepd planned no environment for them");
+        return;
+    }
+    reserved_.fd = std::exchange(args_.reserved_fd, -1);
+    ::fcntl(reserved_.fd, F_SETFD, FD_CLOEXEC);
+    sockaddr_in sin{};
+    socklen_t len = sizeof sin;
+    if (::getsockname(reserved_.fd, reinterpret_cast<sockaddr*>(&sin), &len) == 0 && sin.sin_family == AF_INET)
+        reserved_.port = ntohs(sin.sin_port);
+    // slurmstepd planned the tasks' environment for the library the project
+    // was built with. Another release of the same minor version serves it
+    // alike (PMIX_VERSION tells a client its server's major and minor); any
+    // other library cannot adopt the socket the tasks were told of: they
+    // fail at once rather than wait for a server that never answers.
     const auto version = compat::running_version();
+    const auto planned = protocol::library_version(args_.planned_version);
     const int gate = version ? compat::activation_errno(*version) : 0;
-    if (!gate) {
-        log::debug("OpenPMIx %s: the PMIx server starts before the tasks", version ? version->text.c_str() : "?");
+    if (!version || !planned || version->major != planned->major || version->minor != planned->minor || !gate ||
+        reserved_.port == 0) {
+        log::error("the tasks' PMIx environment names OpenPMIx %s, this node runs %s: their PMIx_Init fails "
+                   "(rebuild exitpolicy for the installed OpenPMIx)",
+                   args_.planned_version.c_str(), version ? version->text.c_str() : "an unknown version");
+        ::close(std::exchange(reserved_.fd, -1));
         return;
     }
-    // A site's PMIX_MCA_* may change what the library gives its clients:
-    // then the library writes their environment, as it always did.
-    for (char** e = environ; e && *e; ++e) {
-        const std::string_view kv = *e;
-        if (kv.starts_with("PMIX_MCA_") && kv != "PMIX_MCA_gds=hash") {
-            log::debug("%.*s: the PMIx server starts before the tasks", static_cast<int>(kv.size()), kv.data());
-            return;
-        }
-    }
-    auto reserved = activation::reserve();
-    if (!reserved) {
-        log::error("the PMIx server starts before the tasks: %s", reserved.error().c_str());
-        return;
-    }
-    reserved_ = *reserved;
-    planned_ = PlannedServer{reserved_.port, args_.node_id, args_.dir, args_.hostname, version->text};
+    if (version->text != planned->text)
+        log::info("the tasks' PMIx environment names OpenPMIx %s, this node runs %s", planned->text.c_str(),
+                  version->text.c_str());
+    planned_ = PlannedServer{reserved_.port, args_.node_id, args_.dir, args_.hostname, planned->text};
     // Before any thread of ours: the clients' job data comes over the socket
     // (planned_environment), not from a shared-memory store that would have
     // to exist before the server does.

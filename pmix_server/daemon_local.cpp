@@ -86,7 +86,7 @@ void Daemon::add_local(int fd, uid_t uid, pid_t pid, bool control)
                     evbuffer_copyout(in, head.data(), head.size());
                     auto h = protocol::decode_header(head);
                     if (!h || (h->type != protocol::Type::env_request && h->type != protocol::Type::outcome &&
-                               h->type != protocol::Type::stop)) {
+                               h->type != protocol::Type::stop && h->type != protocol::Type::task_started)) {
                         // Bad magic, version, type or length: nothing more of it is read.
                         const std::string why = h ? "a " + std::string(protocol::type_name(h->type)) +
                                                         " frame is no local request"
@@ -209,6 +209,32 @@ void Daemon::on_local_frame(Local& l, protocol::Type type, std::span<const std::
             frame = too_long.encode();
         }
         reply(frame);
+        return;
+    }
+    case protocol::Type::task_started: {
+        // The tasks' environment was planned in slurmstepd: it says which
+        // process each task is, as the task itself does when it asks.
+        if (!l.control)
+            return;
+        auto t = protocol::TaskStarted::decode(body);
+        if (!t || std::find(args_.ranks.begin(), args_.ranks.end(), t->rank) == args_.ranks.end()) {
+            log::error("slurmstepd's word of a task start is no task of this node: %s",
+                       t ? ("rank " + std::to_string(t->rank)).c_str() : t.error().c_str());
+            return;
+        }
+        if (tasks_.count(t->rank))
+            return;
+        const pid_t pid = static_cast<pid_t>(t->pid);
+        const int pidfd = protocol::process::open_pidfd_of(pid, t->start_time);
+        if (pidfd < 0 && errno == ESRCH) {
+            log::debug("rank %u (pid %d) ended before this daemon heard it start", t->rank, static_cast<int>(pid));
+            return;  // nothing to signal: its pid may be another's now
+        }
+        auto task = std::make_unique<Task>();
+        task->pid = pid;
+        task->pidfd = pidfd;
+        watch_exit(*task);
+        tasks_[t->rank] = std::move(task);
         return;
     }
     case protocol::Type::outcome: {

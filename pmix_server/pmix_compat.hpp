@@ -10,6 +10,8 @@
 // clients' and the library's; README "Supported versions" lists them.
 #pragma once
 
+#include "protocol/planned_environment.hpp"
+
 #include <pmix.h>
 #include <pmix_version.h>
 
@@ -44,44 +46,13 @@ inline void set_library_defaults()
         ::setenv("PMIX_MCA_gds", "hash", 0);
 }
 
-// The library the daemon runs with (not the one it was built with), as
-// PMIx_server_setup_fork gives it to clients in PMIX_VERSION: PMIx_Get_version()
-// says "OpenPMIx 4.2.2rc2 (PMIx Standard: 4.2, ...)", PMIX_VERSION is
-// "4.2.2rc2".
-struct Version {
-    int major = 0, minor = 0, release = 0;
-    std::string text;
-};
+// The library the daemon runs with (not the one it was built with).
+using Version = protocol::LibraryVersion;
 inline std::optional<Version> running_version()
 {
     const char* full = PMIx_Get_version();
-    const std::string s = full ? full : "";
-    const std::string prefix = "OpenPMIx ";
-    if (!s.starts_with(prefix))
-        return std::nullopt;
-    Version v;
-    v.text = s.substr(prefix.size());
-    v.text = v.text.substr(0, v.text.find_first_of(" ,("));
-    if (std::sscanf(v.text.c_str(), "%d.%d.%d", &v.major, &v.minor, &v.release) != 3)
-        return std::nullopt;
-    return v;
+    return protocol::library_version(full ? full : "");
 }
-
-// What the gate's accept() answers (socket_activation.hpp) with this
-// library, or 0 for one it was not made for, whose server then starts
-// before the tasks as it always did. OpenPMIx 4.2.0-4.2.5 and 5.0.0
-// accept on a listener thread of their own, which goes on after
-// ECONNABORTED and ends after EAGAIN (ptl_base_listener.c: "errno !=
-// EAGAIN || errno != EWOULDBLOCK" is always true); 4.2.6 and later, and
-// 5.0.1 and later, accept on the library's event thread, which returns
-// quietly on EAGAIN and closes the listener on anything else.
-inline int activation_errno(const Version& v)
-{
-    if (v.major == 4 && v.minor == 2)
-        return v.release < 6 ? ECONNABORTED : EAGAIN;
-    if (v.major == 5 && v.minor == 0)
-        return v.release < 1 ? ECONNABORTED : EAGAIN;
-    return 0;
-}
+using protocol::activation_errno;
 
 }  // namespace exitpolicy::pmix_server::compat

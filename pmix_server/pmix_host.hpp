@@ -12,7 +12,7 @@
 
 #include "info_array.hpp"
 #include "step_services.hpp"
-#include "planned_environment.hpp"
+#include "protocol/planned_environment.hpp"
 
 #include "exitpolicy/result.hpp"
 #include "protocol/wire.hpp"
@@ -29,6 +29,11 @@
 #include <vector>
 
 namespace exitpolicy::pmix_server {
+
+using protocol::environment_differences;
+using protocol::planned_environment;
+using protocol::PlannedServer;
+using protocol::server_nspace;
 
 // One PMIx event as PMIx_Notify_event takes it.
 struct PmixEvent {

@@ -163,25 +163,6 @@ int gated_accept(State& s, int fd, sockaddr* addr, socklen_t* len)
 
 }  // namespace
 
-Result<Reserved> reserve()
-{
-    using R = Result<Reserved>;
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return R::fail(std::string("socket: ") + std::strerror(errno));
-    sockaddr_in sin{};
-    sin.sin_family = AF_INET;
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof sin;
-    if (libc_bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin) != 0 || ::listen(fd, SOMAXCONN) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&sin), &len) != 0) {
-        const int e = errno;
-        ::close(fd);
-        return R::fail(std::string("listening on 127.0.0.1: ") + std::strerror(e));
-    }
-    return R::ok(Reserved{fd, ntohs(sin.sin_port)});
-}
-
 void arm(const Reserved& r, int error)
 {
     State& s = state();

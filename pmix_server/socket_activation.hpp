@@ -5,9 +5,11 @@
 // A task learns where its PMIx server listens from its environment, which
 // it must have before exec; the server costs ~20 ms of start-up, a helper
 // process and ~20 MB per node, which a step whose tasks never use PMIx
-// should not pay. So the daemon listens first (reserve(): 127.0.0.1 on a
-// port the kernel picks), hands the tasks an environment that names that
-// port, and starts the PMIx server only when a connection arrives. A
+// should not pay, and the tasks should not wait for. So slurmstepd listens
+// first (protocol::listen_loopback: 127.0.0.1 on a port the kernel picks)
+// and writes the tasks an environment that names that port
+// (protocol/planned_environment.hpp); the daemon inherits the socket and
+// starts the PMIx server only when a connection arrives. A
 // client that connects meanwhile waits in the socket's backlog (an
 // OpenPMIx client waits for its server's answer without a timeout; only a
 // refused connect fails it at once).
@@ -41,20 +43,16 @@
 #pragma once
 
 #include "exitpolicy/result.hpp"
+#include "protocol/sockets.hpp"
 
 #include <cstdint>
 #include <sys/types.h>
 
 namespace exitpolicy::pmix_server::activation {
 
-struct Reserved {
-    int fd = -1;
-    std::uint16_t port = 0;
-};
-
-// A TCP socket on 127.0.0.1, a port the kernel chose, listening,
-// close-on-exec.
-Result<Reserved> reserve();
+// The reserved socket: slurmstepd's (protocol::listen_loopback), which the
+// daemon inherits.
+using Reserved = protocol::Listening;
 
 // From now on the library's bind() to 127.0.0.1:`r.port` takes `r.fd`, and
 // accept() on it holds clients until open(); `error` is what accept()

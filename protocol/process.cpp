@@ -2,6 +2,7 @@
 // process.cpp - pidfds and /proc/PID/stat. See process.hpp.
 #include "protocol/process.hpp"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <poll.h>
@@ -26,27 +27,76 @@ bool ended(int pidfd) noexcept
     return ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
 }
 
-bool exiting(pid_t pid) noexcept
+namespace {
+
+// /proc/PID/stat after the command name (which may hold anything): from
+// the state on, fields 3 onwards; false if there is no such process.
+bool stat_fields(pid_t pid, char (&buf)[1024], const char*& after_name) noexcept
 {
-    constexpr unsigned long pf_exiting = 0x4;
     char path[32];
     std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
     std::FILE* f = std::fopen(path, "re");
     if (!f)
         return false;
-    char stat[1024];
-    const std::size_t n = std::fread(stat, 1, sizeof stat - 1, f);
+    const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
     std::fclose(f);
-    stat[n] = '\0';
-    const char* paren = std::strrchr(stat, ')');  // the name may hold anything
+    buf[n] = '\0';
+    const char* paren = std::strrchr(buf, ')');
     if (!paren)
         return false;
-    // After the name: state ppid pgrp session tty_nr tpgid flags.
+    after_name = paren + 1;
+    return true;
+}
+
+}  // namespace
+
+bool exiting(pid_t pid) noexcept
+{
+    constexpr unsigned long pf_exiting = 0x4;
+    char stat[1024];
+    const char* fields = nullptr;
+    if (!stat_fields(pid, stat, fields))
+        return false;
+    // state ppid pgrp session tty_nr tpgid flags.
     char state = 0;
     long skip = 0;
     unsigned long flags = 0;
-    return std::sscanf(paren + 1, " %c %ld %ld %ld %ld %ld %lu", &state, &skip, &skip, &skip, &skip, &skip, &flags) == 7 &&
+    return std::sscanf(fields, " %c %ld %ld %ld %ld %ld %lu", &state, &skip, &skip, &skip, &skip, &skip, &flags) == 7 &&
            (flags & pf_exiting) != 0;
+}
+
+std::optional<std::uint64_t> start_time(pid_t pid) noexcept
+{
+    char stat[1024];
+    const char* fields = nullptr;
+    if (!stat_fields(pid, stat, fields))
+        return std::nullopt;
+    // state (3), then fields 4 to 21, then starttime (22).
+    const char* p = fields;
+    for (int field = 3; field < 22; ++field) {
+        while (*p == ' ')
+            ++p;
+        while (*p && *p != ' ')
+            ++p;
+    }
+    unsigned long long started = 0;
+    if (std::sscanf(p, " %llu", &started) != 1)
+        return std::nullopt;
+    return started;
+}
+
+int open_pidfd_of(pid_t pid, std::uint64_t started) noexcept
+{
+    const int fd = open_pidfd(pid);
+    if (fd < 0)
+        return -1;
+    // Checked after the pidfd pins the pid: what it names now stays.
+    if (start_time(pid) != started) {
+        ::close(fd);
+        errno = ESRCH;
+        return -1;
+    }
+    return fd;
 }
 
 }  // namespace exitpolicy::protocol::process

@@ -5,6 +5,8 @@
 // through it never reaches a stranger.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <sys/types.h>
 
 namespace exitpolicy::protocol::process {
@@ -19,5 +21,11 @@ bool ended(int pidfd) noexcept;
 // signal can no longer change how it ends; its sockets may be closed and
 // its peers told while its pidfd turns readable only once it is gone.
 bool exiting(pid_t pid) noexcept;
+// When the process started, in clock ticks since boot (/proc/PID/stat's
+// 22nd field): with the pid, what names one process for all time.
+std::optional<std::uint64_t> start_time(pid_t pid) noexcept;
+// A pidfd for `pid` if it is still the process that started at `started`
+// (and not one that got its pid after it ended); -1 otherwise.
+int open_pidfd_of(pid_t pid, std::uint64_t started) noexcept;
 
 }  // namespace exitpolicy::protocol::process

@@ -5,6 +5,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include <arpa/inet.h>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -71,6 +72,25 @@ void AcceptBackoff::on_timer(int, short, void* arg) noexcept
 {
     auto* self = static_cast<AcceptBackoff*>(arg);
     evconnlistener_enable(self->listener_);
+}
+
+Result<Listening> listen_loopback()
+{
+    using R = Result<Listening>;
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return R::fail(std::string("socket: ") + std::strerror(errno));
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sin;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin) != 0 || ::listen(fd, SOMAXCONN) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&sin), &len) != 0) {
+        const int e = errno;
+        ::close(fd);
+        return R::fail(std::string("listening on 127.0.0.1: ") + std::strerror(e));
+    }
+    return R::ok(Listening{fd, ntohs(sin.sin_port)});
 }
 
 void tune_socket(int fd) noexcept

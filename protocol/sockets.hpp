@@ -5,8 +5,11 @@
 // the back-off of a listener whose accept() fails.
 #pragma once
 
+#include "exitpolicy/result.hpp"
+
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -14,6 +17,15 @@ struct event;
 struct evconnlistener;
 
 namespace exitpolicy::protocol {
+
+// A TCP socket listening on 127.0.0.1, on a port the kernel chose,
+// close-on-exec: where a node's PMIx server takes its clients, reserved by
+// slurmstepd before the server exists (planned_environment.hpp).
+struct Listening {
+    int fd = -1;
+    std::uint16_t port = 0;
+};
+Result<Listening> listen_loopback();
 
 // Every overlay TCP socket: close-on-exec, no Nagle delay, and keepalive
 // probes with a bound, so that a peer that vanished without a word is

@@ -52,6 +52,7 @@ std::string_view type_name(Type type) noexcept
     case Type::outcomes: return "outcomes";
     case Type::acks: return "acks";
     case Type::step_done: return "step done";
+    case Type::task_started: return "task started";
     }
     return "unknown";
 }
@@ -245,6 +246,7 @@ EXITPOLICY_FIELDS(Relay, relay, m.origin, m.code, m.source_rank, m.info)
 EXITPOLICY_FIELDS(DataRequest, data_request, m.op, m.id, m.node, m.rank, m.wait, m.keys, m.values)
 EXITPOLICY_FIELDS(DataReply, data_reply, m.id, m.node, m.status, m.keys, m.ranks, m.values)
 EXITPOLICY_FIELDS(EnvRequest, env_request, m.rank, m.pid)
+EXITPOLICY_FIELDS(TaskStarted, task_started, m.rank, m.pid, m.start_time)
 // An entry as long as the frame allows (PMIx's own can be long).
 EXITPOLICY_FIELDS(EnvReply, env_reply, m.status, m.error, limited(m.env, max_body))
 EXITPOLICY_FIELDS(Stop, stop)
@@ -478,6 +480,7 @@ EXITPOLICY_CODEC(Relay)
 EXITPOLICY_CODEC(DataRequest)
 EXITPOLICY_CODEC(DataReply)
 EXITPOLICY_CODEC(EnvRequest)
+EXITPOLICY_CODEC(TaskStarted)
 EXITPOLICY_CODEC(EnvReply)
 EXITPOLICY_CODEC(Stop)
 EXITPOLICY_CODEC(StepDone)

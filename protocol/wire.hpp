@@ -98,6 +98,10 @@ enum class Type : std::uint8_t {
     // daemon whose own tasks are done stays (within its drain limit): a
     // task elsewhere may still ask for what its tasks committed.
     step_done = 26,
+    // slurmstepd -> its node daemon, on their control link: a task it has
+    // just forked, when the tasks' PMIx environment was planned without the
+    // daemon (planned_environment.hpp) and no task asks the daemon for it.
+    task_started = 27,
 };
 std::string_view type_name(Type type) noexcept;
 
@@ -435,6 +439,17 @@ struct EnvRequest {
     std::int64_t pid = 0;
     Bytes encode() const;
     static Result<EnvRequest> decode(std::span<const std::uint8_t> body);
+};
+
+// The daemon opens a pidfd of `pid` and keeps it only if the process
+// started at `start_time` (/proc/PID/stat's 22nd field): the task may have
+// ended, and its pid gone to another process, before the daemon reads this.
+struct TaskStarted {
+    std::uint32_t rank = 0;
+    std::int64_t pid = 0;
+    std::uint64_t start_time = 0;
+    Bytes encode() const;
+    static Result<TaskStarted> decode(std::span<const std::uint8_t> body);
 };
 
 struct EnvReply {

@@ -252,6 +252,8 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     words.insert(words.end(), launch.args.begin(), launch.args.end());
     for (const char* w2 : {"--secret-fd", "3", "--ready-fd", "4", "--control-fd", "5"})
         words.emplace_back(w2);
+    if (launch.reserved_fd >= 0)
+        words.insert(words.end(), {"--reserved-fd", "6"});
     std::vector<char*> argv;
     for (auto& word : words)
         argv.push_back(word.data());
@@ -309,11 +311,13 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
         const int ready_fd = ::fcntl(ready_pipe[1], F_DUPFD_CLOEXEC, 10);
         const int devnull = ::fcntl(null_fd, F_DUPFD_CLOEXEC, 10);
         const int control_fd = ::fcntl(control[1], F_DUPFD_CLOEXEC, 10);
+        const int reserved_fd = launch.reserved_fd >= 0 ? ::fcntl(launch.reserved_fd, F_DUPFD_CLOEXEC, 10) : -1;
         if (secret_fd < 0 || ready_fd < 0 || devnull < 0 || control_fd < 0 || ::dup2(secret_fd, 3) < 0 ||
             ::dup2(ready_fd, 4) < 0 || ::dup2(control_fd, 5) < 0 || ::dup2(devnull, 0) < 0 ||
-            ::dup2(devnull, 1) < 0 || ::dup2(devnull, 2) < 0)
+            ::dup2(devnull, 1) < 0 || ::dup2(devnull, 2) < 0 ||
+            (launch.reserved_fd >= 0 && (reserved_fd < 0 || ::dup2(reserved_fd, 6) < 0)))
             ::_exit(126);
-        ::close_range(6, ~0U, 0);
+        ::close_range(launch.reserved_fd >= 0 ? 7 : 6, ~0U, 0);
         // The tasks' limits, lowered only: root may keep them raised.
         for (const SoftLimit& l : launch.limits) {
             rlimit r{};
@@ -363,6 +367,14 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     ::close(go_pipe[1]);
     launched.control = control[0];
     ::fcntl(launched.control, F_SETFL, ::fcntl(launched.control, F_GETFL) | O_NONBLOCK);
+    if (launch.reserved_fd >= 0) {
+        // The tasks start at once: whatever the daemon has to say on its
+        // way up goes to its log; if it never comes up, its control link
+        // closes (outcomes go the direct way) and so does the socket the
+        // tasks were told of (their PMIx_Init fails at once).
+        ::close(ready_pipe[0]);
+        return R::ok(launched);
+    }
 
     // "ready ...\n" (what follows "ready" is not read), or EOF if it could
     // not start: at most 64 bytes, within the bound.
@@ -387,6 +399,13 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     stop_daemon(launched, std::chrono::milliseconds(0));
     return R::fail(timed_out ? "the node daemon did not become ready in time"
                              : "the node daemon exited before it was ready (see its log)");
+}
+
+Result<bool> tell_daemon(int control, const protocol::TaskStarted& started, std::chrono::milliseconds timeout)
+{
+    if (auto w = write_all(control, started.encode(), Clock::now() + timeout, daemon_name); !w)
+        return Result<bool>::fail(w.error());
+    return Result<bool>::ok(true);
 }
 
 Result<std::vector<std::string>> request_environment(const std::string& dir, std::uint32_t rank, pid_t pid,

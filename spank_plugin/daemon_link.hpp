@@ -48,6 +48,12 @@ struct DaemonLaunch {
     std::vector<gid_t> groups;
     std::chrono::milliseconds ready_timeout{20000};
     std::vector<SoftLimit> limits;     // applied in the child, each lowered only
+    // The PMIx server's socket, reserved by slurmstepd (protocol::listen_loopback), which
+    // the tasks' planned environment names: the daemon gets it as fd 6
+    // (--reserved-fd 6), and the launch does not wait for its "ready": the
+    // tasks need nothing of it to start. -1: the daemon writes the tasks'
+    // environment, and the launch waits until it can.
+    int reserved_fd = -1;
 };
 
 template <typename Get>
@@ -100,8 +106,8 @@ std::vector<std::string> daemon_environment(char* const* env);
 
 // Double fork + setsid (so that proctrack does not kill it with the step's
 // processes), signals unblocked, descriptors closed, the job's uid/gids;
-// waits (bounded) for its "ready" line (at most 64 bytes read; anything
-// else is a failure, never an exception). The first child hands the
+// without a reserved socket, waits (bounded) for its "ready" line (at most
+// 64 bytes read; anything else is a failure, never an exception). The first child hands the
 // daemon's pid up a pipe before it exits; the daemon goes on only once root
 // holds a pidfd of it (no pidfds on this kernel: no daemon, an error).
 Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch);
@@ -125,6 +131,10 @@ std::vector<std::string> remove_stale_step_dirs(const std::string& node, std::ch
 
 // The daemon's local socket in its private directory.
 std::string daemon_socket(const std::string& dir);
+
+// A task slurmstepd has forked, told to the daemon over its control link
+// (no answer: the frame waits in the link until the daemon reads it).
+Result<bool> tell_daemon(int control, const protocol::TaskStarted& started, std::chrono::milliseconds timeout);
 
 // A task's PMIx environment (KEY=VALUE), asked before exec.
 Result<std::vector<std::string>> request_environment(const std::string& dir, std::uint32_t rank, pid_t pid,

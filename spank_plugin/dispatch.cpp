@@ -49,6 +49,13 @@ int slurm_spank_task_init(spank_t sp, int, char**)
     return guarded("task_init", 0, [&] { return slurmstepd::task_init(sp); });
 }
 
+int slurm_spank_task_post_fork(spank_t sp, int, char**)
+{
+    using namespace exitpolicy::spank_plugin;
+    // In slurmstepd, once per task, after its fork and before its exec.
+    return guarded("task_post_fork", 0, [&] { return slurmstepd::task_post_fork(sp); });
+}
+
 int slurm_spank_task_exit(spank_t sp, int, char**)
 {
     using namespace exitpolicy::spank_plugin;

@@ -47,6 +47,7 @@ int exit(spank_t sp);
 namespace slurmstepd {
 int init_post_opt(spank_t sp);
 int task_init(spank_t sp);
+int task_post_fork(spank_t sp);
 int task_exit(spank_t sp);
 int exit(spank_t sp);
 }  // namespace slurmstepd

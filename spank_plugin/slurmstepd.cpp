@@ -14,6 +14,9 @@
 #include "spank.hpp"
 #include "daemon_link.hpp"
 #include "pmix_server/args.hpp"
+#include "protocol/planned_environment.hpp"
+#include "protocol/process.hpp"
+#include "protocol/sockets.hpp"
 #include "outcome_sink.hpp"
 #include "slurmd_spool.hpp"
 #include "plugin.hpp"
@@ -53,6 +56,10 @@ struct Remote {
     uid_t uid = 0;  // the job's user, who owns daemon_dir
     gid_t gid = 0;
     LaunchedDaemon daemon;
+    // The tasks' PMIx environment, written here (planned_environment.hpp)
+    // rather than asked of the daemon, which then need not be up before
+    // the tasks start; the daemon hears of each task on its control link.
+    std::optional<protocol::PlannedServer> planned;
     // Tried in order for each outcome; empty when no front end serves this step.
     std::vector<std::unique_ptr<OutcomeSink>> sinks;
     FrontEndSink* fe_sink = nullptr;  // among sinks
@@ -124,8 +131,31 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
     for (auto at = args.topology.find("%n"); at != std::string::npos;
          at = args.topology.find("%n", at + link.hostname.size()))
         args.topology.replace(at, 2, link.hostname);
+    // The tasks' environment planned here, for the library the project was
+    // built with, unless a site's PMIX_MCA_* may change it (the daemon gets
+    // slurmstepd's); else the daemon writes it once its server runs.
+    std::optional<protocol::Listening> reserved;
+    const auto built = protocol::built_library_version();
+    std::string unplanned = !built                              ? "the PMIx library's version is unknown"
+                            : !protocol::activation_errno(*built) ? "OpenPMIx " + built->text + " is not one planned for"
+                                                                  : protocol::unplannable_because(environ);
+    if (unplanned.empty()) {
+        if (auto r = protocol::listen_loopback())
+            reserved = *r;
+        else
+            unplanned = r.error();
+    }
+    if (reserved) {
+        launch.reserved_fd = reserved->fd;
+        args.planned_version = built->text;
+    } else {
+        log::debug("step %u.%u: the node daemon writes the tasks' PMIx environment (%s)", link.job_id,
+                   link.step_id, unplanned.c_str());
+    }
     launch.args = pmix_server::command_line(args);
     auto launched = launch_daemon(launch);
+    if (reserved)
+        ::close(reserved->fd);  // the daemon's now: if it goes, the tasks' connections are refused
     if (!launched) {
         failure = "PMIx service failed: " + launched.error();
         if (auto removed = remove_step_dir(dir, uid, gid, remove_timeout); !removed)
@@ -136,8 +166,10 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
     remote.uid = uid;
     remote.gid = gid;
     remote.daemon = *launched;
-    log::debug("step %u.%u: node daemon %d serves PMIx in %s", link.job_id, link.step_id, launched->pid,
-               dir.c_str());
+    if (reserved)
+        remote.planned = protocol::PlannedServer{reserved->port, link.node_id, dir, link.hostname, built->text};
+    log::debug("step %u.%u: node daemon %d serves PMIx in %s%s", link.job_id, link.step_id, launched->pid,
+               dir.c_str(), reserved ? (" on 127.0.0.1:" + std::to_string(reserved->port)).c_str() : "");
     return true;
 }
 
@@ -264,7 +296,9 @@ int task_init(spank_t sp)
     std::uint32_t rank = 0;
     if (!item(sp, S_TASK_GLOBAL_ID, rank))
         return 0;
-    auto env = request_environment(remote.daemon_dir, rank, ::getpid(), environment_timeout);
+    auto env = remote.planned ? Result<std::vector<std::string>>::ok(protocol::planned_environment(
+                                    *remote.planned, protocol::step_nspace(remote.job_id, remote.step_id), rank))
+                              : request_environment(remote.daemon_dir, rank, ::getpid(), environment_timeout);
     if (!env) {
         log::error("step %u.%u: rank %u gets no PMIx environment: %s", remote.job_id, remote.step_id, rank,
                    env.error().c_str());
@@ -275,6 +309,27 @@ int task_init(spank_t sp)
         if (eq != std::string::npos)
             spank_setenv(sp, kv.substr(0, eq).c_str(), kv.c_str() + eq + 1, 1);
     }
+    return 0;
+}
+
+int task_post_fork(spank_t sp)
+{
+    // A task whose environment was planned here never asks the daemon: the
+    // daemon learns which process it is from us, with its start time, so
+    // that a pid its task left behind is never taken for it.
+    if (!remote.planned || remote.daemon.control < 0)
+        return 0;
+    std::uint32_t rank = 0;
+    pid_t pid = 0;
+    if (!item(sp, S_TASK_GLOBAL_ID, rank) || !item(sp, S_TASK_PID, pid))
+        return 0;
+    const auto started = protocol::process::start_time(pid);
+    if (!started)
+        return 0;  // gone already: its outcome says the rest
+    if (auto told = tell_daemon(remote.daemon.control, protocol::TaskStarted{rank, pid, *started}, ack_timeout);
+        !told)
+        log::error("step %u.%u: cannot tell the node daemon of rank %u: %s", remote.job_id, remote.step_id, rank,
+                   told.error().c_str());
     return 0;
 }
 

@@ -73,14 +73,15 @@ class Cluster:
         --export=NONE leaves a job only that), or "" for Debian's."""
         return f"PATH={cls.SLURM_PREFIX}/bin:$PATH; export PATH\n" if cls.SLURM_PREFIX else ""
 
-    def __init__(self, directory, nodes=NODES, owned=False, slurm_conf_extra=None):
+    def __init__(self, directory, nodes=NODES, owned=False, slurm_conf_extra=None, daemon_env=None):
         self.dir = pathlib.Path(directory)
         self.nodes = nodes
         self.owned = owned  # we created the directory and may delete it
         self.slurm_conf_extra = slurm_conf_extra  # lines appended to slurm.conf
+        self.daemon_env = daemon_env or {}  # in slurmd's environment, so in slurmstepd's
 
     def env(self):
-        env = {**os.environ, "EXITPOLICY_CLUSTER_DIR": str(self.dir)}
+        env = {**os.environ, **self.daemon_env, "EXITPOLICY_CLUSTER_DIR": str(self.dir)}
         if self.slurm_conf_extra:
             env["EXITPOLICY_CLUSTER_SLURM_CONF_EXTRA"] = self.slurm_conf_extra
         return env
@@ -265,10 +266,10 @@ def new_cluster():
     """Factory for extra clusters in fresh directories, each torn down."""
     made = []
 
-    def make(nodes, slurm_conf_extra=None):
+    def make(nodes, slurm_conf_extra=None, daemon_env=None):
         d = tempfile.mkdtemp(prefix="exitpolicy-cluster-", dir="/tmp")
         os.chmod(d, 0o755)
-        c = Cluster(d, nodes=nodes, owned=True, slurm_conf_extra=slurm_conf_extra)
+        c = Cluster(d, nodes=nodes, owned=True, slurm_conf_extra=slurm_conf_extra, daemon_env=daemon_env)
         made.append(c)
         return c
 

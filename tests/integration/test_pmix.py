@@ -859,3 +859,61 @@ def test_a_lost_node_is_announced_to_every_survivor(crashable, workdir, nodes, t
     assert reported == [f"exitpolicy: {node}: node lost (its node daemon and slurmstepd are gone) with {named}"], err
     assert f"exitpolicy:   {named} on {node}: lost (no outcome reported; counted as code 1)" \
         in lines(err, "exitpolicy:"), err
+
+
+# --- who writes the tasks' PMIx environment ---------------------------------------------
+
+def daemon_logs(log_dir, step):
+    """Each node daemon's log of a step (log_dir's files), by node."""
+    logs = {}
+    for path in pathlib.Path(log_dir).glob(f"exitpolicy-pmixd.{step} node*.log"):
+        logs[path.name.rsplit(" ", 1)[1][:-4]] = path.read_text()
+    return logs
+
+
+def job_step(err):
+    return re.search(r"front end for step (\d+\.\d+)", err).group(1)
+
+
+def test_slurmstepd_writes_the_tasks_pmix_environment_as_the_library_would(cluster, plugstack, workdir, tmp_path):
+    """slurmstepd writes each task's PMIx environment itself (for the
+    OpenPMIx the project was built with), so that the tasks start without
+    waiting for the node daemon; once its PMIx server runs, the daemon
+    finds the library's own (PMIx_server_setup_fork) the same, on every
+    node, and Open MPI runs."""
+    os.chmod(tmp_path, 0o777)
+    plugstack.enable("fanout=2", "debug=3", f"log_dir={tmp_path}")
+    rc, out, err = srun_mpi(cluster, workdir, *N4N8, client("ep_mpi_ring"))
+    assert rc == 0 and out.count("mpi ok") == 8, out + err
+    logs = daemon_logs(tmp_path, job_step(err))
+    assert len(logs) == 4, logs.keys()
+    for node, log in logs.items():
+        assert "the tasks' PMIx environment is the library's" in log, f"{node}:\n{log}"
+        assert "is not the library's" not in log, f"{node}:\n{log}"
+        assert "once a client connects" in log, f"{node}:\n{log}"
+
+
+def test_a_sites_pmix_settings_leave_the_tasks_environment_to_the_library(new_cluster, exitpolicy_so, workdir,
+                                                                          tmp_path):
+    """A site's PMIX_MCA_* in slurmd's environment may change what the
+    library gives its clients: then slurmstepd does not write the tasks'
+    environment, the daemon's library does once its server runs, and the
+    tasks wait for it, as before. Open MPI runs, and a rank's death ends
+    the step with its code."""
+    from conftest import Plugstack
+    c = new_cluster(4, daemon_env={"PMIX_MCA_psec": "native"})  # native: the default, changes nothing
+    proc = c.up()
+    assert proc.returncode == 0, f"cluster up failed:\n{proc.stdout}\n{proc.stderr}"
+    os.chmod(tmp_path, 0o777)
+    Plugstack(c, exitpolicy_so).enable("fanout=2", "grace_ms=3000", "debug=3", f"log_dir={tmp_path}")
+    rc, out, err = srun_mpi(c, workdir, *N4N8, client("ep_mpi_ring"))
+    assert rc == 0 and out.count("mpi ok") == 8, out + err
+    logs = daemon_logs(tmp_path, job_step(err))
+    assert len(logs) == 4, logs.keys()
+    for node, log in logs.items():
+        assert "slurmstepd planned no environment" in log, f"{node}:\n{log}"
+        assert "once a client connects" not in log, f"{node}:\n{log}"
+    rc, out, err = srun_mpi(c, workdir, *N4N8, "--exit-policy=main-rank", client("ep_mpi_fail"), "--fail", "5:segv",
+                            "--timeout", "60")
+    assert rc == 139, err
+    assert "exitpolicy: first failure: rank 5 on node3, killed by SIGSEGV" in lines(err, "exitpolicy:"), err

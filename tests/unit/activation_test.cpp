@@ -58,7 +58,7 @@ struct Node {
         overlay.args_.topology = "none";
         overlay.args_.ranks = {0, 1};
         overlay.args_.dir = dir;
-        auto r = activation::reserve();
+        auto r = protocol::listen_loopback();
         if (!r)
             fail(r.error());
         reserved = *r;
@@ -251,6 +251,48 @@ TEST(SocketActivation, TheRunningLibraryIsOneTheGateWasMadeFor)
     ASSERT_TRUE(v.has_value()) << PMIx_Get_version();
     EXPECT_NE(compat::activation_errno(*v), 0) << v->text;
     EXPECT_EQ(v->text.find_first_of(" ,("), std::string::npos) << v->text;
+}
+
+// slurmstepd writes the tasks' environment for the library the project was
+// built with: on a machine that builds and runs it, the one running.
+TEST(SocketActivation, SlurmstepdPlansForTheRunningLibrary)
+{
+    const auto built = protocol::built_library_version();
+    const auto running = compat::running_version();
+    ASSERT_TRUE(built.has_value());
+    ASSERT_TRUE(running.has_value());
+    EXPECT_EQ(built->text, running->text);
+    EXPECT_EQ(protocol::activation_errno(*built), compat::activation_errno(*running));
+}
+
+TEST(SocketActivation, AVersionIsReadAsTheLibrarySaysIt)
+{
+    const auto full = protocol::library_version("OpenPMIx 4.2.2rc2 (PMIx Standard: 4.2, Stable ABI: 0.0)");
+    ASSERT_TRUE(full.has_value());
+    EXPECT_EQ(full->text, "4.2.2rc2");
+    EXPECT_EQ(full->major * 10000 + full->minor * 100 + full->release, 40202);
+    const auto bare = protocol::library_version("5.0.7");
+    ASSERT_TRUE(bare.has_value());
+    EXPECT_EQ(bare->text, "5.0.7");
+    EXPECT_EQ(protocol::activation_errno(*bare), EAGAIN);
+    EXPECT_EQ(protocol::activation_errno(*full), ECONNABORTED);
+    EXPECT_EQ(protocol::activation_errno(*protocol::library_version("6.0.0")), 0);
+    EXPECT_FALSE(protocol::library_version("OpenPMIx"));
+    EXPECT_FALSE(protocol::library_version("PMIx 4.2.2"));
+}
+
+// A site's PMIX_MCA_* may change what the library gives its clients: then
+// the library writes the tasks' environment, not slurmstepd.
+TEST(SocketActivation, ASitesLibrarySettingLeavesTheEnvironmentToTheLibrary)
+{
+    char path[] = "PATH=/usr/bin";
+    char gds[] = "PMIX_MCA_gds=hash";
+    char ptl[] = "PMIX_MCA_ptl_base_if_include=lo";
+    char* plain[] = {path, gds, nullptr};
+    char* site[] = {path, ptl, gds, nullptr};
+    EXPECT_EQ(protocol::unplannable_because(plain), "");
+    EXPECT_EQ(protocol::unplannable_because(site), "PMIX_MCA_ptl_base_if_include=lo");
+    EXPECT_EQ(protocol::unplannable_because(nullptr), "");
 }
 
 }  // namespace

@@ -64,6 +64,8 @@ TEST(DaemonArgsTest, TheCommandLineReadsBackAsWritten)
     a.log_dir = "/var/log/exitpolicy";
     a.topology = "/var/spool/slurmd/hwloc_topo_whole.xml";
     a.debug = 3;
+    a.reserved_fd = 6;
+    a.planned_version = "4.2.2rc2";
     auto back = parse_args(command_line(a));
     ASSERT_TRUE(back) << back.error();
     EXPECT_TRUE(*back == a);
@@ -73,6 +75,8 @@ TEST(DaemonArgsTest, TheCommandLineReadsBackAsWritten)
     lean.topology = "none";
     lean.debug = 0;
     lean.ranks = {8};
+    lean.reserved_fd = -1;
+    lean.planned_version.clear();
     back = parse_args(command_line(lean));
     ASSERT_TRUE(back) << back.error();
     EXPECT_TRUE(*back == lean);
@@ -84,6 +88,11 @@ TEST(DaemonArgsTest, TheCommandLineReadsBackAsWritten)
     const auto words = command_line(unlaunched);
     EXPECT_EQ(std::count(words.begin(), words.end(), "--secret-fd"), 0);
     EXPECT_EQ(parse_args(words).error(), "missing or bad --secret-fd");
+
+    // A planned environment names the socket and the version together.
+    Args half = a;
+    half.reserved_fd = -1;
+    EXPECT_EQ(parse_args(command_line(half)).error(), "--reserved-fd and --planned-version go together");
 }
 
 TEST(DaemonArgsTest, BadArgumentsAreNamed)

@@ -5,6 +5,7 @@
 // user) writes; the secret reaches fd 3 even when fd 3 was free before;
 // a malformed or endless ready line is a clean failure.
 #include "spank_plugin/daemon_link.hpp"
+#include "protocol/sockets.hpp"
 
 #include <gtest/gtest.h>
 
@@ -167,6 +168,44 @@ TEST_F(DaemonLinkTest, ADaemonThatNeverAnswersIsBoundedByTheTimeout)
     EXPECT_NE(launched.error().find("in time"), std::string::npos) << launched.error();
     EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
     const pid_t pid = static_cast<pid_t>(std::stol(read("pid")));
+    EXPECT_TRUE(gone(pid));
+}
+
+// With the tasks' environment planned in slurmstepd, the launch waits for
+// nothing the daemon says (this one never says ready); the daemon gets the
+// reserved socket as fd 6, and what slurmstepd tells it of a task on its
+// control link (fd 5) waits there until it reads.
+TEST_F(DaemonLinkTest, WithAReservedSocketTheLaunchWaitsForNothing)
+{
+    auto reserved = protocol::listen_loopback();
+    ASSERT_TRUE(reserved) << reserved.error();
+    EXPECT_GT(reserved->port, 0);
+    struct stat st{};
+    ASSERT_EQ(::fstat(reserved->fd, &st), 0);
+    const protocol::TaskStarted started{3, 4242, 99};
+    const auto frame = started.encode();
+    auto l = launch("readlink /proc/$$/fd/6 > " + dir + "/fd6.tmp; mv " + dir + "/fd6.tmp " + dir +
+                    "/fd6; head -c " + std::to_string(frame.size()) + " <&5 > " + dir +
+                    "/started.tmp; mv " + dir + "/started.tmp " + dir + "/started; exec sleep 30");
+    l.reserved_fd = reserved->fd;
+    auto launched = launch_daemon(l);
+    ::close(reserved->fd);
+    ASSERT_TRUE(launched) << launched.error();
+    auto told = tell_daemon(launched->control, started, 2000ms);
+    ASSERT_TRUE(told) << told.error();
+    for (int i = 0; i < 500 && !std::filesystem::exists(dir + "/started"); ++i)
+        std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(read("fd6"), "socket:[" + std::to_string(st.st_ino) + "]");
+    std::ifstream in(dir + "/started", std::ios::binary);
+    const protocol::Bytes got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_EQ(got.size(), frame.size());
+    const auto back = protocol::TaskStarted::decode(std::span(got).subspan(protocol::header_size));
+    ASSERT_TRUE(back) << back.error();
+    EXPECT_EQ(back->rank, 3u);
+    EXPECT_EQ(back->pid, 4242);
+    EXPECT_EQ(back->start_time, 99u);
+    const pid_t pid = launched->pid;
+    stop_daemon(*launched, 100ms);
     EXPECT_TRUE(gone(pid));
 }
 

@@ -87,5 +87,28 @@ TEST(Process, NoProcessNoPidfd)
     EXPECT_FALSE(process::exiting(::getpid()));  // this one runs
 }
 
+// A pid names a process together with its start time: a pidfd is opened
+// only for the one that started then, not for one that got the pid later.
+TEST(Process, APidfdOnlyForTheProcessThatStartedThen)
+{
+    int hold = -1;
+    const pid_t pid = waiting_child(hold);
+    ASSERT_GT(pid, 0);
+    const auto started = process::start_time(pid);
+    ASSERT_TRUE(started);
+    EXPECT_GE(*started, *process::start_time(::getpid()));  // the child started after us
+    const int other = process::open_pidfd_of(pid, *started + 1);
+    EXPECT_EQ(other, -1);
+    EXPECT_EQ(errno, ESRCH);
+    const int fd = process::open_pidfd_of(pid, *started);
+    ASSERT_GE(fd, 0);
+    ::close(hold);
+    EXPECT_TRUE(wait_readable(fd));
+    ::waitpid(pid, nullptr, 0);
+    EXPECT_FALSE(process::start_time(pid));  // reaped: no such process
+    EXPECT_EQ(process::open_pidfd_of(pid, *started), -1);
+    ::close(fd);
+}
+
 }  // namespace
 }  // namespace exitpolicy::protocol

@@ -158,6 +158,11 @@ TEST(WireTest, OverlayMessagesRoundTrip)
     const EnvReply env{0, "", {"PMIX_RANK=3", "PMIX_NAMESPACE=x"}};
     EXPECT_EQ(EnvReply::decode(body(env.encode()))->env, env.env);
     EXPECT_EQ(Abort::decode(body(Abort{5, 7, "bye"}.encode()))->message, "bye");
+    const auto started = TaskStarted::decode(body(TaskStarted{3, 4242, 0x1'0000'0002u}.encode()));
+    ASSERT_TRUE(started) << started.error();
+    EXPECT_EQ(started->rank, 3u);
+    EXPECT_EQ(started->pid, 4242);
+    EXPECT_EQ(started->start_time, 0x1'0000'0002u);
 
     EXPECT_EQ(Gone::decode(body(Gone{3}.encode()))->node, 3u);
     const NodeDown down{2, "node3", {4, 5}, 1};

@@ -1,11 +1,52 @@
 // SPDX-License-Identifier: Apache-2.0
 // planned_environment.cpp - a task's PMIx environment before its server
 // exists. See planned_environment.hpp.
-#include "planned_environment.hpp"
+#include "protocol/planned_environment.hpp"
 
+#include <cerrno>
+#include <cstdio>
 #include <map>
 
-namespace exitpolicy::pmix_server {
+namespace exitpolicy::protocol {
+
+std::optional<LibraryVersion> library_version(std::string_view text)
+{
+    if (text.starts_with("OpenPMIx "))
+        text.remove_prefix(9);
+    LibraryVersion v;
+    v.text = std::string(text.substr(0, text.find_first_of(" ,(")));
+    if (v.text.empty() || std::sscanf(v.text.c_str(), "%d.%d.%d", &v.major, &v.minor, &v.release) != 3)
+        return std::nullopt;
+    return v;
+}
+
+std::optional<LibraryVersion> built_library_version()
+{
+#ifdef EXITPOLICY_PMIX_LIBRARY_VERSION
+    return library_version(EXITPOLICY_PMIX_LIBRARY_VERSION);
+#else
+    return std::nullopt;
+#endif
+}
+
+int activation_errno(const LibraryVersion& v)
+{
+    if (v.major == 4 && v.minor == 2)
+        return v.release < 6 ? ECONNABORTED : EAGAIN;
+    if (v.major == 5 && v.minor == 0)
+        return v.release < 1 ? ECONNABORTED : EAGAIN;
+    return 0;
+}
+
+std::string unplannable_because(char* const* env)
+{
+    for (char* const* e = env; e && *e; ++e) {
+        const std::string_view kv = *e;
+        if (kv.starts_with("PMIX_MCA_") && kv != "PMIX_MCA_gds=hash")
+            return std::string(kv);
+    }
+    return "";
+}
 
 std::vector<std::string> planned_environment(const PlannedServer& server, const std::string& nspace,
                                              std::uint32_t rank)
@@ -50,4 +91,4 @@ std::vector<std::string> environment_differences(const std::vector<std::string>&
     return out;
 }
 
-}  // namespace exitpolicy::pmix_server
+}  // namespace exitpolicy::protocol
