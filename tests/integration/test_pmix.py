@@ -863,16 +863,17 @@ def test_a_lost_node_is_announced_to_every_survivor(crashable, workdir, nodes, t
 
 # --- who writes the tasks' PMIx environment ---------------------------------------------
 
-def daemon_logs(log_dir, step):
-    """Each node daemon's log of a step (log_dir's files), by node."""
+def ring_daemon_logs(cluster, workdir, log_dir):
+    """An Open MPI ring that runs (with debug=3 and log_dir set), and each
+    of its node daemons' logs, by node."""
+    rc, out, err = srun_mpi(cluster, workdir, *N4N8, client("ep_mpi_ring"))
+    assert rc == 0 and out.count("mpi ok") == 8, out + err
+    step = re.search(r"front end for step (\d+\.\d+)", err).group(1)
     logs = {}
     for path in pathlib.Path(log_dir).glob(f"exitpolicy-pmixd.{step} node*.log"):
         logs[path.name.rsplit(" ", 1)[1][:-4]] = path.read_text()
+    assert len(logs) == 4, logs.keys()
     return logs
-
-
-def job_step(err):
-    return re.search(r"front end for step (\d+\.\d+)", err).group(1)
 
 
 def test_slurmstepd_writes_the_tasks_pmix_environment_as_the_library_would(cluster, plugstack, workdir, tmp_path):
@@ -883,11 +884,7 @@ def test_slurmstepd_writes_the_tasks_pmix_environment_as_the_library_would(clust
     node, and Open MPI runs."""
     os.chmod(tmp_path, 0o777)
     plugstack.enable("fanout=2", "debug=3", f"log_dir={tmp_path}")
-    rc, out, err = srun_mpi(cluster, workdir, *N4N8, client("ep_mpi_ring"))
-    assert rc == 0 and out.count("mpi ok") == 8, out + err
-    logs = daemon_logs(tmp_path, job_step(err))
-    assert len(logs) == 4, logs.keys()
-    for node, log in logs.items():
+    for node, log in ring_daemon_logs(cluster, workdir, tmp_path).items():
         assert "the tasks' PMIx environment is the library's" in log, f"{node}:\n{log}"
         assert "is not the library's" not in log, f"{node}:\n{log}"
         assert "once a client connects" in log, f"{node}:\n{log}"
@@ -906,11 +903,7 @@ def test_a_sites_pmix_settings_leave_the_tasks_environment_to_the_library(new_cl
     assert proc.returncode == 0, f"cluster up failed:\n{proc.stdout}\n{proc.stderr}"
     os.chmod(tmp_path, 0o777)
     Plugstack(c, exitpolicy_so).enable("fanout=2", "grace_ms=3000", "debug=3", f"log_dir={tmp_path}")
-    rc, out, err = srun_mpi(c, workdir, *N4N8, client("ep_mpi_ring"))
-    assert rc == 0 and out.count("mpi ok") == 8, out + err
-    logs = daemon_logs(tmp_path, job_step(err))
-    assert len(logs) == 4, logs.keys()
-    for node, log in logs.items():
+    for node, log in ring_daemon_logs(c, workdir, tmp_path).items():
         assert "slurmstepd planned no environment" in log, f"{node}:\n{log}"
         assert "once a client connects" not in log, f"{node}:\n{log}"
     rc, out, err = srun_mpi(c, workdir, *N4N8, "--exit-policy=main-rank", client("ep_mpi_fail"), "--fail", "5:segv",
