@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -231,8 +232,9 @@ std::vector<std::string> daemon_environment(char* const* env)
 Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
 {
     using R = Result<LaunchedDaemon>;
-    if (::access(launch.path.c_str(), X_OK) != 0)
-        return R::fail("cannot execute " + launch.path + ": " + std::strerror(errno));
+    for (const std::string* exe : {&launch.path, &launch.helper})
+        if (::access(exe->c_str(), X_OK) != 0)
+            return R::fail("cannot execute " + *exe + ": " + std::strerror(errno));
     int secret_pipe[2], ready_pipe[2];
     if (::pipe2(secret_pipe, O_CLOEXEC) != 0)
         return R::fail(std::string("pipe: ") + std::strerror(errno));
@@ -245,10 +247,20 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     [[maybe_unused]] auto w = ::write(secret_pipe[1], launch.secret_hex.data(), launch.secret_hex.size());
     ::close(secret_pipe[1]);
 
-    // Everything the child needs is built before fork: after it, only
-    // async-signal-safe calls.
-    std::vector<std::string> words;
-    words.push_back(launch.path);
+    // exitpolicy-detach (pmix_server/detach.c) takes the daemon's place in
+    // a session of its own, with its descriptors; it forks the daemon,
+    // hands up its pid and exits, and the daemon waits for "go".
+    std::vector<std::string> words{launch.helper, "--uid", std::to_string(launch.uid), "--gid",
+                                   std::to_string(launch.gid)};
+    if (!launch.groups.empty()) {
+        std::string groups;
+        for (gid_t g : launch.groups)
+            groups += (groups.empty() ? "" : ",") + std::to_string(g);
+        words.insert(words.end(), {"--groups", groups});
+    }
+    for (const SoftLimit& l : launch.limits)
+        words.insert(words.end(), {"--limit", std::to_string(l.resource) + "=" + std::to_string(l.value)});
+    words.insert(words.end(), {"--", launch.path});
     words.insert(words.end(), launch.args.begin(), launch.args.end());
     for (const char* w2 : {"--secret-fd", "3", "--ready-fd", "4", "--control-fd", "5"})
         words.emplace_back(w2);
@@ -277,72 +289,45 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
         return R::fail(std::string("pipe: ") + std::strerror(err));
     }
 
-    const pid_t child = ::fork();
-    if (child < 0) {
-        const int err = errno;
+    // Each descriptor to its place through a copy above them all (a source
+    // may be another's target); the rest are closed.
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attr;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawnattr_init(&attr);
+    const std::pair<int, int> places[] = {{null_fd, 0}, {null_fd, 1}, {null_fd, 2}, {secret_pipe[0], 3},
+                                          {ready_pipe[1], 4}, {control[1], 5}, {launch.reserved_fd, 6},
+                                          {pid_pipe[1], 8}, {go_pipe[0], 9}};
+    int high = 100;
+    for (const auto& [from, to] : places)
+        if (from >= 0)
+            posix_spawn_file_actions_adddup2(&actions, from, high + to);
+    for (const auto& [from, to] : places)
+        if (from >= 0)
+            posix_spawn_file_actions_adddup2(&actions, high + to, to);
+    posix_spawn_file_actions_addclosefrom_np(&actions, 10);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    pid_t child = -1;
+    const int spawned = ::posix_spawn(&child, launch.helper.c_str(), &actions, &attr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+    if (spawned != 0) {
         for (int fd : {secret_pipe[0], ready_pipe[0], ready_pipe[1], null_fd, pid_pipe[0], pid_pipe[1], go_pipe[0],
                        go_pipe[1], control[0], control[1]})
             ::close(fd);
-        return R::fail(std::string("fork: ") + std::strerror(err));
-    }
-    if (child == 0) {
-        ::setsid();
-        // The daemon's pid, from the one who forked it (still root).
-        const pid_t daemon = ::fork();
-        if (daemon != 0) {
-            if (daemon > 0 && ::write(pid_pipe[1], &daemon, sizeof(daemon)) == sizeof(daemon))
-                ::_exit(0);
-            ::_exit(1);
-        }
-        // Still root's and nobody else's, it waits until root holds a
-        // pidfd of it: until then its pid cannot be reused, and after it
-        // root signals it only through that pidfd. No pidfd, no daemon.
-        ::close(go_pipe[1]);
-        char go = 0;
-        ssize_t got;
-        while ((got = ::read(go_pipe[0], &go, 1)) < 0 && errno == EINTR) {
-        }
-        if (got != 1)
-            ::_exit(126);
-        // Each to its place through a copy above them all: a source may be
-        // another's target, or its own (dup2(3, 3) would keep close-on-exec,
-        // and the secret would be lost on exec). dup2 clears close-on-exec.
-        const int secret_fd = ::fcntl(secret_pipe[0], F_DUPFD_CLOEXEC, 10);
-        const int ready_fd = ::fcntl(ready_pipe[1], F_DUPFD_CLOEXEC, 10);
-        const int devnull = ::fcntl(null_fd, F_DUPFD_CLOEXEC, 10);
-        const int control_fd = ::fcntl(control[1], F_DUPFD_CLOEXEC, 10);
-        const int reserved_fd = launch.reserved_fd >= 0 ? ::fcntl(launch.reserved_fd, F_DUPFD_CLOEXEC, 10) : -1;
-        if (secret_fd < 0 || ready_fd < 0 || devnull < 0 || control_fd < 0 || ::dup2(secret_fd, 3) < 0 ||
-            ::dup2(ready_fd, 4) < 0 || ::dup2(control_fd, 5) < 0 || ::dup2(devnull, 0) < 0 ||
-            ::dup2(devnull, 1) < 0 || ::dup2(devnull, 2) < 0 ||
-            (launch.reserved_fd >= 0 && (reserved_fd < 0 || ::dup2(reserved_fd, 6) < 0)))
-            ::_exit(126);
-        ::close_range(launch.reserved_fd >= 0 ? 7 : 6, ~0U, 0);
-        // The tasks' limits, lowered only: root may keep them raised.
-        for (const SoftLimit& l : launch.limits) {
-            rlimit r{};
-            if (::getrlimit(l.resource, &r) == 0 && l.value < r.rlim_cur) {
-                r.rlim_cur = l.value;
-                ::setrlimit(l.resource, &r);
-            }
-        }
-        if (::setgroups(launch.groups.size(), launch.groups.data()) != 0 || ::setgid(launch.gid) != 0 ||
-            ::setuid(launch.uid) != 0)
-            ::_exit(126);
-        sigset_t none;
-        sigemptyset(&none);
-        ::sigprocmask(SIG_SETMASK, &none, nullptr);
-        for (int sig = 1; sig < NSIG; ++sig)
-            ::signal(sig, SIG_DFL);
-        ::execve(argv[0], argv.data(), envp.data());
-        ::_exit(127);
+        return R::fail("cannot start " + launch.helper + ": " + std::strerror(spawned));
     }
     for (int fd : {secret_pipe[0], ready_pipe[1], null_fd, pid_pipe[1], go_pipe[0], control[1]})
         ::close(fd);
     int status = 0;
     while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
     }
-    // The first child has exited: its pid is in the pipe, or nothing is.
+    // The helper has exited: the daemon's pid is in the pipe, or nothing is.
     LaunchedDaemon launched;
     if (::read(pid_pipe[0], &launched.pid, sizeof(launched.pid)) != sizeof(launched.pid) || launched.pid <= 0) {
         for (int fd : {pid_pipe[0], go_pipe[1], ready_pipe[0], control[0]})

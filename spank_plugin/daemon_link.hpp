@@ -41,6 +41,7 @@ std::vector<SoftLimit> propagated_limits(Get get);
 
 struct DaemonLaunch {
     std::string path;                  // exitpolicy-pmixd
+    std::string helper;                // exitpolicy-detach (pmix_server/detach.c)
     std::vector<std::string> args;     // bootstrap arguments, without --secret-fd/--ready-fd
     std::string secret_hex;
     uid_t uid = 0;
@@ -104,11 +105,13 @@ struct LaunchedDaemon {
 // OpenPMIx's PMIX_MCA_* settings; nothing else.
 std::vector<std::string> daemon_environment(char* const* env);
 
-// Double fork + setsid (so that proctrack does not kill it with the step's
+// Through exitpolicy-detach, spawned without a copy of slurmstepd: a fork
+// of it + setsid (so that proctrack does not kill it with the step's
 // processes), signals unblocked, descriptors closed, the job's uid/gids;
 // without a reserved socket, waits (bounded) for its "ready" line (at most
-// 64 bytes read; anything else is a failure, never an exception). The first child hands the
-// daemon's pid up a pipe before it exits; the daemon goes on only once root
+// 64 bytes read; anything else is a failure, never an exception). The
+// helper hands the daemon's pid up a pipe before it exits; the daemon goes
+// on only once root
 // holds a pidfd of it (no pidfds on this kernel: no daemon, an error).
 Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch);
 

@@ -104,6 +104,7 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
     const std::string dir = *made;
     const Config& config = state().config;
     launch.path = daemon_path(config);
+    launch.helper = std::filesystem::path(launch.path).replace_filename("exitpolicy-detach").string();
     launch.uid = uid;
     launch.gid = gid;
     launch.secret_hex = protocol::to_hex(link.secret);

@@ -55,6 +55,7 @@ protected:
     {
         DaemonLaunch l;
         l.path = "/bin/sh";
+        l.helper = EXITPOLICY_TEST_DETACH;
         l.args = {"-c", script, "sh"};
         l.secret_hex = secret;
         l.uid = ::getuid();
@@ -184,7 +185,7 @@ TEST_F(DaemonLinkTest, WithAReservedSocketTheLaunchWaitsForNothing)
     ASSERT_EQ(::fstat(reserved->fd, &st), 0);
     const protocol::TaskStarted started{3, 4242, 99};
     const auto frame = started.encode();
-    auto l = launch("readlink /proc/$$/fd/6 > " + dir + "/fd6.tmp; mv " + dir + "/fd6.tmp " + dir +
+    auto l = launch("ls /proc/$$/fd | sort -n | tr '\\n' ' ' > " + dir + "/fds; readlink /proc/$$/fd/6 > " + dir + "/fd6.tmp; mv " + dir + "/fd6.tmp " + dir +
                     "/fd6; head -c " + std::to_string(frame.size()) + " <&5 > " + dir +
                     "/started.tmp; mv " + dir + "/started.tmp " + dir + "/started; exec sleep 30");
     l.reserved_fd = reserved->fd;
@@ -196,6 +197,9 @@ TEST_F(DaemonLinkTest, WithAReservedSocketTheLaunchWaitsForNothing)
     for (int i = 0; i < 500 && !std::filesystem::exists(dir + "/started"); ++i)
         std::this_thread::sleep_for(10ms);
     EXPECT_EQ(read("fd6"), "socket:[" + std::to_string(st.st_ino) + "]");
+    // Nothing of root's but what it was given (0-2 /dev/null, 3 secret,
+    // 4 ready, 5 control, 6 the socket).
+    EXPECT_EQ(read("fds"), "0 1 2 3 4 5 6 ");
     std::ifstream in(dir + "/started", std::ios::binary);
     const protocol::Bytes got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     ASSERT_EQ(got.size(), frame.size());

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* detach.c - exitpolicy-detach: how slurmstepd starts the node daemon
+ * without copying itself.
+ *
+ *   exitpolicy-detach --uid U --gid G [--groups G1,G2,...]
+ *                     [--limit RESOURCE=VALUE ...] -- DAEMON [ARGS...]
+ *
+ * slurmstepd spawns it (posix_spawn: no copy of slurmstepd's address
+ * space) as root, in a session of its own, with the daemon's descriptors
+ * in place (0-2 /dev/null, 3 the secret, 4 the ready line, 5 the control
+ * link, 6 the reserved PMIx socket if any), 8 the write end of a pipe for
+ * the daemon's pid and 9 the read end of the "go" pipe. It forks (a copy of
+ * this small program), writes the child's pid on 8 and exits, so that
+ * slurmstepd reaps it at once and the daemon is nobody's child of
+ * slurmstepd's (proctrack does not end it with the tasks). The child waits
+ * for "go" on 9, which slurmstepd writes once it holds a pidfd of it (until
+ * then its pid cannot be reused: it is still root's and nobody else's),
+ * lowers its limits to the tasks' (RESOURCE is the number of an RLIMIT_*),
+ * becomes the job's user and execs the daemon. Any failure ends it with
+ * 126 before the daemon runs (127: the exec failed). Only what a program
+ * needs of libc: it is started for every step. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+enum { pid_fd = 8, go_fd = 9, max_groups = 1024, max_limits = 16 };
+
+static int number(const char *s, unsigned long long *out)
+{
+    char *end = NULL;
+    if (!s || !*s || *s == '-')
+        return 0;
+    errno = 0;
+    *out = strtoull(s, &end, 10);
+    return errno == 0 && end && *end == '\0';
+}
+
+int main(int argc, char **argv)
+{
+    unsigned long long uid = 0, gid = 0, v = 0;
+    int have_uid = 0, have_gid = 0, ngroups = 0, nlimits = 0, i;
+    static gid_t groups[max_groups];
+    struct {
+        int resource;
+        rlim_t value;
+    } limits[max_limits];
+
+    for (i = 1; i < argc && strcmp(argv[i], "--") != 0; i += 2) {
+        const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!value)
+            _exit(126);
+        if (strcmp(argv[i], "--uid") == 0 && number(value, &uid)) {
+            have_uid = 1;
+        } else if (strcmp(argv[i], "--gid") == 0 && number(value, &gid)) {
+            have_gid = 1;
+        } else if (strcmp(argv[i], "--groups") == 0) {
+            char *list = strdup(value), *save = NULL, *g;
+            for (g = list ? strtok_r(list, ",", &save) : NULL; g; g = strtok_r(NULL, ",", &save)) {
+                if (ngroups == max_groups || !number(g, &v))
+                    _exit(126);
+                groups[ngroups++] = (gid_t)v;
+            }
+            free(list);
+        } else if (strcmp(argv[i], "--limit") == 0) {
+            const char *eq = strchr(value, '=');
+            unsigned long long resource = 0;
+            char name[16];
+            if (!eq || nlimits == max_limits || (size_t)(eq - value) >= sizeof name)
+                _exit(126);
+            memcpy(name, value, (size_t)(eq - value));
+            name[eq - value] = '\0';
+            if (!number(name, &resource) || !number(eq + 1, &v))
+                _exit(126);
+            limits[nlimits].resource = (int)resource;
+            limits[nlimits].value = (rlim_t)v;
+            ++nlimits;
+        } else {
+            _exit(126);
+        }
+    }
+    if (!have_uid || !have_gid || i + 1 >= argc)
+        _exit(126);
+    char **daemon = argv + i + 1;
+
+    if (fcntl(pid_fd, F_SETFD, FD_CLOEXEC) != 0 || fcntl(go_fd, F_SETFD, FD_CLOEXEC) != 0)
+        _exit(126);
+    const pid_t child = fork();
+    if (child != 0) {
+        if (child > 0 && write(pid_fd, &child, sizeof child) == (ssize_t)sizeof child)
+            _exit(0);
+        _exit(1);
+    }
+    char go = 0;
+    ssize_t got;
+    while ((got = read(go_fd, &go, 1)) < 0 && errno == EINTR) {
+    }
+    if (got != 1)
+        _exit(126);
+    close(pid_fd);
+    close(go_fd);
+    for (i = 0; i < nlimits; ++i) {  /* lowered only: root may keep them raised */
+        struct rlimit r;
+        if (getrlimit(limits[i].resource, &r) == 0 && limits[i].value < r.rlim_cur) {
+            r.rlim_cur = limits[i].value;
+            setrlimit(limits[i].resource, &r);
+        }
+    }
+    if (setgroups((size_t)ngroups, groups) != 0 || setgid((gid_t)gid) != 0 || setuid((uid_t)uid) != 0)
+        _exit(126);
+    execv(daemon[0], daemon);
+    _exit(127);
+}
