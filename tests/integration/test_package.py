@@ -200,7 +200,8 @@ def test_installed_package_runs_steps_and_leaves_nothing_when_purged(deb, cluste
         # Slurm's own plugin directory, and a libexec directory of the system.
         assert (pathlib.Path(plugin).parent / "libslurmfull.so").exists(), plugin
         assert re.fullmatch(r"/usr/lib[^/]*(/[^/]+)*/exitpolicy-pmixd", daemon) and "libexec" in daemon, daemon
-        for page in ("man1/exitpolicy.1.gz", "man8/exitpolicy.8.gz"):
+        assert str(pathlib.Path(daemon).with_name("exitpolicy-detach")) in files, files  # the plugin looks beside it
+        for page in ("man1/exitpolicy.1.gz", "man8/exitpolicy.8.gz", "man8/exitpolicy-detach.8.gz"):
             assert f"/usr/share/man/{page}" in files, files
         assert f"optional {plugin}" in conffile.read_text().splitlines()
 

@@ -90,7 +90,9 @@ def test_the_rpm_follows_slurm_specs_layout(rpm):
     assert (pathlib.Path(plugin).parent / "libslurmfull.so").exists(), plugin
     assert pathlib.Path(plugin).is_relative_to(PREFIX), plugin
     assert "/usr/libexec/exitpolicy-pmixd" in files, files
-    for page in ("man1/exitpolicy.1.gz", "man8/exitpolicy.8.gz", "man8/exitpolicy-pmixd.8.gz"):
+    assert "/usr/libexec/exitpolicy-detach" in files, files
+    for page in ("man1/exitpolicy.1.gz", "man8/exitpolicy.8.gz", "man8/exitpolicy-pmixd.8.gz",
+                 "man8/exitpolicy-detach.8.gz"):
         assert f"/usr/share/man/{page}" in files, files
     assert "/usr/share/doc/exitpolicy/README.md" in files, files
     # Nothing of the Debian package's own.
