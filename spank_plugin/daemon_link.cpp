@@ -289,8 +289,9 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
         return R::fail(std::string("pipe: ") + std::strerror(err));
     }
 
-    // Each descriptor to its place through a copy above them all (a source
-    // may be another's target); the rest are closed.
+    // Each descriptor to its place through a copy above every source and
+    // every place (a source may be another's place, and slurmstepd of many
+    // tasks has sources high up); the rest are closed.
     posix_spawn_file_actions_t actions;
     posix_spawnattr_t attr;
     posix_spawn_file_actions_init(&actions);
@@ -298,7 +299,9 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     const std::pair<int, int> places[] = {{null_fd, 0}, {null_fd, 1}, {null_fd, 2}, {secret_pipe[0], 3},
                                           {ready_pipe[1], 4}, {control[1], 5}, {launch.reserved_fd, 6},
                                           {pid_pipe[1], 8}, {go_pipe[0], 9}};
-    int high = 100;
+    int high = 10;
+    for (const auto& [from, to] : places)
+        high = std::max(high, from + 1);
     for (const auto& [from, to] : places)
         if (from >= 0)
             posix_spawn_file_actions_adddup2(&actions, from, high + to);

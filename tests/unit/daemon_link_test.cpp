@@ -132,6 +132,29 @@ TEST_F(DaemonLinkTest, RootKeepsTheForkedPidAndTheSecretReachesFdThree)
     EXPECT_EQ(launched->control, -1);
 }
 
+// slurmstepd of a step with many tasks holds many descriptors: the
+// launcher's own pipes then come high, where the copies that put each in
+// its place must not overwrite one not yet placed.
+TEST_F(DaemonLinkTest, DescriptorsReachTheirPlacesFromAnywhere)
+{
+    std::vector<int> taken;
+    for (int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC); fd >= 0 && fd < 98;
+         fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC))
+        taken.push_back(fd);
+    const std::string script =
+        "read -r s <&3; echo \"$s\" > " + dir + "/seen; ls /proc/$$/fd | sort -n | tr '\\n' ' ' > " + dir +
+        "/fds; echo 'ready 1' >&4; exec sleep 30";
+    auto launched = launch_daemon(launch(script));
+    for (int fd : taken)
+        ::close(fd);
+    ASSERT_TRUE(launched) << launched.error();
+    EXPECT_EQ(read("seen"), secret);
+    EXPECT_EQ(read("fds"), "0 1 2 3 4 5 ");
+    const pid_t pid = launched->pid;
+    stop_daemon(*launched, 100ms);
+    EXPECT_TRUE(gone(pid));
+}
+
 TEST_F(DaemonLinkTest, AnythingAfterReadyIsNeverParsed)
 {
     auto launched = launch_daemon(launch("echo 'ready zzz-not-a-pid' >&4; exec sleep 30"));
