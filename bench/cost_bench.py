@@ -104,7 +104,7 @@ def kib(path, key):
 
 
 def step_processes():
-    """The newest step's slurmstepds, exitpolicy's node daemons and their children (helpers)."""
+    """The newest step's slurmstepds, exitpolicy's node daemons (or their standbys) and their children (helpers)."""
     stepds, comm, parent = {}, {}, {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -119,7 +119,7 @@ def step_processes():
         m = re.search(r"\[(\d+)\.(\d+)\]", cmd)
         if comm[pid] == "slurmstepd" and m:
             stepds.setdefault(int(m.group(1)), []).append(pid)
-    daemons = {p for p, c in comm.items() if c.startswith("exitpolicy-pmix")}
+    daemons = {p for p, c in comm.items() if c.startswith(("exitpolicy-pmix", "exitpolicy-deta"))}
     helpers = {p for p, pp in parent.items() if pp in daemons}
     return (stepds[max(stepds)] if stepds else []) + sorted(daemons | helpers)
 

@@ -249,6 +249,12 @@ void Agent::on_map(const protocol::StepMap& map)
 {
     map_ = map;
     tree_.emplace(static_cast<std::uint32_t>(map.hostnames.size()), map.fanout);
+    // A node without a port never enrolled (its part of the step ended
+    // while its daemon stood by, or srun could not wake it): it has left
+    // the tree from the start, here as at the FE and on every node.
+    for (std::uint32_t node = 0; node < map.ports.size(); ++node)
+        if (map.ports[node] == 0 && node != setup_.node_id)
+            tree_->leave(node);
     if (const auto parent = tree_->parent(setup_.node_id)) {
         protocol::Hello me;
         me.role = protocol::Role::daemon;

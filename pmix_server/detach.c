@@ -3,7 +3,9 @@
  * without copying itself.
  *
  *   exitpolicy-detach --uid U --gid G [--groups G1,G2,...]
- *                     [--limit RESOURCE=VALUE ...] -- DAEMON [ARGS...]
+ *                     [--limit RESOURCE=VALUE ...]
+ *                     [--start-on FD --wake-fd FD --unless-hangup FD]
+ *                     -- DAEMON [ARGS...]
  *
  * slurmstepd spawns it (posix_spawn: no copy of slurmstepd's address
  * space) as root, in a session of its own, with the daemon's descriptors
@@ -18,11 +20,22 @@
  * lowers its limits to the tasks' (RESOURCE is the number of an RLIMIT_*),
  * becomes the job's user and execs the daemon. Any failure ends it with
  * 126 before the daemon runs (127: the exec failed). Only what a program
- * needs of libc: it is started for every step. */
+ * needs of libc: it is started for every step.
+ *
+ * With --start-on, the child stands by as the job's user before the exec:
+ * a step whose tasks never use PMIx never runs the daemon. It execs the
+ * daemon (the same process: slurmstepd's pidfd stays good) once the
+ * --start-on descriptor (the PMIx socket the tasks were told of: a task
+ * connects) or the --wake-fd one (a listening socket whose port srun was
+ * told: another node's daemon has started) turns readable; the wake
+ * socket is closed first. It exits 0 without running anything once the
+ * --unless-hangup descriptor (the control link: slurmstepd has closed its
+ * end at the step's end) hangs up. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -45,6 +58,7 @@ int main(int argc, char **argv)
 {
     unsigned long long uid = 0, gid = 0, v = 0;
     int have_uid = 0, have_gid = 0, ngroups = 0, nlimits = 0, i;
+    int start_on = -1, wake_fd = -1, hangup_fd = -1;
     static gid_t groups[max_groups];
     struct {
         int resource;
@@ -59,6 +73,11 @@ int main(int argc, char **argv)
             have_uid = 1;
         } else if (strcmp(argv[i], "--gid") == 0 && number(value, &gid)) {
             have_gid = 1;
+        } else if (strcmp(argv[i], "--start-on") == 0 || strcmp(argv[i], "--wake-fd") == 0 ||
+                   strcmp(argv[i], "--unless-hangup") == 0) {
+            if (!number(value, &v) || v < 3 || v > 1023)
+                _exit(126);
+            *(argv[i][2] == 's' ? &start_on : argv[i][2] == 'w' ? &wake_fd : &hangup_fd) = (int)v;
         } else if (strcmp(argv[i], "--groups") == 0) {
             char *list = strdup(value), *save = NULL, *g;
             for (g = list ? strtok_r(list, ",", &save) : NULL; g; g = strtok_r(NULL, ",", &save)) {
@@ -84,7 +103,8 @@ int main(int argc, char **argv)
             _exit(126);
         }
     }
-    if (!have_uid || !have_gid || i + 1 >= argc)
+    if (!have_uid || !have_gid || i + 1 >= argc || (start_on >= 0) != (wake_fd >= 0) ||
+        (start_on >= 0) != (hangup_fd >= 0))
         _exit(126);
     char **daemon = argv + i + 1;
 
@@ -113,6 +133,21 @@ int main(int argc, char **argv)
     }
     if (setgroups((size_t)ngroups, groups) != 0 || setgid((gid_t)gid) != 0 || setuid((uid_t)uid) != 0)
         _exit(126);
+    if (start_on >= 0) {
+        struct pollfd fds[3] = {{start_on, POLLIN, 0}, {wake_fd, POLLIN, 0}, {hangup_fd, 0, 0}};
+        for (;;) {
+            if (poll(fds, 3, -1) < 0) {
+                if (errno == EINTR)
+                    continue;
+                _exit(126);
+            }
+            if (fds[2].revents)
+                _exit(0);
+            if (fds[0].revents || fds[1].revents)
+                break;
+        }
+        close(wake_fd);
+    }
     execv(daemon[0], daemon);
     _exit(127);
 }

@@ -76,19 +76,26 @@ void AcceptBackoff::on_timer(int, short, void* arg) noexcept
 
 Result<Listening> listen_loopback()
 {
+    return listen_on(htonl(INADDR_LOOPBACK), SOMAXCONN);
+}
+
+Result<Listening> listen_on(std::uint32_t address, int backlog)
+{
     using R = Result<Listening>;
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return R::fail(std::string("socket: ") + std::strerror(errno));
     sockaddr_in sin{};
     sin.sin_family = AF_INET;
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sin.sin_addr.s_addr = address;
     socklen_t len = sizeof sin;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin) != 0 || ::listen(fd, SOMAXCONN) != 0 ||
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin) != 0 || ::listen(fd, backlog) != 0 ||
         ::getsockname(fd, reinterpret_cast<sockaddr*>(&sin), &len) != 0) {
         const int e = errno;
         ::close(fd);
-        return R::fail(std::string("listening on 127.0.0.1: ") + std::strerror(e));
+        char text[INET_ADDRSTRLEN] = {};
+        ::inet_ntop(AF_INET, &address, text, sizeof text);
+        return R::fail(std::string("listening on ") + text + ": " + std::strerror(e));
     }
     return R::ok(Listening{fd, ntohs(sin.sin_port)});
 }

@@ -26,6 +26,9 @@ struct Listening {
     std::uint16_t port = 0;
 };
 Result<Listening> listen_loopback();
+// The same on `address` (an IPv4 address in network order), with a
+// backlog of `backlog`: where a node's unstarted daemon is woken.
+Result<Listening> listen_on(std::uint32_t address, int backlog);
 
 // Every overlay TCP socket: close-on-exec, no Nagle delay, and keepalive
 // probes with a bound, so that a peer that vanished without a word is

@@ -53,6 +53,7 @@ std::string_view type_name(Type type) noexcept
     case Type::acks: return "acks";
     case Type::step_done: return "step done";
     case Type::task_started: return "task started";
+    case Type::standby: return "standby";
     }
     return "unknown";
 }
@@ -247,6 +248,7 @@ EXITPOLICY_FIELDS(DataRequest, data_request, m.op, m.id, m.node, m.rank, m.wait,
 EXITPOLICY_FIELDS(DataReply, data_reply, m.id, m.node, m.status, m.keys, m.ranks, m.values)
 EXITPOLICY_FIELDS(EnvRequest, env_request, m.rank, m.pid)
 EXITPOLICY_FIELDS(TaskStarted, task_started, m.rank, m.pid, m.start_time)
+EXITPOLICY_FIELDS(Standby, standby, m.port)
 // An entry as long as the frame allows (PMIx's own can be long).
 EXITPOLICY_FIELDS(EnvReply, env_reply, m.status, m.error, limited(m.env, max_body))
 EXITPOLICY_FIELDS(Stop, stop)
@@ -481,6 +483,7 @@ EXITPOLICY_CODEC(DataRequest)
 EXITPOLICY_CODEC(DataReply)
 EXITPOLICY_CODEC(EnvRequest)
 EXITPOLICY_CODEC(TaskStarted)
+EXITPOLICY_CODEC(Standby)
 EXITPOLICY_CODEC(EnvReply)
 EXITPOLICY_CODEC(Stop)
 EXITPOLICY_CODEC(StepDone)

@@ -102,6 +102,12 @@ enum class Type : std::uint8_t {
     // just forked, when the tasks' PMIx environment was planned without the
     // daemon (planned_environment.hpp) and no task asks the daemon for it.
     task_started = 27,
+    // slurmstepd -> FE, on its own link: this node's daemon waits unstarted
+    // until a task connects to its PMIx socket, or the FE connects to the
+    // port named here (the node's address, as the FE sees this link): the
+    // FE does once another node's daemon enrolls, as a step's fences and
+    // data span every node.
+    standby = 28,
 };
 std::string_view type_name(Type type) noexcept;
 
@@ -450,6 +456,12 @@ struct TaskStarted {
     std::uint64_t start_time = 0;
     Bytes encode() const;
     static Result<TaskStarted> decode(std::span<const std::uint8_t> body);
+};
+
+struct Standby {
+    std::uint32_t port = 0;  // a TCP port: 1-65535
+    Bytes encode() const;
+    static Result<Standby> decode(std::span<const std::uint8_t> body);
 };
 
 struct EnvReply {

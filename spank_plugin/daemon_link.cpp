@@ -260,6 +260,9 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     }
     for (const SoftLimit& l : launch.limits)
         words.insert(words.end(), {"--limit", std::to_string(l.resource) + "=" + std::to_string(l.value)});
+    const bool standby = launch.reserved_fd >= 0 && launch.wake_fd >= 0;
+    if (standby)
+        words.insert(words.end(), {"--start-on", "6", "--wake-fd", "7", "--unless-hangup", "5"});
     words.insert(words.end(), {"--", launch.path});
     words.insert(words.end(), launch.args.begin(), launch.args.end());
     for (const char* w2 : {"--secret-fd", "3", "--ready-fd", "4", "--control-fd", "5"})
@@ -298,7 +301,7 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     posix_spawnattr_init(&attr);
     const std::pair<int, int> places[] = {{null_fd, 0}, {null_fd, 1}, {null_fd, 2}, {secret_pipe[0], 3},
                                           {ready_pipe[1], 4}, {control[1], 5}, {launch.reserved_fd, 6},
-                                          {pid_pipe[1], 8}, {go_pipe[0], 9}};
+                                          {standby ? launch.wake_fd : -1, 7}, {pid_pipe[1], 8}, {go_pipe[0], 9}};
     int high = 10;
     for (const auto& [from, to] : places)
         high = std::max(high, from + 1);
@@ -359,8 +362,15 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
         // The tasks start at once: whatever the daemon has to say on its
         // way up goes to its log; if it never comes up, its control link
         // closes (outcomes go the direct way) and so does the socket the
-        // tasks were told of (their PMIx_Init fails at once).
-        ::close(ready_pipe[0]);
+        // tasks were told of (their PMIx_Init fails at once). A standby's
+        // "ready" says when it has become the daemon.
+        if (standby) {
+            launched.standby = true;
+            launched.ready = ready_pipe[0];
+            ::fcntl(launched.ready, F_SETFL, ::fcntl(launched.ready, F_GETFL) | O_NONBLOCK);
+        } else {
+            ::close(ready_pipe[0]);
+        }
         return R::ok(launched);
     }
 
@@ -421,10 +431,30 @@ Result<std::vector<std::string>> request_environment(const std::string& dir, std
     return done(R::ok(std::move(reply->env)));
 }
 
+bool daemon_serving(LaunchedDaemon& daemon)
+{
+    if (!daemon.standby || daemon.serving)
+        return daemon.pid > 0;
+    if (daemon.ready < 0)
+        return false;
+    // One write of at most 64 bytes (Daemon::ready), whole in the pipe.
+    char buf[64];
+    const ssize_t n = ::read(daemon.ready, buf, sizeof buf);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return false;
+    daemon.serving = n > 0 && std::string_view(buf, static_cast<std::size_t>(n)).starts_with("ready");
+    ::close(std::exchange(daemon.ready, -1));  // said ready, or never will
+    return daemon.serving;
+}
+
 std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout)
 {
     const auto deadline = Clock::now() + timeout;
     std::vector<protocol::Ack> confirmed;
+    if (daemon.standby && !daemon_serving(daemon) && daemon.control >= 0)
+        ::close(std::exchange(daemon.control, -1));  // a standby's hang-up: it exits unstarted
+    if (daemon.ready >= 0)
+        ::close(std::exchange(daemon.ready, -1));
     if (const int fd = daemon.control; fd >= 0) {
         // The ack may not make it out before the daemon closes: EOF, once
         // it has closed everything on its way out, is the answer that counts.

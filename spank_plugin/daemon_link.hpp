@@ -55,6 +55,12 @@ struct DaemonLaunch {
     // tasks need nothing of it to start. -1: the daemon writes the tasks'
     // environment, and the launch waits until it can.
     int reserved_fd = -1;
+    // With a reserved socket: a listening socket (protocol::listen_on) whose
+    // port srun's FE was told. The daemon is not run at once: its process
+    // stands by (pmix_server/detach.c) until a task connects to the
+    // reserved socket or someone to this one (the FE, once another node's
+    // daemon has started), and ends unstarted when the control link closes.
+    int wake_fd = -1;
 };
 
 template <typename Get>
@@ -98,7 +104,17 @@ struct LaunchedDaemon {
     pid_t pid = -1;
     int pidfd = -1;
     int control = -1;
+    // A daemon that stands by (DaemonLaunch::wake_fd): the read end of its
+    // ready pipe (non-blocking) until it has said "ready" (serving) or
+    // closed it.
+    bool standby = false;
+    bool serving = false;
+    int ready = -1;
 };
+
+// Whether the daemon reads its control link: a standby only once it has
+// become the daemon and said so (never blocks); any other one always.
+bool daemon_serving(LaunchedDaemon& daemon);
 
 // What of slurmstepd's (root's) environment the daemon, the job's user's
 // process, gets: PATH (a default one if none), LD_LIBRARY_PATH, TZ and
@@ -146,7 +162,9 @@ Result<std::vector<std::string>> request_environment(const std::string& dir, std
 // Asks the daemon, over its control link, to flush and exit; waits for it
 // (bounded), then kills it through its pidfd (never by a pid that may have
 // been reused), and closes what it held. Returns the outcomes the daemon
-// said, on its way out, that srun has (none when it said nothing).
+// said, on its way out, that srun has (none when it said nothing). A
+// standby that is not serving is not asked: its control link is closed,
+// which ends it (or the daemon it has just become).
 std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout);
 
 // Task outcomes to the daemon over its control link (LaunchedDaemon::control,

@@ -217,7 +217,9 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
     Result<bool> on_frame(Conn* c, protocol::Type type, std::span<const std::uint8_t> body)
     {
         const OverlayRoot::Peer from{*c->node, c->role, c->peer_address};
-        if (type == protocol::Type::notice)  // from a daemon or slurmstepd itself
+        // From a daemon or slurmstepd itself; a standby's address only
+        // from its node's slurmstepd.
+        if (type == protocol::Type::notice || (type == protocol::Type::standby && c->role == protocol::Role::stepd))
             return overlay->daemon_frame(from, type, body);
         if (type == protocol::Type::outcomes) {
             auto batch = protocol::Outcomes::decode(body);

@@ -28,6 +28,10 @@ void OverlayRoot::stepd_opened(std::uint32_t node)
 void OverlayRoot::stepd_closed(std::uint32_t node)
 {
     --stepd_links[node];
+    // A standby whose slurmstepd is gone will never be woken: its node is
+    // done with the step before any daemon of it enrolled.
+    if (stepd_links[node] == 0 && standbys[node] && !enrolled[node])
+        make_absent(node);
     check_lost(node);
 }
 

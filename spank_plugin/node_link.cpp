@@ -141,16 +141,35 @@ Result<NodeLink> NodeLink::connect(const LinkSetup& setup, std::chrono::millisec
     return R::ok(std::move(link));
 }
 
-Result<bool> NodeLink::post_notice(const std::string& text, std::chrono::milliseconds timeout)
+Result<bool> NodeLink::post(const protocol::Bytes& frame, std::chrono::milliseconds timeout)
 {
     if (fd_ < 0)
         return Result<bool>::fail("not connected to the front end");
-    // The FE knows the node from the handshake.
-    if (auto w = write_sealed(fd_, protocol::Notice{0, protocol::Notice::no_rank, text}.encode(), seal_, Clock::now() + timeout, fe); !w) {
+    if (auto w = write_sealed(fd_, frame, seal_, Clock::now() + timeout, fe); !w) {
         close();
         return w;
     }
     return Result<bool>::ok(true);
+}
+
+Result<bool> NodeLink::post_notice(const std::string& text, std::chrono::milliseconds timeout)
+{
+    // The FE knows the node from the handshake.
+    return post(protocol::Notice{0, protocol::Notice::no_rank, text}.encode(), timeout);
+}
+
+Result<bool> NodeLink::post_standby(std::uint16_t port, std::chrono::milliseconds timeout)
+{
+    return post(protocol::Standby{port}.encode(), timeout);
+}
+
+std::optional<std::uint32_t> NodeLink::local_address() const noexcept
+{
+    sockaddr_in sin{};
+    socklen_t len = sizeof sin;
+    if (fd_ < 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&sin), &len) != 0 || sin.sin_family != AF_INET)
+        return std::nullopt;
+    return sin.sin_addr.s_addr;
 }
 
 Result<bool> NodeLink::post_outcome(const protocol::Outcome& outcome, std::chrono::milliseconds timeout)

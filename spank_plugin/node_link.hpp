@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,11 @@ public:
 
     // A line for srun's stderr (not acknowledged).
     Result<bool> post_notice(const std::string& text, std::chrono::milliseconds timeout);
+    // This node's daemon stands by, woken through `port` (not acknowledged).
+    Result<bool> post_standby(std::uint16_t port, std::chrono::milliseconds timeout);
+    // The IPv4 address (network order) this end of the link has: the
+    // node's address toward srun. None when not connected.
+    std::optional<std::uint32_t> local_address() const noexcept;
 
     // Pipelined: writes one outcome without waiting for its acknowledgement.
     Result<bool> post_outcome(const protocol::Outcome& outcome, std::chrono::milliseconds timeout);
@@ -58,6 +64,7 @@ public:
 
 private:
     explicit NodeLink(int fd) : fd_(fd) {}
+    Result<bool> post(const protocol::Bytes& frame, std::chrono::milliseconds timeout);
     int fd_ = -1;
     protocol::FrameSeal seal_;  // every frame after the handshake is tagged
 };

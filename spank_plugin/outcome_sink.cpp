@@ -133,6 +133,11 @@ Result<bool> FrontEndSink::notice(const std::string& text)
     return link_.post_notice(text, ack_timeout_);
 }
 
+Result<bool> FrontEndSink::standby(std::uint16_t port)
+{
+    return link_.post_standby(port, ack_timeout_);
+}
+
 Result<bool> FrontEndSink::flush(std::chrono::milliseconds timeout)
 {
     if (gave_up_)

@@ -64,6 +64,11 @@ public:
     Result<bool> flush(std::chrono::milliseconds timeout) override;
     // Tells srun's user something (connecting first if need be).
     Result<bool> notice(const std::string& text);
+    // Tells the FE where this node's standing-by daemon is woken (the
+    // link must be open).
+    Result<bool> standby(std::uint16_t port);
+    // This end's address while the link is open (NodeLink::local_address).
+    std::optional<std::uint32_t> local_address() const noexcept { return link_.local_address(); }
 
 private:
     Result<bool> reconnect_and_resend();

@@ -9,6 +9,7 @@
 #include "exitpolicy/report.hpp"
 #include "protocol/events.hpp"
 
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 
 #include <algorithm>
@@ -43,21 +44,32 @@ OverlayRoot::OverlayRoot(const FrontEndSetup& step, event_base* loop, Links& fe_
       links(fe_links),
       collector(collected),
       enrolled(step.nnodes, std::nullopt),
+      standbys(step.nnodes, std::nullopt),
+      absent(step.nnodes, false),
       stepd_links(step.nnodes, 0),
       daemon_gone(step.nnodes, false),
       declared_down(step.nnodes, false)
 {
 }
 
-OverlayRoot::~OverlayRoot() = default;
+OverlayRoot::~OverlayRoot()
+{
+    for (const auto& [bev, waking] : wakes)
+        bufferevent_free(bev);
+}
 
 // ---- what the links tell ----
 
 void OverlayRoot::direct_outcome(const protocol::Outcome& o, std::uint32_t node)
 {
-    // A node whose daemon is gone cannot tell the others' clients of its
-    // tasks' ends: the FE does, for what comes by the direct path.
-    if (map_sent() && node < setup.nnodes && daemon_gone[node])
+    // A node whose daemon is gone, or has not started yet (it stands by,
+    // or was starting when the task ended), cannot tell the others'
+    // clients of its tasks' ends: the FE does, for what comes by the
+    // direct path and no daemon told. Before the step map the event waits
+    // in the history, which every node hears after its map.
+    if (node >= setup.nnodes || dead.count(o.rank))
+        return;
+    if ((map_sent() && daemon_gone[node]) || standbys[node])
         if (const auto e = protocol::pmix::termination_event(o, node))
             event(*e);
 }
@@ -152,13 +164,33 @@ void OverlayRoot::route(std::uint32_t to, const protocol::Bytes& frame)
         links.send_tree({*hop}, frame);
 }
 
-void OverlayRoot::enroll(const Peer& from, const protocol::Enroll& e)
+Result<bool> OverlayRoot::enroll(const Peer& from, const protocol::Enroll& e)
 {
+    if (absent[from.node] && map_sent()) {
+        user_line("%s: its node daemon started after the step's map went out without it; its tasks get no PMIx "
+                  "service",
+                  collector.node_name(from.node).c_str());
+        return Result<bool>::fail("enrolled after the step map");
+    }
     auto& slot = enrolled[from.node];
     if (!slot)
         ++enrolled_count;
     slot = std::make_pair(from.address, e.port);
-    if (enrolled_count < setup.nnodes || map_sent())
+    if (absent[from.node]) {  // its slurmstepd left, yet it came
+        absent[from.node] = false;
+        --absent_count;
+    }
+    // The first daemon: the others that stand by start now.
+    if (enrolled_count == 1 && !map_sent())
+        wake_all();
+    send_map();
+    return Result<bool>::ok(true);
+}
+
+// Once every node has enrolled, or is absent, and one has: the map.
+void OverlayRoot::send_map()
+{
+    if (map_sent() || enrolled_count == 0 || enrolled_count + absent_count < setup.nnodes)
         return;
     protocol::StepMap map;
     map.nspace = protocol::step_nspace(setup.job_id, setup.step_id);
@@ -166,11 +198,17 @@ void OverlayRoot::enroll(const Peer& from, const protocol::Enroll& e)
     map.hostnames = collector.hostnames();
     map.rank_node = collector.rank_nodes();
     map.recoverable = setup.recoverable;
-    for (const auto& slot_of : enrolled) {
-        map.hosts.push_back(slot_of->first);
-        map.ports.push_back(slot_of->second);
+    for (std::uint32_t node = 0; node < setup.nnodes; ++node) {
+        const auto& slot_of = enrolled[node];
+        map.hosts.push_back(slot_of ? slot_of->first : std::string());
+        map.ports.push_back(slot_of ? slot_of->second : 0);  // absent
     }
     tree.emplace(setup.nnodes, setup.fanout);
+    for (std::uint32_t node = 0; node < setup.nnodes; ++node)
+        if (absent[node]) {
+            tree->leave(node);
+            daemon_gone[node] = true;
+        }
     collector.step_map_sent();  // finish() waits a moment more for the tree
     links.send_daemons(map.encode());
     // What came before there was a tree went to nobody: a task that ended
@@ -179,6 +217,9 @@ void OverlayRoot::enroll(const Peer& from, const protocol::Enroll& e)
     // Each node hears it now, after its map.
     for (const auto& frame : history_)
         broadcast(frame);
+    for (std::uint32_t node = 0; node < setup.nnodes; ++node)
+        if (absent[node])
+            check_lost(node);
 }
 
 void OverlayRoot::fence_up(const protocol::FenceUp& up)
@@ -332,7 +373,10 @@ Result<bool> OverlayRoot::daemon_frame(const Peer& from, protocol::Type type, st
              return decoded<protocol::Gone>(in.body, [&](const auto& g) { in.root.node_left(g.node); });
          }},
         {T::enroll, [](const In& in) {
-             return decoded<protocol::Enroll>(in.body, [&](const auto& e) { in.root.enroll(in.from, e); });
+             return decoded<protocol::Enroll>(in.body, [&](const auto& e) { return in.root.enroll(in.from, e); });
+         }},
+        {T::standby, [](const In& in) {
+             return decoded<protocol::Standby>(in.body, [&](const auto& s) { in.root.standby(in.from, s); });
          }},
         {T::event, [](const In& in) {
              return decoded<protocol::Event>(in.body, [&](const auto& e) { in.root.event(e); });

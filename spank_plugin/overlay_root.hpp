@@ -2,8 +2,8 @@
 // overlay_root.hpp - the front end as the root of the node daemons' tree.
 //
 // In a step with the PMIx service every node's daemon enrolls with the FE
-// (its address and the port it takes children on); once all have, each
-// gets the step map, and the FE is the root of the k-ary tree over the
+// (its address and the port it takes children on), a standing-by one once
+// woken (standbys.cpp); once all have, each gets the step map, and the FE is the root of the k-ary tree over the
 // step's nodes (protocol/tree.hpp). As the root it routes what comes up to
 // the node it is for, completes fences (the data goes down to every node),
 // keeps what is published for lookups, and tells every node of failures:
@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+struct bufferevent;
 struct event;
 struct event_base;
 
@@ -105,6 +106,16 @@ private:
     struct EventDeleter {
         void operator()(::event* e) const noexcept;
     };
+    // A node's daemon that stands by, and where it is woken (standbys.cpp).
+    struct Standby {
+        std::string address;
+        std::uint16_t port = 0;
+        bool woken = false;
+    };
+    struct Waking {
+        OverlayRoot* root;
+        std::uint32_t node;
+    };
 
     bool map_sent() const noexcept { return tree.has_value(); }
     std::vector<std::uint32_t> children();
@@ -115,7 +126,13 @@ private:
     void failure(const std::string& what);
     void teardown_after(const std::string& what);
     void route(std::uint32_t to, const protocol::Bytes& frame);
-    void enroll(const Peer& from, const protocol::Enroll& e);
+    Result<bool> enroll(const Peer& from, const protocol::Enroll& e);
+    void send_map();
+    void standby(const Peer& from, const protocol::Standby& s);
+    void wake_all();
+    void wake(std::uint32_t node);
+    void wake_failed(std::uint32_t node, const std::string& why);
+    void make_absent(std::uint32_t node);
     void fence_up(const protocol::FenceUp& up);
     void fence_too_large(const std::string& key, const protocol::FenceKey& id);
     void fail_fence(const std::string& key, const protocol::FenceKey& id, int status);
@@ -132,6 +149,11 @@ private:
 
     std::vector<std::optional<std::pair<std::string, std::uint32_t>>> enrolled;  // address, port
     std::uint32_t enrolled_count = 0;
+    std::vector<std::optional<Standby>> standbys;
+    // Will never enroll: its slurmstepd left first, or it cannot be woken.
+    std::vector<bool> absent;
+    std::uint32_t absent_count = 0;
+    std::map<bufferevent*, std::unique_ptr<Waking>> wakes;  // connecting
     std::optional<protocol::Tree> tree;  // made as the step map goes out
     // Fences at the root of the tree: in progress, and finished (a late
     // contribution to one is dropped).

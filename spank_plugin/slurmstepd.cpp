@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <sys/stat.h>
 #include <memory>
+#include <optional>
 #include <vector>
 #include <cstdlib>
 #include <ctime>
@@ -76,9 +77,34 @@ std::optional<std::string> job_env(spank_t sp, const char* name)
     return std::string(buf);
 }
 
+// The socket through which srun's FE wakes this node's standing-by daemon,
+// on the address this node's link to the FE has (the FE connects to that
+// address, as it sees it, and the port it is told: node addresses route
+// to srun's host and back). None without an open link: then the daemon
+// starts at once.
+std::optional<protocol::Listening> wake_socket(FrontEndSink& fe, const LinkSetup& link)
+{
+    const auto address = fe.local_address();
+    if (!address)
+        return std::nullopt;
+    auto listening = protocol::listen_on(*address, 4);
+    if (!listening) {
+        log::debug("step %u.%u: the node daemon starts at once (%s)", link.job_id, link.step_id,
+                   listening.error().c_str());
+        return std::nullopt;
+    }
+    if (auto told = fe.standby(listening->port); !told) {
+        log::debug("step %u.%u: the node daemon starts at once (cannot tell srun where to wake it: %s)",
+                   link.job_id, link.step_id, told.error().c_str());
+        ::close(listening->fd);
+        return std::nullopt;
+    }
+    return *listening;
+}
+
 // Starts this node's exitpolicy-pmixd for the step; false if it could not.
 // On failure, `failure` says why (for srun's user and the Slurm log).
-bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
+bool start_daemon(spank_t sp, const LinkSetup& link, FrontEndSink& fe, std::string& failure)
 {
     std::uint32_t nnodes = 0, ntasks = 0;
     uid_t uid = 0;
@@ -146,9 +172,15 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
         else
             unplanned = r.error();
     }
+    std::optional<protocol::Listening> wake;
     if (reserved) {
         launch.reserved_fd = reserved->fd;
         args.planned_version = built->text;
+        // Until a task connects, or another node's daemon starts, the
+        // daemon's process only stands by: a step that never uses PMIx
+        // never runs it.
+        if ((wake = wake_socket(fe, link)))
+            launch.wake_fd = wake->fd;
     } else {
         log::debug("step %u.%u: the node daemon writes the tasks' PMIx environment (%s)", link.job_id,
                    link.step_id, unplanned.c_str());
@@ -157,6 +189,8 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
     auto launched = launch_daemon(launch);
     if (reserved)
         ::close(reserved->fd);  // the daemon's now: if it goes, the tasks' connections are refused
+    if (wake)
+        ::close(wake->fd);  // the standby's: srun's wake is refused once it is gone
     if (!launched) {
         failure = "PMIx service failed: " + launched.error();
         if (auto removed = remove_step_dir(dir, uid, gid, remove_timeout); !removed)
@@ -169,8 +203,9 @@ bool start_daemon(spank_t sp, const LinkSetup& link, std::string& failure)
     remote.daemon = *launched;
     if (reserved)
         remote.planned = protocol::PlannedServer{reserved->port, link.node_id, dir, link.hostname, built->text};
-    log::debug("step %u.%u: node daemon %d serves PMIx in %s%s", link.job_id, link.step_id, launched->pid,
-               dir.c_str(), reserved ? (" on 127.0.0.1:" + std::to_string(reserved->port)).c_str() : "");
+    log::debug("step %u.%u: node daemon %d %s PMIx in %s%s", link.job_id, link.step_id, launched->pid,
+               wake ? "stands by to serve" : "serves", dir.c_str(),
+               reserved ? (" on 127.0.0.1:" + std::to_string(reserved->port)).c_str() : "");
     return true;
 }
 
@@ -276,7 +311,7 @@ int init_post_opt(spank_t sp)
     std::string failure;
     if (parsed->pmix && !parsed->fanout)
         failure = std::string("PMIx service failed: the PMIx part of ") + bootstrap_env + " is malformed";
-    else if (parsed->pmix && start_daemon(sp, setup, failure)) {
+    else if (parsed->pmix && start_daemon(sp, setup, sink, failure)) {
         auto daemon_sink = std::make_unique<DaemonSink>(remote.daemon.control, ack_timeout);
         remote.daemon_sink = daemon_sink.get();
         remote.sinks.insert(remote.sinks.begin(), std::move(daemon_sink));
@@ -352,6 +387,10 @@ int task_exit(spank_t sp)
 
     std::string errors;
     for (auto& sink : remote.sinks) {
+        // A daemon that still stands by, or is starting, reads nothing yet:
+        // the FE has the outcome directly, and tells the clients if need be.
+        if (sink.get() == remote.daemon_sink && !daemon_serving(remote.daemon))
+            continue;
         auto delivered = sink->deliver(o);
         if (delivered)
             return 0;

@@ -67,6 +67,7 @@ void decode(Type type, std::span<const std::uint8_t> body)
     case Type::acks: return round_trip<Acks>(body);
     case Type::step_done: return round_trip<StepDone>(body);
     case Type::task_started: return round_trip<TaskStarted>(body);
+    case Type::standby: return round_trip<Standby>(body);
     }
 }
 

@@ -59,6 +59,7 @@ int main(int argc, char** argv)
         {"stop", Stop{}.encode()},
         {"step_done", StepDone{}.encode()},
         {"task_started", TaskStarted{3, 1234, 987654321}.encode()},
+        {"standby", Standby{40123}.encode()},
         {"data_request", publish.encode()},
         {"data_reply", DataReply{1, 0, 0, {"key"}, {3}, {Bytes{1}}}.encode()},
         {"relay", Relay{0, -500, 3, Bytes{1, 2, 3}}.encode()},

@@ -17,14 +17,16 @@ import time
 
 import pytest
 
-from test_pmix import node_daemon, pmix  # noqa: F401 (a fixture)
+from test_pmix import client, node_daemon, pmix  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.integration
 
 RUNS = 20
-# Every task sleeps until one wall-clock moment, then exits with a code of
-# its own: a burst of outcomes through the tree.
-TASK = ("import os, sys, time; time.sleep(max(0.0, float(sys.argv[1]) - time.time())); "
+# Every task runs a PMIx client first (the daemons run once a task uses
+# PMIx), sleeps until one wall-clock moment, then exits with a code of its
+# own: a burst of outcomes through the tree.
+TASK = ("import os, subprocess, sys, time; subprocess.run([sys.argv[2]], stdout=subprocess.DEVNULL); "
+        "time.sleep(max(0.0, float(sys.argv[1]) - time.time())); "
         "os._exit(int(os.environ['SLURM_PROCID']) % 5 + 1)")
 
 
@@ -43,8 +45,11 @@ def test_a_relay_killed_in_a_burst_of_outcomes_loses_none(cluster, workdir, pmix
         report = workdir / f"delivery-{run}.json"
         at = time.time() + 3.0
         # 4 tasks on each node of 2 CPUs: --overcommit.
-        proc = cluster.popen("srun", "-N4", "-n16", "--overcommit", "--exit-policy=max", f"--exit-report-json={report}",
-                             "/usr/bin/python3", "-c", TASK, f"{at:.6f}", cwd=workdir)
+        # Recoverable: the tasks were PMIx clients, and their ends are no
+        # teardown's.
+        proc = cluster.popen("srun", "-N4", "-n16", "--overcommit", "--exit-policy=max", "--exit-recoverable",
+                             f"--exit-report-json={report}",
+                             "/usr/bin/python3", "-c", TASK, f"{at:.6f}", client("ep_hello"), cwd=workdir)
         killed = {}
 
         def kill_the_relay():
@@ -75,7 +80,8 @@ def test_what_srun_has_is_never_sent_twice(cluster, workdir, pmix):
     would say so)."""
     pmix.enable("fanout=2", "grace_ms=3000", "debug=2")  # the plugin's verbose lines too
     rc, out, err = cluster.exec("srun", "-N4", "-n8", "--exit-policy=main-rank", "sh", "-c",
-                                'echo "job=$SLURM_JOB_ID"; exit 3', cwd=workdir, timeout=60)
+                                f'{client("ep_hello")} >/dev/null; echo "job=$SLURM_JOB_ID"; exit 3', cwd=workdir,
+                                timeout=60)
     assert rc == 3, err
     job = out.split("job=")[1].split()[0]
     said = []

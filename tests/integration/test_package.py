@@ -164,7 +164,8 @@ def steps_run_from(cluster, workdir, ep_hello, plugin, daemon):
     assert len([l for l in out.splitlines() if l.startswith("hello ")]) == 8, out + err
 
     # Which files ran: every exitpolicy.so mapped and every node daemon.
-    step = cluster.popen("srun", "--mpi=none", "-N4", "-n4", "sleep", "3", cwd=workdir)
+    # A PMIx client first: the daemons run once a task uses PMIx.
+    step = cluster.popen("srun", "--mpi=none", "-N4", "-n4", "sh", "-c", f"{ep_hello} >/dev/null; sleep 3", cwd=workdir)
     try:
         daemons, nodes, plugins = daemon_and_plugin_paths(cluster, step)
     finally:

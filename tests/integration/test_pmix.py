@@ -118,8 +118,8 @@ def lines(text, prefix):
     return [l for l in text.splitlines() if l.startswith(prefix)]
 
 
-def daemons():
-    """Pids of running exitpolicy-pmixd processes (zombies excluded)."""
+def running(program):
+    """Pids of running processes of `program` (zombies excluded)."""
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -130,9 +130,26 @@ def daemons():
                 state = f.read().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if exe.endswith("/exitpolicy-pmixd") and state not in ("Z", "X"):
+        if exe.endswith("/" + program) and state not in ("Z", "X"):
             out.append(int(entry))
     return out
+
+
+def daemons():
+    """Pids of running exitpolicy-pmixd processes."""
+    return running("exitpolicy-pmixd")
+
+
+def standbys():
+    """Pids of node daemons that stand by (exitpolicy-detach's child, before
+    a task or srun wakes it)."""
+    return running("exitpolicy-detach")
+
+
+def woken(*command):
+    """`command` as a task after a PMIx client has woken the node's daemon
+    (it runs, with its local socket, only once a task uses PMIx)."""
+    return ["sh", "-c", f'{client("ep_hello")} >/dev/null && exec "$@"', "sh", *command]
 
 
 def daemon_arg(pid, flag):
@@ -148,6 +165,72 @@ def daemon_arg(pid, flag):
 
 def leftovers():
     return sorted(p.name for p in pathlib.Path("/tmp").glob("exitpolicy.*.*.*"))
+
+
+# --- a step that never uses PMIx runs no daemon ---------------------------------
+
+def of_job(pids, job):
+    return [p for p in pids if daemon_arg(p, b"--job") == job]
+
+
+def test_a_step_whose_tasks_never_use_pmix_runs_no_daemon(cluster, workdir, pmix):
+    """Each node's daemon stands by (a small process, exitpolicy-detach's
+    child) and never runs; it ends with the step."""
+    step = subprocess.Popen(
+        [str(cluster.SCRIPT), "exec", "srun", *N4N8, "sh", "-c", 'echo "job=$SLURM_JOB_ID"; sleep 3'],
+        env=cluster.env(), cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        job = None
+        deadline = time.monotonic() + 30
+        while job is None and time.monotonic() < deadline:
+            jobs = {daemon_arg(p, b"--job") for p in standbys()} - {None}
+            job = next(iter(jobs)) if len(jobs) == 1 else None
+            time.sleep(0.1)
+        assert job, "no standing-by daemon appeared"
+        time.sleep(1)  # the tasks run
+        assert len(of_job(standbys(), job)) == 4
+        assert of_job(daemons(), job) == []
+    finally:
+        out, err = step.communicate(timeout=60)
+    assert step.returncode == 0, err
+    assert f"job={job}" in out, out
+    deadline = time.monotonic() + 10
+    while of_job(standbys(), job) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert of_job(standbys(), job) == [], "a standby outlived its step"
+
+
+def test_one_task_that_uses_pmix_wakes_every_nodes_daemon(cluster, workdir, pmix):
+    """Rank 0's client wakes node1's daemon; srun's front end then wakes the
+    other nodes' (the step map spans every node), whose tasks never use PMIx."""
+    script = (f'if [ "$SLURM_PROCID" = 0 ]; then exec {client("ep_hello")}; fi; sleep 2; '
+              'echo "job=$SLURM_JOB_ID"')
+    step = subprocess.Popen([str(cluster.SCRIPT), "exec", "srun", "--mpi=none", "-N4", "-n4", "sh", "-c", script],
+                            env=cluster.env(), cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    seen = set()
+    deadline = time.monotonic() + 30
+    while step.poll() is None and time.monotonic() < deadline:
+        seen |= {(daemon_arg(p, b"--job"), daemon_arg(p, b"--hostname")) for p in daemons()}
+        time.sleep(0.05)
+    out, err = step.communicate(timeout=60)
+    assert step.returncode == 0, err
+    assert len(lines(out, "hello rank=0 size=4 ")) == 1, out + err
+    job = out.split("job=")[1].split()[0]
+    hosts = {h for j, h in seen if j == job}
+    assert {"node1", "node2", "node3", "node4"} <= hosts, seen
+    assert "cannot wake" not in err, err
+
+
+def test_nodes_done_before_any_task_uses_pmix_are_left_out_of_the_map(cluster, workdir, pmix):
+    """Ranks 0-2 end at once; rank 3 then uses PMIx: its daemon serves it
+    with a step map of one node (the others, gone, left the tree), and
+    nothing hangs."""
+    rc, out, err = srun(cluster, workdir, "--mpi=none", "-N4", "-n4", "sh", "-c",
+                        f'if [ "$SLURM_PROCID" = 3 ]; then sleep 2; exec {client("ep_hello")}; fi', timeout=60)
+    assert rc == 0, err
+    assert len(lines(out, "hello rank=3 size=4 ")) == 1, out + err
+    assert "exitpolicy:" not in err.replace("exitpolicy: front end", ""), err
 
 
 # --- wire-up across nodes ------------------------------------------------------
@@ -428,7 +511,7 @@ def test_outcomes_survive_a_killed_daemon(cluster, workdir, pmix):
 
     def run():
         result["r"] = srun(cluster, workdir, *N4N8, "--exit-policy=lowest-rank", "sh", "-c",
-                           'sleep 3; [ "$SLURM_PROCID" = 5 ] && exit 6; exit 0')
+                           f'{client("ep_hello")} >/dev/null; sleep 3; [ "$SLURM_PROCID" = 5 ] && exit 6; exit 0')
 
     t = threading.Thread(target=run)
     t.start()
@@ -546,7 +629,7 @@ def test_a_local_peer_with_a_bad_header_is_closed(cluster, workdir, pmix):
     script = workdir / "bad_header.py"
     script.write_text(BAD_HEADER)
     script.chmod(0o644)
-    rc, out, err = srun(cluster, workdir, "--mpi=none", "-N1", "-n1", "/usr/bin/python3", str(script))
+    rc, out, err = srun(cluster, workdir, "--mpi=none", "-N1", "-n1", *woken("/usr/bin/python3", str(script)))
     assert rc == 0, out + err
     assert sorted(lines(out, "bad-header ")) == [
         f"bad-header {name} closed=True" for name in ("length", "magic", "type", "version")], out + err
@@ -595,7 +678,7 @@ def listening_port(pid):
 def test_idle_connections_to_a_daemon_cost_it_no_descriptors(cluster, workdir, pmix):
     before = set(daemons())
     step = subprocess.Popen(
-        [str(cluster.SCRIPT), "exec", "srun", *N4N8, "sh", "-c", f"sleep 6; exec {client('ep_fence')} --data"],
+        [str(cluster.SCRIPT), "exec", "srun", *N4N8, *woken("sh", "-c", f"sleep 6; exec {client('ep_fence')} --data")],
         env=cluster.env(), cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     holder = None
     try:
@@ -642,7 +725,7 @@ def test_a_task_that_hangs_up_on_its_daemon_does_not_kill_it(cluster, workdir, p
     script = workdir / "hang_up.py"
     script.write_text(HANG_UP)
     script.chmod(0o644)
-    rc, out, err = srun(cluster, workdir, *N4N8, "/usr/bin/python3", str(script), client("ep_fence"), "--data")
+    rc, out, err = srun(cluster, workdir, *N4N8, *woken("/usr/bin/python3", str(script), client("ep_fence"), "--data"))
     assert rc == 0, out + err
     assert len(lines(out, "fence ok ")) == 8, out + err
 
@@ -666,7 +749,7 @@ def test_another_users_job_cannot_redirect_root_to_our_daemon(cluster, workdir, 
     before = set(daemons())
     victim = subprocess.Popen(
         [str(cluster.SCRIPT), "exec", "srun", "--mpi=none", "-w", "node1", "-N1", "-n1", "-c1",
-         "sh", "-c", f"sleep 8; exec {client('ep_fence')} --data"],
+         *woken("sh", "-c", f"sleep 8; exec {client('ep_fence')} --data")],
         env=cluster.env(), cwd=workdir,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -684,7 +767,7 @@ def test_another_users_job_cannot_redirect_root_to_our_daemon(cluster, workdir, 
         script.write_text(REDIRECT)
         script.chmod(0o644)
         rc, out, err = srun(cluster, workdir, "--mpi=none", "-w", "node1", "-N1", "-n1", "-c1",
-                            "/usr/bin/python3", str(script), theirs, user=cluster.NOBODY)
+                            *woken("/usr/bin/python3", str(script), theirs), user=cluster.NOBODY)
         assert rc == 7, out + err
         # The victim's daemon still serves: nobody stopped it.
         assert victim_daemon in daemons()

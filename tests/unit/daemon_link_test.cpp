@@ -26,6 +26,7 @@
 #include <map>
 #include <cstring>
 #include <string>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -86,6 +87,30 @@ protected:
         return false;
     }
 
+    // The descriptors process `pid` holds once it runs `sleep` (the
+    // scripts end in exec sleep): what the shell had, read from outside,
+    // where no pipe of the shell's own is in the way.
+    static std::string held_by_sleep(pid_t pid)
+    {
+        const std::string proc = "/proc/" + std::to_string(pid);
+        for (int i = 0; i < 500; ++i) {
+            std::error_code ec;
+            const auto exe = std::filesystem::read_symlink(proc + "/exe", ec);
+            if (!ec && exe.filename() == "sleep")
+                break;
+            std::this_thread::sleep_for(10ms);
+        }
+        std::vector<int> fds;
+        std::error_code ec;
+        for (const auto& e : std::filesystem::directory_iterator(proc + "/fd", ec))
+            fds.push_back(std::stoi(e.path().filename()));
+        std::sort(fds.begin(), fds.end());
+        std::string out;
+        for (int fd : fds)
+            out += std::to_string(fd) + " ";
+        return out;
+    }
+
     std::string dir;
 };
 
@@ -141,18 +166,114 @@ TEST_F(DaemonLinkTest, DescriptorsReachTheirPlacesFromAnywhere)
     for (int fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC); fd >= 0 && fd < 98;
          fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC))
         taken.push_back(fd);
-    const std::string script =
-        "read -r s <&3; echo \"$s\" > " + dir + "/seen; ls /proc/$$/fd | sort -n | tr '\\n' ' ' > " + dir +
-        "/fds; echo 'ready 1' >&4; exec sleep 30";
+    const std::string script = "read -r s <&3; echo \"$s\" > " + dir + "/seen; echo 'ready 1' >&4; exec sleep 30";
     auto launched = launch_daemon(launch(script));
     for (int fd : taken)
         ::close(fd);
     ASSERT_TRUE(launched) << launched.error();
     EXPECT_EQ(read("seen"), secret);
-    EXPECT_EQ(read("fds"), "0 1 2 3 4 5 ");
+    EXPECT_EQ(held_by_sleep(launched->pid), "0 1 2 3 4 5 ");
     const pid_t pid = launched->pid;
     stop_daemon(*launched, 100ms);
     EXPECT_TRUE(gone(pid));
+}
+
+// A standby (slurmstepd had a wake socket for it): the helper's child runs
+// nothing until someone connects to the wake socket or a task to the
+// reserved one, and ends unstarted when slurmstepd closes its control link.
+class StandbyTest : public DaemonLinkTest {
+protected:
+    void SetUp() override
+    {
+        DaemonLinkTest::SetUp();
+        auto r = protocol::listen_loopback();
+        auto w = protocol::listen_loopback();
+        ASSERT_TRUE(r && w);
+        reserved = *r;
+        wake = *w;
+        auto l = launch("echo started > " + dir + "/started.tmp; mv " + dir + "/started.tmp " + dir +
+                        "/started; echo 'ready 1' >&4; exec sleep 30");
+        l.reserved_fd = reserved.fd;
+        l.wake_fd = wake.fd;
+        auto launched = launch_daemon(l);
+        ::close(reserved.fd);
+        ::close(wake.fd);
+        ASSERT_TRUE(launched) << launched.error();
+        daemon = *launched;
+    }
+    void TearDown() override
+    {
+        if (daemon.pid > 0)
+            stop_daemon(daemon, 100ms);
+        DaemonLinkTest::TearDown();
+    }
+    bool started() const { return std::filesystem::exists(dir + "/started"); }
+    std::string program() const
+    {
+        std::error_code ec;
+        return std::filesystem::read_symlink("/proc/" + std::to_string(daemon.pid) + "/exe", ec).filename();
+    }
+    static void connect_to(std::uint16_t port)
+    {
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in sin{};
+        sin.sin_family = AF_INET;
+        sin.sin_port = htons(port);
+        sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin), 0) << std::strerror(errno);
+        ::close(fd);
+    }
+    // Serving, as slurmstepd's task_exit asks it: it never blocks.
+    bool becomes_serving()
+    {
+        for (int i = 0; i < 500; ++i) {
+            if (daemon_serving(daemon))
+                return true;
+            std::this_thread::sleep_for(10ms);
+        }
+        return false;
+    }
+    protocol::Listening reserved, wake;
+    LaunchedDaemon daemon;
+};
+
+TEST_F(StandbyTest, NothingRunsUntilItsWakePortIsConnectedTo)
+{
+    EXPECT_TRUE(daemon.standby);
+    // What slurmstepd tells it of a task waits on the link meanwhile.
+    auto told = tell_daemon(daemon.control, protocol::TaskStarted{0, 4242, 99}, 2000ms);
+    EXPECT_TRUE(told) << told.error();
+    std::this_thread::sleep_for(300ms);
+    EXPECT_FALSE(started());
+    EXPECT_FALSE(daemon_serving(daemon));
+    EXPECT_EQ(program(), "exitpolicy-detach");
+    connect_to(wake.port);
+    EXPECT_TRUE(becomes_serving());
+    EXPECT_TRUE(started());
+    // The wake socket is closed before the exec; the reserved one is the daemon's.
+    EXPECT_EQ(held_by_sleep(daemon.pid), "0 1 2 3 4 5 6 ");
+    const pid_t pid = daemon.pid;
+    stop_daemon(daemon, 100ms);
+    EXPECT_TRUE(gone(pid));
+}
+
+TEST_F(StandbyTest, ATaskThatConnectsToItsPmixSocketStartsIt)
+{
+    connect_to(reserved.port);
+    EXPECT_TRUE(becomes_serving());
+    EXPECT_TRUE(started());
+}
+
+TEST_F(StandbyTest, ItEndsUnstartedWhenSlurmstepdClosesItsLink)
+{
+    const pid_t pid = daemon.pid;
+    // Not asked to stop (it reads nothing): its link closes, and it exits
+    // at once, long before the bound after which it would be killed.
+    const auto before = std::chrono::steady_clock::now();
+    stop_daemon(daemon, 30s);
+    EXPECT_LT(std::chrono::steady_clock::now() - before, 20s);
+    EXPECT_TRUE(gone(pid));
+    EXPECT_FALSE(started());
 }
 
 TEST_F(DaemonLinkTest, AnythingAfterReadyIsNeverParsed)
@@ -208,7 +329,7 @@ TEST_F(DaemonLinkTest, WithAReservedSocketTheLaunchWaitsForNothing)
     ASSERT_EQ(::fstat(reserved->fd, &st), 0);
     const protocol::TaskStarted started{3, 4242, 99};
     const auto frame = started.encode();
-    auto l = launch("ls /proc/$$/fd | sort -n | tr '\\n' ' ' > " + dir + "/fds; readlink /proc/$$/fd/6 > " + dir + "/fd6.tmp; mv " + dir + "/fd6.tmp " + dir +
+    auto l = launch("readlink /proc/$$/fd/6 > " + dir + "/fd6.tmp; mv " + dir + "/fd6.tmp " + dir +
                     "/fd6; head -c " + std::to_string(frame.size()) + " <&5 > " + dir +
                     "/started.tmp; mv " + dir + "/started.tmp " + dir + "/started; exec sleep 30");
     l.reserved_fd = reserved->fd;
@@ -222,7 +343,7 @@ TEST_F(DaemonLinkTest, WithAReservedSocketTheLaunchWaitsForNothing)
     EXPECT_EQ(read("fd6"), "socket:[" + std::to_string(st.st_ino) + "]");
     // Nothing of root's but what it was given (0-2 /dev/null, 3 secret,
     // 4 ready, 5 control, 6 the socket).
-    EXPECT_EQ(read("fds"), "0 1 2 3 4 5 6 ");
+    EXPECT_EQ(held_by_sleep(launched->pid), "0 1 2 3 4 5 6 ");
     std::ifstream in(dir + "/started", std::ios::binary);
     const protocol::Bytes got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     ASSERT_EQ(got.size(), frame.size());

@@ -7,11 +7,14 @@
 #include "spank_plugin/overlay_root.hpp"
 
 #include "protocol/events.hpp"
+#include "protocol/sockets.hpp"
 #include "protocol/wire.hpp"
 
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <poll.h>
+#include <unistd.h>
 #include <map>
 #include <string>
 #include <vector>
@@ -310,6 +313,124 @@ TEST(OverlayRootTest, WhenADaemonIsGoneItsTasksEndsAreToldByTheRoot)
     EXPECT_EQ(e->origin, 0u);
     EXPECT_EQ(e->code, protocol::pmix::proc_aborted_by_sig);
     EXPECT_EQ(e->exit_code, 139);
+}
+
+// ---- daemons that stand by until the step uses PMIx (standbys.cpp) ----
+
+// A node's wake socket, as its slurmstepd makes it (on loopback here).
+struct WakeSocket {
+    WakeSocket()
+    {
+        auto l = protocol::listen_loopback();
+        EXPECT_TRUE(l) << l.error();
+        if (l)
+            listening = *l;
+    }
+    ~WakeSocket() { ::close(listening.fd); }
+    // Someone connected (not blocking).
+    bool woken() const
+    {
+        pollfd p{listening.fd, POLLIN, 0};
+        return ::poll(&p, 1, 0) == 1;
+    }
+    protocol::Listening listening;
+};
+
+// node3's daemon stands by; its slurmstepd's link closes (its tasks ended).
+void node3_done_standing_by(Step& s, const WakeSocket& wake)
+{
+    s.addresses[2] = "127.0.0.1";
+    s.root->stepd_opened(2);
+    ASSERT_TRUE(s.from(2, protocol::Standby{wake.listening.port}.encode(), protocol::Role::stepd));
+    s.root->stepd_closed(2);
+}
+
+TEST(OverlayRootTest, TheFirstDaemonToEnrollWakesEveryStandbyButItsOwn)
+{
+    Step s;
+    std::vector<WakeSocket> wake(3);
+    for (std::uint32_t n = 0; n < 3; ++n) {
+        s.addresses[n] = "127.0.0.1";
+        ASSERT_TRUE(s.from(n, protocol::Standby{wake[n].listening.port}.encode(), protocol::Role::stepd));
+    }
+    s.loop.run_until([] { return false; }, 100ms);
+    EXPECT_FALSE(wake[0].woken() || wake[1].woken() || wake[2].woken());  // nobody uses PMIx yet
+    // A task on node2 connected to its daemon, which enrolls.
+    ASSERT_TRUE(s.from(1, protocol::Enroll{"not used", 5001}.encode()));
+    EXPECT_TRUE(s.loop.run_until([&] { return wake[0].woken() && wake[2].woken(); }));
+    EXPECT_FALSE(wake[1].woken());
+    EXPECT_TRUE(s.links.to_daemons.empty());  // the others have yet to enroll
+    ASSERT_TRUE(s.from(0, protocol::Enroll{"not used", 5000}.encode()));
+    ASSERT_TRUE(s.from(2, protocol::Enroll{"not used", 5002}.encode()));
+    EXPECT_EQ(s.links.to_daemons.size(), 1u);
+}
+
+TEST(OverlayRootTest, AStandbyToldOfAfterTheFirstEnrollmentIsWokenAtOnce)
+{
+    Step s;
+    WakeSocket late;
+    s.addresses[2] = "127.0.0.1";
+    ASSERT_TRUE(s.from(0, protocol::Enroll{"not used", 5000}.encode()));
+    ASSERT_TRUE(s.from(2, protocol::Standby{late.listening.port}.encode(), protocol::Role::stepd));
+    EXPECT_TRUE(s.loop.run_until([&] { return late.woken(); }));
+}
+
+// node3's tasks ended, and its slurmstepd with them, while its daemon
+// stood by: it never enrolls. The map goes out without it (port 0, gone
+// from the tree: node3 was below node1), and a daemon of it that comes
+// after all is refused.
+TEST(OverlayRootTest, ANodeDoneBeforeItsDaemonWasWokenIsLeftOutOfTheMap)
+{
+    Step s;
+    WakeSocket gone;
+    node3_done_standing_by(s, gone);
+    ASSERT_TRUE(s.from(0, protocol::Enroll{"not used", 5000}.encode()));
+    EXPECT_TRUE(s.links.to_daemons.empty());
+    ASSERT_TRUE(s.from(1, protocol::Enroll{"not used", 5001}.encode()));
+    ASSERT_EQ(s.links.to_daemons.size(), 1u);
+    const auto map = protocol::StepMap::decode(body_of(s.links.to_daemons[0]));
+    ASSERT_TRUE(map) << map.error();
+    EXPECT_EQ(map->ports, (std::vector<std::uint32_t>{5000, 5001, 0}));
+    EXPECT_FALSE(s.from(2, protocol::Enroll{"not used", 5002}.encode()));
+}
+
+TEST(OverlayRootTest, ADaemonThatEnrollsAfterItsSlurmstepdLeftStillCounts)
+{
+    Step s;
+    WakeSocket w;
+    node3_done_standing_by(s, w);
+    ASSERT_TRUE(s.from(2, protocol::Enroll{"not used", 5002}.encode()));  // it was starting
+    ASSERT_TRUE(s.from(0, protocol::Enroll{"not used", 5000}.encode()));
+    EXPECT_TRUE(s.links.to_daemons.empty());
+    ASSERT_TRUE(s.from(1, protocol::Enroll{"not used", 5001}.encode()));
+    ASSERT_EQ(s.links.to_daemons.size(), 1u);
+    EXPECT_EQ(protocol::StepMap::decode(body_of(s.links.to_daemons[0]))->ports,
+              (std::vector<std::uint32_t>{5000, 5001, 5002}));
+}
+
+// A task on a standby's node failed before any daemon ran: no daemon took
+// its outcome, which came the direct way; the root tells every node's
+// clients, after the map.
+TEST(OverlayRootTest, ADirectOutcomeFromAStandbysNodeIsToldAfterTheMap)
+{
+    Step s;
+    WakeSocket w;
+    s.addresses[1] = "127.0.0.1";
+    ASSERT_TRUE(s.from(1, protocol::Standby{w.listening.port}.encode(), protocol::Role::stepd));
+    protocol::Outcome o;
+    o.rank = 1;
+    o.wait_status = 3 << 8;
+    s.root->direct_outcome(o, 1);
+    s.root->direct_outcome(o, 1);  // once
+    EXPECT_TRUE(s.links.sent.empty());
+    s.enroll_all();
+    for (std::uint32_t child : {0u, 1u}) {
+        ASSERT_EQ(types(s.links.sent[child]), std::vector<protocol::Type>{protocol::Type::event}) << child;
+        const auto e = protocol::Event::decode(body_of(s.links.sent[child][0]));
+        EXPECT_EQ(e->rank, 1u);
+        EXPECT_EQ(e->exit_code, 3);
+        EXPECT_FALSE(e->client);  // no teardown for it: no daemon saw it use PMIx
+    }
 }
 
 TEST(OverlayRootTest, FramesTheRootDoesNotTakeAreRefused)

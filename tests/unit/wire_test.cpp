@@ -163,6 +163,7 @@ TEST(WireTest, OverlayMessagesRoundTrip)
     EXPECT_EQ(started->rank, 3u);
     EXPECT_EQ(started->pid, 4242);
     EXPECT_EQ(started->start_time, 0x1'0000'0002u);
+    EXPECT_EQ(Standby::decode(body(Standby{40123}.encode()))->port, 40123u);
 
     EXPECT_EQ(Gone::decode(body(Gone{3}.encode()))->node, 3u);
     const NodeDown down{2, "node3", {4, 5}, 1};
