@@ -376,7 +376,12 @@ Result<bool> OverlayRoot::daemon_frame(const Peer& from, protocol::Type type, st
              return decoded<protocol::Enroll>(in.body, [&](const auto& e) { return in.root.enroll(in.from, e); });
          }},
         {T::standby, [](const In& in) {
-             return decoded<protocol::Standby>(in.body, [&](const auto& s) { in.root.standby(in.from, s); });
+             return decoded<protocol::Standby>(in.body, [&](const auto& s) {
+                 if (in.from.role != protocol::Role::stepd)
+                     return Result<bool>::fail("a standby's port from a daemon");
+                 in.root.standby(in.from, s);
+                 return Result<bool>::ok(true);
+             });
          }},
         {T::event, [](const In& in) {
              return decoded<protocol::Event>(in.body, [&](const auto& e) { in.root.event(e); });

@@ -360,6 +360,7 @@ TEST(OverlayRootTest, TheFirstDaemonToEnrollWakesEveryStandbyButItsOwn)
     EXPECT_TRUE(s.loop.run_until([&] { return wake[0].woken() && wake[2].woken(); }));
     EXPECT_FALSE(wake[1].woken());
     EXPECT_TRUE(s.links.to_daemons.empty());  // the others have yet to enroll
+    EXPECT_FALSE(s.from(1, protocol::Standby{wake[1].listening.port}.encode()));  // only slurmstepd says it
     ASSERT_TRUE(s.from(0, protocol::Enroll{"not used", 5000}.encode()));
     ASSERT_TRUE(s.from(2, protocol::Enroll{"not used", 5002}.encode()));
     EXPECT_EQ(s.links.to_daemons.size(), 1u);
