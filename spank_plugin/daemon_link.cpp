@@ -135,15 +135,26 @@ std::vector<std::string> remove_stale_step_dirs(const std::string& node, std::ch
     if (candidates.empty())
         return removed;
     const auto listening = listening_unix_sockets();
+    // Its step's slurmstepd listens on SPOOL/NODE_JOB.STEP (slurmd_spool.hpp):
+    // a step whose daemon stands by (no socket of its own) may run for long.
+    const auto step_runs = [&](const std::string& dir) {
+        const std::string job_step = dir.substr(5 + prefix.size(), dir.rfind(mark) - 5 - prefix.size());
+        const std::string socket = "/" + node + "_" + job_step;
+        return std::any_of(listening.begin(), listening.end(), [&](const std::string& path) {
+            const auto at = path.rfind(socket);
+            return at != std::string::npos &&
+                   (at + socket.size() == path.size() || path[at + socket.size()] == '.');  // a hetjob's component
+        });
+    };
     const auto now = std::chrono::system_clock::now();
     for (const auto& dir : candidates) {
         struct stat st {};
         // A directory as make_step_dir leaves one (never a link), untouched
-        // for a while, whose daemon no longer listens.
+        // for a while, whose daemon no longer listens, of a step that is over.
         if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || (st.st_mode & 07777) != 0700)
             continue;
         const auto changed = std::chrono::system_clock::from_time_t(st.st_mtime);
-        if (now - changed < older_than || listening.count(daemon_socket(dir)))
+        if (now - changed < older_than || listening.count(daemon_socket(dir)) || step_runs(dir))
             continue;
         if (remove_step_dir(dir, st.st_uid, st.st_gid, timeout))
             removed.push_back(dir);

@@ -141,7 +141,8 @@ Result<bool> remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::
 
 // This node's step directories whose steps are gone: a real directory of
 // mode 0700, unchanged for older_than, whose daemon's socket nobody listens
-// on (a node that crashed left it; on Debian 12 /tmp is on disk). Each is
+// on, nor its step's slurmstepd on its step socket (a daemon that stands by
+// has none): a node that crashed left it; on Debian 12 /tmp is on disk. Each is
 // removed as its owner (remove_step_dir), at most max_stale_removed at a
 // time. Returns those removed.
 inline constexpr std::size_t max_stale_removed = 8;

@@ -598,7 +598,8 @@ TEST_F(DaemonLinkTest, TheNextStepRemovesWhatADeadStepLeftAndNothingElse)
     auto fresh = make_step_dir(7, 2, node, nobody, nobody);
     auto live = make_step_dir(7, 3, node, nobody, nobody);
     auto other = make_step_dir(7, 1, node + "x", nobody, nobody);
-    ASSERT_TRUE(dead && fresh && live && other);
+    auto standing_by = make_step_dir(7, 5, node, nobody, nobody);
+    ASSERT_TRUE(dead && fresh && live && other && standing_by);
     std::ofstream(*dead + "/rank.0") << "left\n";
     ASSERT_EQ(::lchown((*dead + "/rank.0").c_str(), nobody, nobody), 0);
     // The live step's daemon listens on its socket.
@@ -608,10 +609,16 @@ TEST_F(DaemonLinkTest, TheNextStepRemovesWhatADeadStepLeftAndNothingElse)
     std::strcpy(sun.sun_path, daemon_socket(*live).c_str());
     ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)), 0);
     ASSERT_EQ(::listen(listener, 4), 0);
+    // A step whose daemon stands by (no socket of its own) runs on: its
+    // slurmstepd listens on its step socket in slurmd's spool directory.
+    const int stepd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    std::strcpy(sun.sun_path, (dir + "/" + node + "_7.5").c_str());
+    ASSERT_EQ(::bind(stepd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)), 0);
+    ASSERT_EQ(::listen(stepd, 4), 0);
     // A link named as a step directory of this node, to a directory of root's.
     const std::string link = "/tmp/exitpolicy.7.4." + node + ".AbCdEf";
     ASSERT_EQ(::symlink(dir.c_str(), link.c_str()), 0);
-    for (const auto& p : {*dead, *live, *other, link})
+    for (const auto& p : {*dead, *live, *other, *standing_by, link})
         age(p, std::chrono::hours(1));
 
     const auto removed = remove_stale_step_dirs(node, std::chrono::seconds(300), 2000ms);
@@ -620,11 +627,13 @@ TEST_F(DaemonLinkTest, TheNextStepRemovesWhatADeadStepLeftAndNothingElse)
     EXPECT_TRUE(std::filesystem::exists(*fresh));
     EXPECT_TRUE(std::filesystem::exists(*live));
     EXPECT_TRUE(std::filesystem::exists(*other));
+    EXPECT_TRUE(std::filesystem::exists(*standing_by));
     EXPECT_TRUE(std::filesystem::is_symlink(link));
     EXPECT_TRUE(std::filesystem::exists(dir));
     ::close(listener);
+    ::close(stepd);
     ::unlink(link.c_str());
-    for (const auto& p : {*fresh, *live, *other})
+    for (const auto& p : {*fresh, *live, *other, *standing_by})
         std::filesystem::remove_all(p);
 }
 
