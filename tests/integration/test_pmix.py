@@ -146,10 +146,25 @@ def standbys():
     return running("exitpolicy-detach")
 
 
+# What a task connecting to its PMIx server does first: the node daemon
+# runs (and makes its local socket) once a task connects. This one says
+# nothing and hangs up: no PMIx client (a rank's second client in one step
+# is another matter), so what runs next is the rank's only one.
+WAKE = r"""
+import os, re, socket, sys, time
+uri = next(v for k, v in os.environ.items() if k.startswith("PMIX_SERVER_URI"))
+socket.create_connection(("127.0.0.1", int(re.search(r":(\d+)$", uri).group(1)))).close()
+local = os.path.join(os.environ["PMIX_SERVER_TMPDIR"], "daemon.sock")
+deadline = time.monotonic() + 20
+while not os.path.exists(local) and time.monotonic() < deadline:
+    time.sleep(0.05)
+sys.exit(0 if os.path.exists(local) else "the node daemon never started")
+"""
+
+
 def woken(*command):
-    """`command` as a task after a PMIx client has woken the node's daemon
-    (it runs, with its local socket, only once a task uses PMIx)."""
-    return ["sh", "-c", f'{client("ep_hello")} >/dev/null && exec "$@"', "sh", *command]
+    """`command` as a task once its node's daemon runs (WAKE)."""
+    return ["sh", "-c", '/usr/bin/python3 -c "$0" && exec "$@"', WAKE, *command]
 
 
 def daemon_arg(pid, flag):
