@@ -12,6 +12,7 @@
 
 #include "exitpolicy/result.hpp"
 #include "outcome_sink.hpp"
+#include "step_dir.hpp"
 #include "protocol/wire.hpp"
 
 #include <charconv>
@@ -130,24 +131,6 @@ std::vector<std::string> daemon_environment(char* const* env);
 // on only once root
 // holds a pidfd of it (no pidfds on this kernel: no daemon, an error).
 Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch);
-
-// The step's private directory in /tmp on this node, made by root with a
-// name no one can predict (mkdtemp) and given to the job's user (0700).
-Result<std::string> make_step_dir(std::uint32_t job_id, std::uint32_t step_id, const std::string& node, uid_t uid,
-                                  gid_t gid);
-// Removes it as the job's user (rm -rf in a child that drops to uid/gid),
-// so that root never walks a tree its user could rearrange; bounded.
-Result<bool> remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::chrono::milliseconds timeout);
-
-// This node's step directories whose steps are gone: a real directory of
-// mode 0700, unchanged for older_than, whose daemon's socket nobody listens
-// on, nor its step's slurmstepd on its step socket (a daemon that stands by
-// has none): a node that crashed left it; on Debian 12 /tmp is on disk. Each is
-// removed as its owner (remove_step_dir), at most max_stale_removed at a
-// time. Returns those removed.
-inline constexpr std::size_t max_stale_removed = 8;
-std::vector<std::string> remove_stale_step_dirs(const std::string& node, std::chrono::seconds older_than,
-                                                std::chrono::milliseconds timeout);
 
 // The daemon's local socket in its private directory.
 std::string daemon_socket(const std::string& dir);

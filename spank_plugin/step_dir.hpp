@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+// step_dir.hpp - the step's private directory on a node
+// (/tmp/exitpolicy.JOB.STEP.NODE.XXXXXX): where the node daemon's local
+// socket and the PMIx server's files live, named in the tasks' PMIx
+// environment. Made by root in slurmstepd, given to the job's user, and
+// removed as that user; what a step that died left is removed by the
+// next one on the node. Blocking and bounded, no threads; no Slurm
+// headers (tests/unit/daemon_link_test.cpp).
+#pragma once
+
+#include "exitpolicy/result.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+namespace exitpolicy::spank_plugin {
+
+// The step's private directory in /tmp on this node, made by root with a
+// name no one can predict (mkdtemp) and given to the job's user (0700).
+Result<std::string> make_step_dir(std::uint32_t job_id, std::uint32_t step_id, const std::string& node, uid_t uid,
+                                  gid_t gid);
+// Removes it as the job's user (rm -rf in a child that drops to uid/gid),
+// so that root never walks a tree its user could rearrange; bounded.
+Result<bool> remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::chrono::milliseconds timeout);
+
+// This node's step directories whose steps are gone: a real directory of
+// mode 0700, unchanged for older_than, whose daemon's socket nobody listens
+// on, nor its step's slurmstepd on its step socket (a daemon that stands by
+// has none): a node that crashed left it; on Debian 12 /tmp is on disk. Each is
+// removed as its owner (remove_step_dir), at most max_stale_removed at a
+// time. Returns those removed.
+inline constexpr std::size_t max_stale_removed = 8;
+std::vector<std::string> remove_stale_step_dirs(const std::string& node, std::chrono::seconds older_than,
+                                                std::chrono::milliseconds timeout);
+
+}  // namespace exitpolicy::spank_plugin
