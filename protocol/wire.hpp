@@ -459,7 +459,7 @@ struct TaskStarted {
 };
 
 struct Standby {
-    std::uint32_t port = 0;  // a TCP port: 1-65535
+    std::uint32_t port = 0;  // a TCP port: 1-65535; 0: no daemon will come
     Bytes encode() const;
     static Result<Standby> decode(std::span<const std::uint8_t> body);
 };

@@ -321,6 +321,10 @@ int init_post_opt(spank_t sp)
         log::error("step %u.%u: %s", job_id, step_id, failure.c_str());
         if (auto told = sink.notice(failure + "; tasks on " + node + " that use PMIx will fail"); !told)
             log::error("step %u.%u: cannot tell srun: %s", job_id, step_id, told.error().c_str());
+        // No daemon will come from this node: the other nodes' step map
+        // need not wait for it (a standby's port 0).
+        else if (parsed->pmix)
+            sink.standby(0);
     }
     return 0;
 }

@@ -10,7 +10,8 @@
 // task woke it, makes the FE wake every other one: it connects to each
 // standby's port (the address is that of the node's link, as the FE sees
 // it) and closes. A node that will never enroll is absent: its slurmstepd
-// left first (its tasks are over), or it cannot be woken. The step map
+// left first (its tasks are over), it cannot be woken, or its daemon could
+// not start (its slurmstepd says port 0). The step map
 // goes out once every node has enrolled or is absent; an absent node has
 // port 0 in it and has left the tree on every side from the start (its
 // children link to the next ancestor). See overlay_root.hpp.
@@ -35,8 +36,12 @@ constexpr timeval wake_timeout{5, 0};
 
 void OverlayRoot::standby(const Peer& from, const protocol::Standby& s)
 {
-    if (from.node >= setup.nnodes || s.port == 0 || s.port > 0xffff)
+    if (from.node >= setup.nnodes || s.port > 0xffff)
         return;
+    if (s.port == 0) {  // its daemon could not start: none will come
+        make_absent(from.node);
+        return;
+    }
     auto& slot = standbys[from.node];
     if (slot)
         return;  // told once; a link opened again says it again

@@ -395,6 +395,20 @@ TEST(OverlayRootTest, ANodeDoneBeforeItsDaemonWasWokenIsLeftOutOfTheMap)
     EXPECT_FALSE(s.from(2, protocol::Enroll{"not used", 5002}.encode()));
 }
 
+// node2's daemon could not start (its slurmstepd told srun's user so):
+// the map goes out without it rather than never.
+TEST(OverlayRootTest, ANodeWhoseDaemonCannotStartIsLeftOutOfTheMap)
+{
+    Step s;
+    ASSERT_TRUE(s.from(1, protocol::Standby{0}.encode(), protocol::Role::stepd));
+    ASSERT_TRUE(s.from(0, protocol::Enroll{"not used", 5000}.encode()));
+    EXPECT_TRUE(s.links.to_daemons.empty());
+    ASSERT_TRUE(s.from(2, protocol::Enroll{"not used", 5002}.encode()));
+    ASSERT_EQ(s.links.to_daemons.size(), 1u);
+    EXPECT_EQ(protocol::StepMap::decode(body_of(s.links.to_daemons[0]))->ports,
+              (std::vector<std::uint32_t>{5000, 0, 5002}));
+}
+
 TEST(OverlayRootTest, ADaemonThatEnrollsAfterItsSlurmstepdLeftStillCounts)
 {
     Step s;
