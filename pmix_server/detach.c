@@ -54,6 +54,15 @@ static int number(const char *s, unsigned long long *out)
     return errno == 0 && end && *end == '\0';
 }
 
+/* An inherited descriptor's number, 3-1023; else the helper fails. */
+static int descriptor(const char *s)
+{
+    unsigned long long v = 0;
+    if (!number(s, &v) || v < 3 || v > 1023)
+        _exit(126);
+    return (int)v;
+}
+
 int main(int argc, char **argv)
 {
     unsigned long long uid = 0, gid = 0, v = 0;
@@ -73,11 +82,12 @@ int main(int argc, char **argv)
             have_uid = 1;
         } else if (strcmp(argv[i], "--gid") == 0 && number(value, &gid)) {
             have_gid = 1;
-        } else if (strcmp(argv[i], "--start-on") == 0 || strcmp(argv[i], "--wake-fd") == 0 ||
-                   strcmp(argv[i], "--unless-hangup") == 0) {
-            if (!number(value, &v) || v < 3 || v > 1023)
-                _exit(126);
-            *(argv[i][2] == 's' ? &start_on : argv[i][2] == 'w' ? &wake_fd : &hangup_fd) = (int)v;
+        } else if (strcmp(argv[i], "--start-on") == 0) {
+            start_on = descriptor(value);
+        } else if (strcmp(argv[i], "--wake-fd") == 0) {
+            wake_fd = descriptor(value);
+        } else if (strcmp(argv[i], "--unless-hangup") == 0) {
+            hangup_fd = descriptor(value);
         } else if (strcmp(argv[i], "--groups") == 0) {
             char *list = strdup(value), *save = NULL, *g;
             for (g = list ? strtok_r(list, ",", &save) : NULL; g; g = strtok_r(NULL, ",", &save)) {
