@@ -105,7 +105,6 @@ public:
 
     const protocol::StepMap* map() const noexcept { return map_ ? &*map_ : nullptr; }
     bool linked_up() const;
-    std::uint16_t child_port() const noexcept { return child_port_; }
     std::size_t unacked() const noexcept { return unacked_.size(); }
     // This node's own outcomes (not a child's) that the FE acknowledged.
     const std::vector<protocol::Ack>& confirmed() const noexcept { return confirmed_; }

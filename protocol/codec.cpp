@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // codec.cpp - the body writer and reader every message is made of (Writer,
-// Reader in wire.hpp): big-endian integers, length-prefixed strings, lists
+// Reader in codec.hpp): big-endian integers, length-prefixed strings, lists
 // and blobs, each bounded so that a hostile length never allocates.
-#include "wire.hpp"
+#include "codec.hpp"
 
 #include <algorithm>
 

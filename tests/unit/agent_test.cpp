@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <set>
@@ -487,13 +488,17 @@ TEST(AgentCapTest, ARelayWithoutItsMapKeepsAWideTreesChildrenConnecting)
     a.fe_host = "127.0.0.1";
     a.fe_port = silent.port();
     node.agent = std::make_unique<Agent>(loop.base(), std::move(a), *protocol::random_secret(), node);
+    const std::set<std::uint16_t> before = test::listening_ports();
     node.agent->start();
-    ASSERT_NE(node.agent->child_port(), 0);
+    // The port the agent listens on for its children: the one it opened.
+    std::vector<std::uint16_t> opened;
+    std::ranges::set_difference(test::listening_ports(), before, std::back_inserter(opened));
+    ASSERT_EQ(opened.size(), 1u);
 
     // Three times the cap of an owner that expects no one in particular.
     constexpr std::size_t children = 3 * protocol::max_unauthenticated_channels;
     sockaddr_in to = silent.address;
-    to.sin_port = htons(node.agent->child_port());
+    to.sin_port = htons(opened.front());
     std::vector<int> fds;
     for (std::size_t i = 0; i < children; ++i) {
         const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <thread>
 
 namespace exitpolicy::test {
@@ -52,6 +53,23 @@ inline Listener listen_on_loopback(int backlog)
         l.fd = -1;
     }
     return l;
+}
+
+// The TCP ports this process listens on, each once: what a component under
+// test bound for itself is what appears here after it started.
+inline std::set<std::uint16_t> listening_ports()
+{
+    std::set<std::uint16_t> ports;
+    for (int fd = 0; fd < 4096; ++fd) {
+        int listening = 0;
+        socklen_t len = sizeof(listening);
+        sockaddr_in at{};
+        socklen_t at_len = sizeof(at);
+        if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&at), &at_len) == 0 && at.sin_family == AF_INET)
+            ports.insert(ntohs(at.sin_port));
+    }
+    return ports;
 }
 
 // A loop of the test's own.
