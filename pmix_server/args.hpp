@@ -34,6 +34,9 @@ struct Args {
     // daemon's library writes the tasks' environment.
     int reserved_fd = -1;
     std::string planned_version;
+    // The daemon's ends of the local tasks' PMI sockets (PMI_FD), one per
+    // rank of `ranks` in that order, from this descriptor up; -1: none.
+    int pmi_fd = -1;
     std::string dir;                   // private directory: local socket, PMIx rendezvous
     std::uint32_t uid = 0;             // the job's user (accepted on the local socket)
     std::string log_dir;               // empty: syslog
@@ -46,7 +49,7 @@ struct Args {
 // --job J --step S --node N --nnodes M --ntasks T --ranks 0,1 --hostname H
 // --fe HOST:PORT --secret-fd FD --ready-fd FD --control-fd FD --dir DIR --uid U
 // [--log-dir DIR] [--topology discover|none|/PATH] [--debug L]
-// [--reserved-fd FD --planned-version V]
+// [--reserved-fd FD --planned-version V] [--pmi-fd FD]
 Result<Args> parse_args(const std::vector<std::string>& argv);
 
 // The command line parse_args reads back as `args` (slurmstepd writes it):

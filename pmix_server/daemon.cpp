@@ -57,6 +57,7 @@ Daemon::~Daemon()
     // had confirmed as soon as it sees the link close.
     agent_.reset();
     locals_.clear();
+    pmi_.reset();
     anchor_.reset();  // a client of our server: it finalizes before the server
     // Work for the loop, which no longer runs, is dropped while the library
     // is still up: each upcall it carried answers its client then.
@@ -113,6 +114,7 @@ int Daemon::run()
     agent_ = std::make_unique<Agent>(base_, std::move(setup), secret_, static_cast<Agent::Node&>(*this));
     pmix_ = std::make_unique<PmixHost>(*this);
     anchor_ = std::make_unique<EventAnchor>(*this);
+    adopt_pmi_sockets();
     plan_server();
     if (planned_) {
         first_client_ = event_new(
@@ -263,6 +265,22 @@ void Daemon::check_planned_environment()
         log::debug("the tasks' PMIx environment is the library's");
 }
 
+// ---- the PMI service --------------------------------------------------------------------
+
+void Daemon::adopt_pmi_sockets()
+{
+    if (args_.pmi_fd < 0)
+        return;
+    std::vector<int> sockets;
+    for (std::size_t i = 0; i < args_.ranks.size(); ++i) {
+        const int fd = args_.pmi_fd + static_cast<int>(i);
+        ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // nothing the daemon starts holds a task's socket
+        sockets.push_back(fd);
+    }
+    pmi_ = std::make_unique<PmiServer>(base_, *this);
+    pmi_->adopt(args_.ranks, sockets);
+}
+
 // ---- the node's side of the overlay --------------------------------------------------
 
 void Daemon::mapped()
@@ -275,6 +293,8 @@ void Daemon::serve()
     const protocol::StepMap* map = agent_->map();
     if (!map || stopping_)
         return;
+    if (pmi_)
+        pmi_->serve(*map);
     // A planned server's node serves the overlay without it: what needs the
     // server waits for it (when_served, dmodex).
     if (planned_)

@@ -14,6 +14,7 @@
 #include "agent.hpp"
 #include "args.hpp"
 #include "step_services.hpp"
+#include "pmi_server.hpp"
 #include "pmix_host.hpp"
 #include "socket_activation.hpp"
 #include "timers.hpp"
@@ -94,6 +95,9 @@ private:
     // (socket_activation.hpp), when this library allows it; else the
     // server starts with the daemon, as it always did.
     void plan_server();
+    // The local tasks' PMI sockets (--pmi-fd), served by pmi_ once the map
+    // has come.
+    void adopt_pmi_sockets();
     // Starts the PMIx server (once): at the daemon's start, or in a planned
     // step when the first client connects or another node asks for a local
     // rank's data.
@@ -122,6 +126,7 @@ private:
     std::vector<std::unique_ptr<Local>> locals_;
 
     std::unique_ptr<PmixHost> pmix_;
+    std::unique_ptr<PmiServer> pmi_;
     std::optional<PlannedServer> planned_;
     activation::Reserved reserved_;
     event* first_client_ = nullptr;  // the reserved socket turns readable

@@ -118,6 +118,8 @@ void Daemon::client_finalized(std::uint32_t rank)
 
 void Daemon::failure_known(std::uint32_t rank, bool by_itself)
 {
+    if (pmi_)
+        pmi_->failed(rank);
     if (!first_known_)
         first_known_ = KnownFailure{rank, now_us(), by_itself};
 }

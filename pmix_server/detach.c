@@ -4,7 +4,8 @@
  *
  *   exitpolicy-detach --uid U --gid G [--groups G1,G2,...]
  *                     [--limit RESOURCE=VALUE ...]
- *                     [--start-on FD --wake-fd FD --unless-hangup FD]
+ *                     [--start-on FD --wake-fd FD --unless-hangup FD
+ *                      [--pmi-fds FIRST-LAST]]
  *                     -- DAEMON [ARGS...]
  *
  * slurmstepd spawns it (posix_spawn: no copy of slurmstepd's address
@@ -30,7 +31,11 @@
  * told: another node's daemon has started) turns readable; the wake
  * socket is closed first. It exits 0 without running anything once the
  * --unless-hangup descriptor (the control link: slurmstepd has closed its
- * end at the step's end) hangs up. */
+ * end at the step's end) hangs up. The --pmi-fds descriptors (the
+ * daemon's ends of the tasks' PMI sockets) wake it too when a task writes
+ * to its own (MPICH's PMI_Init); one whose task hangs up without a word (a
+ * task that never used PMI has ended) is no longer watched, and stays open
+ * for the daemon to find closed. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -42,7 +47,9 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-enum { pid_fd = 8, go_fd = 9, max_groups = 1024, max_limits = 16 };
+#include <sys/socket.h>
+
+enum { pid_fd = 8, go_fd = 9, max_groups = 1024, max_limits = 16, max_watched = 1024 };
 
 static int number(const char *s, unsigned long long *out)
 {
@@ -67,7 +74,7 @@ int main(int argc, char **argv)
 {
     unsigned long long uid = 0, gid = 0, v = 0;
     int have_uid = 0, have_gid = 0, ngroups = 0, nlimits = 0, i;
-    int start_on = -1, wake_fd = -1, hangup_fd = -1;
+    int start_on = -1, wake_fd = -1, hangup_fd = -1, pmi_first = -1, pmi_last = -2;
     static gid_t groups[max_groups];
     struct {
         int resource;
@@ -88,6 +95,17 @@ int main(int argc, char **argv)
             wake_fd = descriptor(value);
         } else if (strcmp(argv[i], "--unless-hangup") == 0) {
             hangup_fd = descriptor(value);
+        } else if (strcmp(argv[i], "--pmi-fds") == 0) {
+            const char *dash = strchr(value, '-');
+            char first[8];
+            if (!dash || (size_t)(dash - value) >= sizeof first)
+                _exit(126);
+            memcpy(first, value, (size_t)(dash - value));
+            first[dash - value] = '\0';
+            pmi_first = descriptor(first);
+            pmi_last = descriptor(dash + 1);
+            if (pmi_last < pmi_first || pmi_first < 10)
+                _exit(126);
         } else if (strcmp(argv[i], "--groups") == 0) {
             char *list = strdup(value), *save = NULL, *g;
             for (g = list ? strtok_r(list, ",", &save) : NULL; g; g = strtok_r(NULL, ",", &save)) {
@@ -114,7 +132,7 @@ int main(int argc, char **argv)
         }
     }
     if (!have_uid || !have_gid || i + 1 >= argc || (start_on >= 0) != (wake_fd >= 0) ||
-        (start_on >= 0) != (hangup_fd >= 0))
+        (start_on >= 0) != (hangup_fd >= 0) || (pmi_first >= 0 && start_on < 0))
         _exit(126);
     char **daemon = argv + i + 1;
 
@@ -144,17 +162,33 @@ int main(int argc, char **argv)
     if (setgroups((size_t)ngroups, groups) != 0 || setgid((gid_t)gid) != 0 || setuid((uid_t)uid) != 0)
         _exit(126);
     if (start_on >= 0) {
-        struct pollfd fds[3] = {{start_on, POLLIN, 0}, {wake_fd, POLLIN, 0}, {hangup_fd, 0, 0}};
-        for (;;) {
-            if (poll(fds, 3, -1) < 0) {
+        static struct pollfd fds[3 + max_watched];
+        nfds_t n = 3;
+        int woken = 0;
+        fds[0] = (struct pollfd){start_on, POLLIN, 0};
+        fds[1] = (struct pollfd){wake_fd, POLLIN, 0};
+        fds[2] = (struct pollfd){hangup_fd, 0, 0};
+        for (int fd = pmi_first; fd >= 0 && fd <= pmi_last; ++fd)
+            fds[n++] = (struct pollfd){fd, POLLIN, 0};
+        while (!woken) {
+            if (poll(fds, n, -1) < 0) {
                 if (errno == EINTR)
                     continue;
                 _exit(126);
             }
             if (fds[2].revents)
                 _exit(0);
-            if (fds[0].revents || fds[1].revents)
-                break;
+            woken = fds[0].revents || fds[1].revents;
+            for (nfds_t k = 3; k < n; ++k) {
+                char c;
+                if (!fds[k].revents)
+                    continue;
+                const ssize_t peeked = recv(fds[k].fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+                if (peeked == 1)
+                    woken = 1;
+                else if (peeked == 0 || (errno != EAGAIN && errno != EINTR))
+                    fds[k].fd = -1;  /* its task hung up: poll skips it */
+            }
         }
         close(wake_fd);
     }

@@ -120,14 +120,20 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     for (const SoftLimit& l : launch.limits)
         words.insert(words.end(), {"--limit", std::to_string(l.resource) + "=" + std::to_string(l.value)});
     const bool standby = launch.reserved_fd >= 0 && launch.wake_fd >= 0;
+    const int first_pmi = 10;
+    const int npmi = static_cast<int>(launch.pmi_fds.size());
     if (standby)
         words.insert(words.end(), {"--start-on", "6", "--wake-fd", "7", "--unless-hangup", "5"});
+    if (standby && npmi > 0)
+        words.insert(words.end(), {"--pmi-fds", std::to_string(first_pmi) + "-" + std::to_string(first_pmi + npmi - 1)});
     words.insert(words.end(), {"--", launch.path});
     words.insert(words.end(), launch.args.begin(), launch.args.end());
     for (const char* w2 : {"--secret-fd", "3", "--ready-fd", "4", "--control-fd", "5"})
         words.emplace_back(w2);
     if (launch.reserved_fd >= 0)
         words.insert(words.end(), {"--reserved-fd", "6"});
+    if (npmi > 0)
+        words.insert(words.end(), {"--pmi-fd", std::to_string(first_pmi)});
     std::vector<char*> argv;
     for (auto& word : words)
         argv.push_back(word.data());
@@ -158,10 +164,12 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     posix_spawnattr_t attr;
     posix_spawn_file_actions_init(&actions);
     posix_spawnattr_init(&attr);
-    const std::pair<int, int> places[] = {{null_fd, 0}, {null_fd, 1}, {null_fd, 2}, {secret_pipe[0], 3},
-                                          {ready_pipe[1], 4}, {control[1], 5}, {launch.reserved_fd, 6},
-                                          {standby ? launch.wake_fd : -1, 7}, {pid_pipe[1], 8}, {go_pipe[0], 9}};
-    int high = 10;
+    std::vector<std::pair<int, int>> places = {{null_fd, 0}, {null_fd, 1}, {null_fd, 2}, {secret_pipe[0], 3},
+                                               {ready_pipe[1], 4}, {control[1], 5}, {launch.reserved_fd, 6},
+                                               {standby ? launch.wake_fd : -1, 7}, {pid_pipe[1], 8}, {go_pipe[0], 9}};
+    for (int i = 0; i < npmi; ++i)
+        places.emplace_back(launch.pmi_fds[static_cast<std::size_t>(i)], first_pmi + i);
+    int high = first_pmi + npmi;
     for (const auto& [from, to] : places)
         high = std::max(high, from + 1);
     for (const auto& [from, to] : places)
@@ -170,7 +178,7 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     for (const auto& [from, to] : places)
         if (from >= 0)
             posix_spawn_file_actions_adddup2(&actions, high + to, to);
-    posix_spawn_file_actions_addclosefrom_np(&actions, 10);
+    posix_spawn_file_actions_addclosefrom_np(&actions, first_pmi + npmi);
     sigset_t none, all;
     sigemptyset(&none);
     sigfillset(&all);

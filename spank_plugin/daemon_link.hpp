@@ -62,6 +62,10 @@ struct DaemonLaunch {
     // reserved socket or someone to this one (the FE, once another node's
     // daemon has started), and ends unstarted when the control link closes.
     int wake_fd = -1;
+    // The daemon's ends of the local tasks' PMI sockets, in local task
+    // order: the daemon gets them from fd 10 up (--pmi-fd 10), and a
+    // standby wakes when a task writes to its own.
+    std::vector<int> pmi_fds;
 };
 
 template <typename Get>

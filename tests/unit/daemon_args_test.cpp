@@ -66,6 +66,7 @@ TEST(DaemonArgsTest, TheCommandLineReadsBackAsWritten)
     a.debug = 3;
     a.reserved_fd = 6;
     a.planned_version = "4.2.2rc2";
+    a.pmi_fd = 10;
     auto back = parse_args(command_line(a));
     ASSERT_TRUE(back) << back.error();
     EXPECT_TRUE(*back == a);
@@ -77,6 +78,7 @@ TEST(DaemonArgsTest, TheCommandLineReadsBackAsWritten)
     lean.ranks = {8};
     lean.reserved_fd = -1;
     lean.planned_version.clear();
+    lean.pmi_fd = -1;
     back = parse_args(command_line(lean));
     ASSERT_TRUE(back) << back.error();
     EXPECT_TRUE(*back == lean);
@@ -117,6 +119,7 @@ TEST(DaemonArgsTest, BadArgumentsAreNamed)
         {with("--dir", ""), "missing --dir"},
         {[&] { auto v = good(); v.insert(v.end(), {"--topology", "x.xml"}); return v; }(),
          "bad --topology x.xml (discover, none or an absolute path)"},
+        {[&] { auto v = good(); v.insert(v.end(), {"--pmi-fd", "2"}); return v; }(), "bad --pmi-fd"},
         {{"--job"}, "unexpected argument '--job'"},
         {{"job", "1"}, "unexpected argument 'job'"},
     };

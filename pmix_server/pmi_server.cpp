@@ -1,0 +1,453 @@
+// SPDX-License-Identifier: Apache-2.0
+// pmi_server.cpp - the PMI-1 and PMI-2 commands MPICH's clients send, each
+// answered once, in the framing its connection speaks. See pmi_server.hpp.
+#include "pmi_server.hpp"
+
+#include "pmix_server/log.hpp"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include <charconv>
+#include <climits>
+#include <unistd.h>
+
+namespace exitpolicy::pmix_server {
+namespace {
+
+// What MPICH is told of its limits (PMI-1 get_maxes); PMI-2's are fixed at
+// the same key and value sizes (pmi2.h).
+constexpr std::size_t kvsname_max = 256;
+constexpr std::size_t keylen_max = 64;
+constexpr std::size_t vallen_max = 1024;
+
+using Pairs = std::vector<std::pair<std::string, std::string>>;
+
+std::optional<long> integer(const std::string* text)
+{
+    long v = 0;
+    if (!text || text->empty())
+        return std::nullopt;
+    const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), v);
+    if (ec != std::errc{} || end != text->data() + text->size())
+        return std::nullopt;
+    return v;
+}
+
+void append_string(protocol::Bytes& out, const std::string& s)
+{
+    const auto n = static_cast<std::uint32_t>(s.size());
+    for (int shift = 24; shift >= 0; shift -= 8)
+        out.push_back(static_cast<std::uint8_t>(n >> shift));
+    out.insert(out.end(), s.begin(), s.end());
+}
+
+// Reads what append_string wrote; false at the end or on a malformed rest.
+bool read_string(const protocol::Bytes& in, std::size_t& at, std::string& s)
+{
+    if (in.size() - at < 4)
+        return false;
+    std::uint32_t n = 0;
+    for (int i = 0; i < 4; ++i)
+        n = (n << 8) | in[at + static_cast<std::size_t>(i)];
+    at += 4;
+    if (in.size() - at < n)
+        return false;
+    s.assign(reinterpret_cast<const char*>(in.data() + at), n);
+    at += n;
+    return true;
+}
+
+}  // namespace
+
+std::string process_mapping(const std::vector<std::uint32_t>& rank_node, std::size_t limit)
+{
+    // Blocks: (node, ranks in a row there).
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> blocks;
+    for (std::uint32_t node : rank_node) {
+        if (!blocks.empty() && blocks.back().first == node)
+            ++blocks.back().second;
+        else
+            blocks.emplace_back(node, 1);
+    }
+    std::string out = "(vector";
+    for (std::size_t i = 0; i < blocks.size();) {
+        std::size_t j = i + 1;
+        while (j < blocks.size() && blocks[j].first == blocks[j - 1].first + 1 && blocks[j].second == blocks[i].second)
+            ++j;
+        out += ",(" + std::to_string(blocks[i].first) + "," + std::to_string(j - i) + "," +
+               std::to_string(blocks[i].second) + ")";
+        if (out.size() >= limit)
+            return {};
+        i = j;
+    }
+    out += ")";
+    return out.size() <= limit ? out : std::string{};
+}
+
+struct PmiServer::Conn {
+    PmiServer* server = nullptr;
+    std::uint32_t rank = 0;
+    bufferevent* bev = nullptr;
+    pmi::Parser parser;
+    bool initialized = false;
+    bool finalized = false;
+    bool done = false;  // aborted, or broke the protocol: nothing more is read
+    int spawn_blocks = 0;
+    ~Conn()
+    {
+        if (bev)
+            bufferevent_free(bev);
+    }
+};
+
+PmiServer::PmiServer(event_base* base, StepServices& step) : base_(base), step_(step) {}
+
+PmiServer::~PmiServer() = default;
+
+void PmiServer::adopt(const std::vector<std::uint32_t>& ranks, const std::vector<int>& sockets)
+{
+    for (std::size_t i = 0; i < sockets.size() && i < ranks.size(); ++i) {
+        auto c = std::make_unique<Conn>();
+        c->server = this;
+        c->rank = ranks[i];
+        c->bev = bufferevent_socket_new(base_, sockets[i], BEV_OPT_CLOSE_ON_FREE);
+        if (!c->bev) {
+            ::close(sockets[i]);
+            log::error("rank %u gets no PMI service: no memory for its connection", ranks[i]);
+            continue;
+        }
+        bufferevent_setcb(
+            c->bev,
+            [](bufferevent*, void* arg) noexcept {
+                auto* conn = static_cast<Conn*>(arg);
+                conn->server->on_read(*conn);
+            },
+            nullptr,
+            [](bufferevent*, short what, void* arg) noexcept {
+                if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+                    auto* conn = static_cast<Conn*>(arg);
+                    conn->server->on_closed(*conn);
+                }
+            },
+            c.get());
+        conns_.push_back(std::move(c));
+    }
+}
+
+void PmiServer::serve(const protocol::StepMap& map)
+{
+    if (serving_)
+        return;
+    serving_ = true;
+    const Args& a = step_.args();
+    kvsname_ = std::to_string(a.job_id) + "." + std::to_string(a.step_id);
+    if (auto mapping = process_mapping(map.rank_node); !mapping.empty())
+        attributes_["PMI_process_mapping"] = mapping;
+    attributes_["universeSize"] = std::to_string(a.ntasks);
+    for (auto& c : conns_)
+        bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    log::debug("PMI: serving %zu local tasks of %s", conns_.size(), kvsname_.c_str());
+}
+
+void PmiServer::failed(std::uint32_t rank)
+{
+    if (!dead_.insert(rank).second)
+        return;
+    dead_list_.clear();
+    for (std::uint32_t r : dead_)
+        dead_list_ += (dead_list_.empty() ? "" : ",") + std::to_string(r);
+}
+
+std::size_t PmiServer::clients() const noexcept
+{
+    std::size_t n = 0;
+    for (const auto& c : conns_)
+        n += c->initialized && !c->finalized && !c->done;
+    return n;
+}
+
+void PmiServer::on_read(Conn& c)
+{
+    evbuffer* in = bufferevent_get_input(c.bev);
+    const std::size_t n = evbuffer_get_length(in);
+    std::string bytes(n, '\0');
+    evbuffer_remove(in, bytes.data(), n);
+    if (c.done)
+        return;  // what comes after an abort (MPICH's message may run on) is not read
+    c.parser.feed(bytes);
+    for (;;) {
+        auto next = c.parser.next();
+        if (!next) {
+            log::error("PMI: rank %u: %s; its PMI connection is closed", c.rank, next.error().c_str());
+            c.done = true;
+            bufferevent_disable(c.bev, EV_READ);
+            ::shutdown(bufferevent_getfd(c.bev), SHUT_RDWR);
+            return;
+        }
+        if (!*next)
+            return;
+        if (!handle(c, **next)) {
+            c.done = true;
+            return;
+        }
+    }
+}
+
+void PmiServer::on_closed(Conn& c)
+{
+    // The task hung up: it ended, or finalized (MPICH 4.0 closes then). Its
+    // end itself is the pidfd's and slurmstepd's news.
+    if (c.initialized && !c.finalized && !c.done)
+        log::debug("PMI: rank %u hung up without finalize", c.rank);
+    c.done = true;
+    in_barrier_.erase(&c);
+    std::erase_if(attr_waiting_, [&](const auto& w) { return w.first == &c; });
+    bufferevent_disable(c.bev, EV_READ | EV_WRITE);
+    // The others' barrier may be complete without it (and then fails over it).
+    if (!in_barrier_.empty())
+        enter_barrier(**in_barrier_.begin());
+}
+
+void PmiServer::send(Conn& c, std::string_view cmd, const Pairs& args)
+{
+    const std::string text = pmi::reply(c.parser.version(), cmd, args);
+    bufferevent_write(c.bev, text.data(), text.size());
+}
+
+const std::string* PmiServer::lookup(const std::string& key)
+{
+    if (auto it = kvs_.find(key); it != kvs_.end())
+        return &it->second;
+    if (auto it = attributes_.find(key); it != attributes_.end())
+        return &it->second;
+    if (key == "PMI_dead_processes" && !dead_list_.empty())
+        return &dead_list_;
+    return nullptr;
+}
+
+bool PmiServer::handle(Conn& c, const pmi::Request& r)
+{
+    log::debug("PMI: rank %u: %s (PMI-%d)", c.rank, r.cmd.c_str(), r.version);
+    if (r.cmd == "init") {
+        const auto version = integer(r.get("pmi_version"));
+        const auto sub = integer(r.get("pmi_subversion"));
+        if (version != 1 && version != 2) {
+            send(c, "response_to_init", {{"pmi_version", "1"}, {"pmi_subversion", "1"}, {"rc", "-1"}});
+            log::error("PMI: rank %u asks for PMI version %s; this node serves 1.1 and 2.0", c.rank,
+                       r.get("pmi_version") ? r.get("pmi_version")->c_str() : "(none)");
+            return false;
+        }
+        // The reply is PMI-1 framed whatever the version: the parser
+        // switches to PMI-2 frames only for what follows the init.
+        const std::string text = pmi::reply(1, "response_to_init",
+                                            {{"pmi_version", std::to_string(*version)},
+                                             {"pmi_subversion", std::to_string(sub.value_or(0))},
+                                             {"rc", "0"}});
+        bufferevent_write(c.bev, text.data(), text.size());
+        if (!c.initialized) {
+            c.initialized = true;
+            step_.client_connected(c.rank);
+        }
+        return true;
+    }
+    if (r.cmd == "abort") {
+        // MPICH 4.0 PMI-1: exitcode; 4.2: exitcode and message; MPICH's
+        // PMI-2 exit code is always -1 (its message says what happened).
+        const long code = integer(r.get("exitcode")).value_or(1);
+        const std::string* message = r.get("message");
+        if (!message)
+            message = r.get("msg");
+        step_.abort(c.rank, static_cast<int>(std::clamp<long>(code, INT_MIN, INT_MAX)),
+                    message ? *message : "PMI abort");
+        return false;
+    }
+    return r.version == 2 ? handle_v2(c, r) : handle_v1(c, r);
+}
+
+bool PmiServer::put(Conn& c, const pmi::Request& r, std::string_view reply)
+{
+    const std::string* key = r.get("key");
+    const std::string* value = r.get("value");
+    const char* wrong = !key || key->empty() ? "no key"
+                        : key->size() > keylen_max ? "key longer than 64 characters"
+                        : !value || value->empty() ? "no value"
+                        : value->size() > vallen_max ? "value longer than 1024 characters"
+                                                      : nullptr;
+    if (wrong) {
+        if (c.parser.version() == 2)
+            send(c, reply, {{"rc", "-1"}, {"errmsg", wrong}});
+        else
+            send(c, reply, {{"rc", "-1"}, {"msg", "invalid_key_or_value"}});
+        log::error("PMI: rank %u: put refused: %s", c.rank, wrong);
+        return true;
+    }
+    kvs_[*key] = *value;
+    unsent_.emplace_back(*key, *value);
+    send(c, reply, {{"rc", "0"}});
+    return true;
+}
+
+bool PmiServer::handle_v1(Conn& c, const pmi::Request& r)
+{
+    if (r.cmd == "get_maxes") {
+        send(c, "maxes", {{"kvsname_max", std::to_string(kvsname_max)}, {"keylen_max", std::to_string(keylen_max)},
+                          {"vallen_max", std::to_string(vallen_max)}, {"rc", "0"}});
+    } else if (r.cmd == "get_appnum") {
+        send(c, "appnum", {{"appnum", "0"}, {"rc", "0"}});
+    } else if (r.cmd == "get_my_kvsname") {
+        send(c, "my_kvsname", {{"kvsname", kvsname_}, {"rc", "0"}});
+    } else if (r.cmd == "get_universe_size") {
+        send(c, "universe_size", {{"size", std::to_string(step_.args().ntasks)}, {"rc", "0"}});
+    } else if (r.cmd == "put") {
+        return put(c, r, "put_result");
+    } else if (r.cmd == "get") {
+        const std::string* key = r.get("key");
+        const std::string* value = key ? lookup(*key) : nullptr;
+        if (value)
+            send(c, "get_result", {{"rc", "0"}, {"value", *value}});
+        else
+            send(c, "get_result", {{"rc", "-1"}, {"msg", "key_not_found"}});
+    } else if (r.cmd == "barrier_in") {
+        enter_barrier(c);
+    } else if (r.cmd == "finalize") {
+        c.finalized = true;
+        send(c, "finalize_ack", {{"rc", "0"}});
+        step_.client_finalized(c.rank);
+    } else if (r.cmd == "spawn") {
+        // One block per command; the answer follows the last.
+        const auto total = integer(r.get("totspawns")).value_or(1);
+        if (++c.spawn_blocks >= total) {
+            c.spawn_blocks = 0;
+            send(c, "spawn_result", {{"rc", "-1"}, {"msg", "spawn_is_not_supported_under_srun"}});
+            log::error("PMI: rank %u asked to spawn processes; srun steps cannot grow", c.rank);
+        }
+    } else if (r.cmd == "publish_name" || r.cmd == "unpublish_name" || r.cmd == "lookup_name") {
+        const std::string what = r.cmd.substr(0, r.cmd.find('_'));
+        send(c, what + "_result", {{"rc", "-1"}, {"msg", "name_service_not_supported"}});
+    } else {
+        log::error("PMI: rank %u sent an unknown PMI-1 command %s", c.rank, r.cmd.c_str());
+        send(c, r.cmd + "_result", {{"rc", "-1"}, {"msg", "unknown_command"}});
+    }
+    return true;
+}
+
+bool PmiServer::handle_v2(Conn& c, const pmi::Request& r)
+{
+    const std::string response = r.cmd + "-response";
+    Pairs extra;
+    if (const std::string* thrid = r.get("thrid"))
+        extra.emplace_back("thrid", *thrid);
+    auto answer = [&](Pairs args) {
+        args.insert(args.end(), extra.begin(), extra.end());
+        send(c, response, args);
+    };
+    auto found = [&](const std::string* value) {
+        if (value)
+            answer({{"rc", "0"}, {"found", "TRUE"}, {"value", *value}});
+        else
+            answer({{"rc", "0"}, {"found", "FALSE"}});
+    };
+    if (r.cmd == "fullinit") {
+        answer({{"rc", "0"}, {"rank", std::to_string(c.rank)}, {"size", std::to_string(step_.args().ntasks)},
+                {"appnum", "0"}, {"pmiverbose", "0"}});
+    } else if (r.cmd == "job-getid") {
+        answer({{"rc", "0"}, {"jobid", kvsname_}});
+    } else if (r.cmd == "kvs-put") {
+        return put(c, r, response);
+    } else if (r.cmd == "kvs-get") {
+        const std::string* key = r.get("key");
+        found(key ? lookup(*key) : nullptr);
+    } else if (r.cmd == "info-getjobattr") {
+        const std::string* key = r.get("key");
+        const auto it = key ? attributes_.find(*key) : attributes_.end();
+        found(it != attributes_.end() ? &it->second : nullptr);
+    } else if (r.cmd == "kvs-fence") {
+        enter_barrier(c);
+    } else if (r.cmd == "info-putnodeattr") {
+        const std::string* key = r.get("key");
+        const std::string* value = r.get("value");
+        if (!key || !value) {
+            answer({{"rc", "-1"}, {"errmsg", "key and value required"}});
+            return true;
+        }
+        answer({{"rc", "0"}});
+        put_node_attr(*key, *value);
+    } else if (r.cmd == "info-getnodeattr") {
+        const std::string* key = r.get("key");
+        const std::string* wait = r.get("wait");
+        const auto it = key ? node_attrs_.find(*key) : node_attrs_.end();
+        if (it == node_attrs_.end() && key && wait && *wait == "TRUE")
+            attr_waiting_.emplace_back(&c, *key);  // answered when a local task puts it
+        else
+            found(it != node_attrs_.end() ? &it->second : nullptr);
+    } else if (r.cmd == "finalize") {
+        c.finalized = true;
+        answer({{"rc", "0"}});
+        step_.client_finalized(c.rank);
+    } else {
+        // spawn, name service, job-connect: not under srun.
+        log::error("PMI: rank %u sent a PMI-2 command this node does not serve: %s", c.rank, r.cmd.c_str());
+        answer({{"rc", "-1"}, {"errmsg", r.cmd + " is not supported in srun steps"}});
+    }
+    return true;
+}
+
+void PmiServer::put_node_attr(const std::string& key, const std::string& value)
+{
+    node_attrs_[key] = value;
+    auto waiting = std::exchange(attr_waiting_, {});
+    for (auto& [conn, wanted] : waiting) {
+        if (wanted != key) {
+            attr_waiting_.emplace_back(conn, wanted);
+            continue;
+        }
+        Pairs args{{"rc", "0"}, {"found", "TRUE"}, {"value", value}};
+        send(*conn, "info-getnodeattr-response", args);
+    }
+}
+
+void PmiServer::enter_barrier(Conn& c)
+{
+    if (!c.done)
+        in_barrier_.insert(&c);
+    if (barrier_pending_)
+        return;
+    for (const auto& conn : conns_)
+        if (!conn->done && !conn->finalized && !in_barrier_.count(conn.get()))
+            return;  // someone here has yet to come
+    if (in_barrier_.empty())
+        return;
+    barrier_pending_ = true;
+    protocol::Bytes data;
+    for (const auto& [key, value] : std::exchange(unsent_, {})) {
+        append_string(data, key);
+        append_string(data, value);
+    }
+    step_.fence({}, std::move(data), 0, [this](int status, protocol::Bytes all) { barrier_done(status, all); });
+}
+
+void PmiServer::barrier_done(int status, const protocol::Bytes& data)
+{
+    barrier_pending_ = false;
+    std::size_t at = 0;
+    std::string key, value;
+    while (status == 0 && read_string(data, at, key) && read_string(data, at, value))
+        kvs_[key] = value;
+    if (status == 0 && at != data.size()) {
+        log::error("PMI: a barrier's data is malformed at byte %zu of %zu", at, data.size());
+        status = -1;
+    }
+    if (status != 0)
+        log::error("PMI: a barrier failed (status %d): a task of the step is gone", status);
+    const std::string rc = status == 0 ? "0" : "-1";
+    for (Conn* c : std::exchange(in_barrier_, {})) {
+        if (c->parser.version() == 2)
+            send(*c, "kvs-fence-response", {{"rc", rc}});
+        else
+            send(*c, "barrier_out", {{"rc", rc}});
+    }
+}
+
+}  // namespace exitpolicy::pmix_server

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+// pmi_server.hpp - the PMI-1 and PMI-2 service of a node's MPICH-family
+// tasks (MPICH, MVAPICH, Intel MPI's built-in client): each local task has
+// its own socket, inherited as PMI_FD (slurmstepd made the pair), so a
+// connection is its task's by construction and nobody else's. The step's
+// key-value space spans every node: a barrier (PMI-1 barrier_in, PMI-2
+// kvs-fence) is a fence of the whole step through the overlay
+// (StepServices::fence) carrying what this node's tasks put since the last
+// one; the replies all come from here. abort reaches the step as PMIx_Abort
+// does, with its code; init and finalize mark the task as a client the way
+// PMIx_Init and PMIx_Finalize do (teardown, collateral).
+//
+// Loop thread only. Requests wait in their sockets until serve(): the step
+// map gives PMI_process_mapping and the fence its participants. Wire format:
+// pmi_wire.hpp.
+#pragma once
+
+#include "pmi_wire.hpp"
+#include "protocol/wire.hpp"
+#include "step_services.hpp"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+struct event_base;
+
+namespace exitpolicy::pmix_server {
+
+// MPICH's process mapping ("(vector,(first node,nodes,ranks per node),...)")
+// of a step whose rank r runs on node rank_node[r]: consecutive ranks on a
+// node make a block, consecutive blocks of one size on consecutive nodes
+// one triple. Empty when it would not fit in `limit` characters (MPICH
+// then asks each rank's host instead).
+std::string process_mapping(const std::vector<std::uint32_t>& rank_node, std::size_t limit = 1024);
+
+class PmiServer {
+public:
+    PmiServer(event_base* base, StepServices& step);
+    ~PmiServer();
+    PmiServer(const PmiServer&) = delete;
+    PmiServer& operator=(const PmiServer&) = delete;
+
+    // Takes the daemon's end of each local task's PMI socket: sockets[i] is
+    // rank ranks[i]'s. Nothing is read before serve().
+    void adopt(const std::vector<std::uint32_t>& ranks, const std::vector<int>& sockets);
+    // The step map has come: requests are answered from now on.
+    void serve(const protocol::StepMap& map);
+    // A rank of the step ended abnormally (here or elsewhere): MPICH's
+    // PMI_dead_processes names it.
+    void failed(std::uint32_t rank);
+    // Tasks that said init and neither finalize nor hung up yet.
+    std::size_t clients() const noexcept;
+
+private:
+    struct Conn;
+    void on_read(Conn& c);
+    void on_closed(Conn& c);
+    // One request; false: the connection is done (abort, a protocol error).
+    bool handle(Conn& c, const pmi::Request& r);
+    bool handle_v1(Conn& c, const pmi::Request& r);
+    bool handle_v2(Conn& c, const pmi::Request& r);
+    void send(Conn& c, std::string_view cmd, const std::vector<std::pair<std::string, std::string>>& args = {});
+    // A key's value: the step's space, then the job attributes.
+    const std::string* lookup(const std::string& key);
+    bool put(Conn& c, const pmi::Request& r, std::string_view reply);
+    void enter_barrier(Conn& c);
+    void barrier_done(int status, const protocol::Bytes& data);
+    void put_node_attr(const std::string& key, const std::string& value);
+
+    event_base* base_;
+    StepServices& step_;
+    std::vector<std::unique_ptr<Conn>> conns_;
+    bool serving_ = false;
+    std::string kvsname_;
+    std::map<std::string, std::string> attributes_;  // PMI_process_mapping, universeSize, ...
+    std::map<std::string, std::string> kvs_;         // the step's space as of the last barrier, and own puts
+    std::vector<std::pair<std::string, std::string>> unsent_;  // this node's puts since the last barrier
+    std::set<Conn*> in_barrier_;
+    bool barrier_pending_ = false;  // this node's part is on its way; the rest waits for the next
+    std::map<std::string, std::string> node_attrs_;  // PMI-2 info-putnodeattr
+    std::vector<std::pair<Conn*, std::string>> attr_waiting_;  // info-getnodeattr wait=TRUE
+    std::set<std::uint32_t> dead_;
+    std::string dead_list_;  // dead_ as MPICH reads it: "3,5"
+};
+
+}  // namespace exitpolicy::pmix_server
