@@ -148,7 +148,7 @@ std::string describe(const TaskOutcome& task, int lost_code)
     case WaitStatus::Kind::exited:
         text = "exited with code " + std::to_string(s.exit_code);
         if (task.finalized.has_value() && !*task.finalized)
-            text += " without finalizing PMIx";
+            text += " without finalizing";
         break;
     case WaitStatus::Kind::signaled:
         text = "killed by " + signal_name(s.signal);

@@ -74,7 +74,7 @@ std::string signal_name(int signal);
 
 // "exited with code 3", "killed by SIGSEGV (core dumped)", "aborted with
 // status 7", "lost (no outcome reported; counted as code 1)", with
-// " without finalizing PMIx" for a PMIx client that exited unfinalized.
+// " without finalizing" for a PMIx or PMI client that exited unfinalized.
 std::string describe(const TaskOutcome& task, int lost_code);
 
 }  // namespace exitpolicy

@@ -9,6 +9,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include <algorithm>
 #include <charconv>
 #include <climits>
 #include <unistd.h>
@@ -61,9 +62,53 @@ bool read_string(const protocol::Bytes& in, std::size_t& at, std::string& s)
 
 }  // namespace
 
+int abort_code(std::optional<long> exitcode, std::string_view message)
+{
+    // MPICH's PMI-2 client says -1 whatever the code; its message has it.
+    constexpr std::string_view call = "MPI_Abort(";
+    if (exitcode.value_or(-1) == -1) {
+        if (const auto at = message.find(call); at != std::string_view::npos) {
+            const auto comma = message.find(", ", at);
+            const auto close = message.find(')', at);
+            long v = 0;
+            if (comma != std::string_view::npos && close != std::string_view::npos && comma < close) {
+                const char* first = message.data() + comma + 2;
+                const char* last = message.data() + close;
+                const auto [end, ec] = std::from_chars(first, last, v);
+                if (ec == std::errc{} && end == last)
+                    exitcode = v;
+            }
+        }
+    }
+    return static_cast<int>(std::clamp<long>(exitcode.value_or(1), INT_MIN, INT_MAX));
+}
+
+namespace {
+
+struct Triple {
+    std::uint32_t first_node, nodes, per_node;
+    bool operator==(const Triple&) const = default;
+};
+
+// MPICH's reading of a mapping: the triples in turn, from the first again
+// when they run out, until every rank has its node.
+bool expands_to(const std::vector<Triple>& triples, std::size_t n, const std::vector<std::uint32_t>& rank_node)
+{
+    std::size_t rank = 0;
+    for (std::size_t t = 0; rank < rank_node.size(); t = (t + 1) % n)
+        for (std::uint32_t node = triples[t].first_node; node < triples[t].first_node + triples[t].nodes; ++node)
+            for (std::uint32_t k = 0; k < triples[t].per_node && rank < rank_node.size(); ++k)
+                if (rank_node[rank++] != node)
+                    return false;
+    return true;
+}
+
+}  // namespace
+
 std::string process_mapping(const std::vector<std::uint32_t>& rank_node, std::size_t limit)
 {
-    // Blocks: (node, ranks in a row there).
+    // Blocks: (node, ranks in a row there); then triples: blocks of one
+    // size on consecutive nodes.
     std::vector<std::pair<std::uint32_t, std::uint32_t>> blocks;
     for (std::uint32_t node : rank_node) {
         if (!blocks.empty() && blocks.back().first == node)
@@ -71,16 +116,36 @@ std::string process_mapping(const std::vector<std::uint32_t>& rank_node, std::si
         else
             blocks.emplace_back(node, 1);
     }
-    std::string out = "(vector";
+    std::vector<Triple> triples;
     for (std::size_t i = 0; i < blocks.size();) {
         std::size_t j = i + 1;
         while (j < blocks.size() && blocks[j].first == blocks[j - 1].first + 1 && blocks[j].second == blocks[i].second)
             ++j;
-        out += ",(" + std::to_string(blocks[i].first) + "," + std::to_string(j - i) + "," +
-               std::to_string(blocks[i].second) + ")";
+        triples.push_back({blocks[i].first, static_cast<std::uint32_t>(j - i), blocks[i].second});
+        i = j;
+    }
+    if (triples.empty())
+        return {};
+    // A cyclic layout repeats its first triples: MPICH repeats them too.
+    // Tried where the list starts over, a bounded number of times.
+    std::size_t n = triples.size();
+    int tries = 0;
+    for (std::size_t p = 1; p < triples.size() && tries < 16; ++p) {
+        if (!(triples[p] == triples[0]))
+            continue;
+        ++tries;
+        if (expands_to(triples, p, rank_node)) {
+            n = p;
+            break;
+        }
+    }
+    std::string out = "(vector";
+    for (std::size_t i = 0; i < n; ++i) {
+        const Triple& t = triples[i];
+        out += ",(" + std::to_string(t.first_node) + "," + std::to_string(t.nodes) + "," +
+               std::to_string(t.per_node) + ")";
         if (out.size() >= limit)
             return {};
-        i = j;
     }
     out += ")";
     return out.size() <= limit ? out : std::string{};
@@ -95,6 +160,7 @@ struct PmiServer::Conn {
     bool finalized = false;
     bool done = false;  // aborted, or broke the protocol: nothing more is read
     int spawn_blocks = 0;
+    std::string barrier_thrid;  // PMI-2: what its kvs-fence's reply echoes
     ~Conn()
     {
         if (bev)
@@ -181,9 +247,8 @@ void PmiServer::on_read(Conn& c)
         auto next = c.parser.next();
         if (!next) {
             log::error("PMI: rank %u: %s; its PMI connection is closed", c.rank, next.error().c_str());
-            c.done = true;
-            bufferevent_disable(c.bev, EV_READ);
             ::shutdown(bufferevent_getfd(c.bev), SHUT_RDWR);
+            on_closed(c);
             return;
         }
         if (!*next)
@@ -203,15 +268,17 @@ void PmiServer::on_closed(Conn& c)
         log::debug("PMI: rank %u hung up without finalize", c.rank);
     c.done = true;
     in_barrier_.erase(&c);
-    std::erase_if(attr_waiting_, [&](const auto& w) { return w.first == &c; });
+    std::erase_if(attr_waiting_, [&](const auto& w) { return w.conn == &c; });
     bufferevent_disable(c.bev, EV_READ | EV_WRITE);
     // The others' barrier may be complete without it (and then fails over it).
-    if (!in_barrier_.empty())
-        enter_barrier(**in_barrier_.begin());
+    check_barrier();
 }
 
-void PmiServer::send(Conn& c, std::string_view cmd, const Pairs& args)
+void PmiServer::send(Conn& c, std::string_view cmd, Pairs args, const std::string& thrid)
 {
+    // A threaded PMI-2 client matches replies to requests by thrid.
+    if (!thrid.empty())
+        args.emplace_back("thrid", thrid);
     const std::string text = pmi::reply(c.parser.version(), cmd, args);
     bufferevent_write(c.bev, text.data(), text.size());
 }
@@ -253,14 +320,11 @@ bool PmiServer::handle(Conn& c, const pmi::Request& r)
         return true;
     }
     if (r.cmd == "abort") {
-        // MPICH 4.0 PMI-1: exitcode; 4.2: exitcode and message; MPICH's
-        // PMI-2 exit code is always -1 (its message says what happened).
-        const long code = integer(r.get("exitcode")).value_or(1);
         const std::string* message = r.get("message");
         if (!message)
-            message = r.get("msg");
-        step_.abort(c.rank, static_cast<int>(std::clamp<long>(code, INT_MIN, INT_MAX)),
-                    message ? *message : "PMI abort");
+            message = r.get("msg");  // MPICH 3's PMI-2
+        const std::string text = message ? *message : "MPI_Abort through PMI-1 (MPICH 4.0 sends no message)";
+        step_.abort(c.rank, abort_code(integer(r.get("exitcode")), text), text);
         return false;
     }
     return r.version == 2 ? handle_v2(c, r) : handle_v1(c, r);
@@ -268,6 +332,8 @@ bool PmiServer::handle(Conn& c, const pmi::Request& r)
 
 bool PmiServer::put(Conn& c, const pmi::Request& r, std::string_view reply)
 {
+    const std::string* thrid = r.get("thrid");
+    const std::string echo = thrid ? *thrid : std::string{};
     const std::string* key = r.get("key");
     const std::string* value = r.get("value");
     const char* wrong = !key || key->empty() ? "no key"
@@ -277,7 +343,7 @@ bool PmiServer::put(Conn& c, const pmi::Request& r, std::string_view reply)
                                                       : nullptr;
     if (wrong) {
         if (c.parser.version() == 2)
-            send(c, reply, {{"rc", "-1"}, {"errmsg", wrong}});
+            send(c, reply, {{"rc", "-1"}, {"errmsg", wrong}}, echo);
         else
             send(c, reply, {{"rc", "-1"}, {"msg", "invalid_key_or_value"}});
         log::error("PMI: rank %u: put refused: %s", c.rank, wrong);
@@ -285,7 +351,7 @@ bool PmiServer::put(Conn& c, const pmi::Request& r, std::string_view reply)
     }
     kvs_[*key] = *value;
     unsent_.emplace_back(*key, *value);
-    send(c, reply, {{"rc", "0"}});
+    send(c, reply, {{"rc", "0"}}, echo);
     return true;
 }
 
@@ -315,6 +381,7 @@ bool PmiServer::handle_v1(Conn& c, const pmi::Request& r)
         c.finalized = true;
         send(c, "finalize_ack", {{"rc", "0"}});
         step_.client_finalized(c.rank);
+        check_barrier();  // the others' need not wait for it
     } else if (r.cmd == "spawn") {
         // One block per command; the answer follows the last.
         const auto total = integer(r.get("totspawns")).value_or(1);
@@ -336,13 +403,9 @@ bool PmiServer::handle_v1(Conn& c, const pmi::Request& r)
 bool PmiServer::handle_v2(Conn& c, const pmi::Request& r)
 {
     const std::string response = r.cmd + "-response";
-    Pairs extra;
-    if (const std::string* thrid = r.get("thrid"))
-        extra.emplace_back("thrid", *thrid);
-    auto answer = [&](Pairs args) {
-        args.insert(args.end(), extra.begin(), extra.end());
-        send(c, response, args);
-    };
+    const std::string* given = r.get("thrid");
+    const std::string thrid = given ? *given : std::string{};
+    auto answer = [&](Pairs args) { send(c, response, std::move(args), thrid); };
     auto found = [&](const std::string* value) {
         if (value)
             answer({{"rc", "0"}, {"found", "TRUE"}, {"value", *value}});
@@ -364,6 +427,7 @@ bool PmiServer::handle_v2(Conn& c, const pmi::Request& r)
         const auto it = key ? attributes_.find(*key) : attributes_.end();
         found(it != attributes_.end() ? &it->second : nullptr);
     } else if (r.cmd == "kvs-fence") {
+        c.barrier_thrid = thrid;
         enter_barrier(c);
     } else if (r.cmd == "info-putnodeattr") {
         const std::string* key = r.get("key");
@@ -379,13 +443,14 @@ bool PmiServer::handle_v2(Conn& c, const pmi::Request& r)
         const std::string* wait = r.get("wait");
         const auto it = key ? node_attrs_.find(*key) : node_attrs_.end();
         if (it == node_attrs_.end() && key && wait && *wait == "TRUE")
-            attr_waiting_.emplace_back(&c, *key);  // answered when a local task puts it
+            attr_waiting_.push_back({&c, *key, thrid});  // answered when a local task puts it
         else
             found(it != node_attrs_.end() ? &it->second : nullptr);
     } else if (r.cmd == "finalize") {
         c.finalized = true;
         answer({{"rc", "0"}});
         step_.client_finalized(c.rank);
+        check_barrier();  // the others' need not wait for it
     } else {
         // spawn, name service, job-connect: not under srun.
         log::error("PMI: rank %u sent a PMI-2 command this node does not serve: %s", c.rank, r.cmd.c_str());
@@ -398,13 +463,11 @@ void PmiServer::put_node_attr(const std::string& key, const std::string& value)
 {
     node_attrs_[key] = value;
     auto waiting = std::exchange(attr_waiting_, {});
-    for (auto& [conn, wanted] : waiting) {
-        if (wanted != key) {
-            attr_waiting_.emplace_back(conn, wanted);
-            continue;
-        }
-        Pairs args{{"rc", "0"}, {"found", "TRUE"}, {"value", value}};
-        send(*conn, "info-getnodeattr-response", args);
+    for (auto& w : waiting) {
+        if (w.key != key)
+            attr_waiting_.push_back(std::move(w));
+        else
+            send(*w.conn, "info-getnodeattr-response", {{"rc", "0"}, {"found", "TRUE"}, {"value", value}}, w.thrid);
     }
 }
 
@@ -412,6 +475,11 @@ void PmiServer::enter_barrier(Conn& c)
 {
     if (!c.done)
         in_barrier_.insert(&c);
+    check_barrier();
+}
+
+void PmiServer::check_barrier()
+{
     if (barrier_pending_)
         return;
     for (const auto& conn : conns_)
@@ -444,7 +512,7 @@ void PmiServer::barrier_done(int status, const protocol::Bytes& data)
     const std::string rc = status == 0 ? "0" : "-1";
     for (Conn* c : std::exchange(in_barrier_, {})) {
         if (c->parser.version() == 2)
-            send(*c, "kvs-fence-response", {{"rc", rc}});
+            send(*c, "kvs-fence-response", {{"rc", rc}}, std::exchange(c->barrier_thrid, {}));
         else
             send(*c, "barrier_out", {{"rc", rc}});
     }

@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <set>
 #include <string>
 #include <utility>
@@ -37,6 +39,12 @@ namespace exitpolicy::pmix_server {
 // one triple. Empty when it would not fit in `limit` characters (MPICH
 // then asks each rank's host instead).
 std::string process_mapping(const std::vector<std::uint32_t>& rank_node, std::size_t limit = 1024);
+
+// An abort's code: `exitcode` as the client sent it, except MPICH's PMI-2
+// client's, which is -1 whatever MPI_Abort was given; its message then
+// says it ("application called MPI_Abort(MPI_COMM_WORLD, 7) - process 5").
+// No code at all: 1.
+int abort_code(std::optional<long> exitcode, std::string_view message);
 
 class PmiServer {
 public:
@@ -64,11 +72,15 @@ private:
     bool handle(Conn& c, const pmi::Request& r);
     bool handle_v1(Conn& c, const pmi::Request& r);
     bool handle_v2(Conn& c, const pmi::Request& r);
-    void send(Conn& c, std::string_view cmd, const std::vector<std::pair<std::string, std::string>>& args = {});
+    // A reply in the connection's framing; a PMI-2 reply echoes `thrid`.
+    void send(Conn& c, std::string_view cmd, std::vector<std::pair<std::string, std::string>> args = {},
+              const std::string& thrid = {});
     // A key's value: the step's space, then the job attributes.
     const std::string* lookup(const std::string& key);
     bool put(Conn& c, const pmi::Request& r, std::string_view reply);
     void enter_barrier(Conn& c);
+    // Fences once every local task that may still come is in the barrier.
+    void check_barrier();
     void barrier_done(int status, const protocol::Bytes& data);
     void put_node_attr(const std::string& key, const std::string& value);
 
@@ -83,7 +95,12 @@ private:
     std::set<Conn*> in_barrier_;
     bool barrier_pending_ = false;  // this node's part is on its way; the rest waits for the next
     std::map<std::string, std::string> node_attrs_;  // PMI-2 info-putnodeattr
-    std::vector<std::pair<Conn*, std::string>> attr_waiting_;  // info-getnodeattr wait=TRUE
+    struct AttrWait {
+        Conn* conn;
+        std::string key;
+        std::string thrid;
+    };
+    std::vector<AttrWait> attr_waiting_;  // info-getnodeattr wait=TRUE
     std::set<std::uint32_t> dead_;
     std::string dead_list_;  // dead_ as MPICH reads it: "3,5"
 };

@@ -28,7 +28,7 @@ std::string how_it_ended(const protocol::Event& e)
         return "was killed by " + signal_name(s.signal);
     if (s.kind == WaitStatus::Kind::exited && s.exit_code != 0)
         return "exited with code " + std::to_string(s.exit_code);
-    return "exited without finalizing PMIx";
+    return "exited without finalizing";
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ SURVIVORS = [0, 1, 2, 3, 4, 6, 7]
 # How rank 5 dies: ep_mpi_fail's --fail, its code, and how the report says it.
 FAILURES = {
     "segfault": ("5:segv", 139, "killed by SIGSEGV"),
-    "exit-3": ("5:exit:3", 3, "exited with code 3 without finalizing PMIx"),
+    "exit-3": ("5:exit:3", 3, "exited with code 3 without finalizing"),
     "abort-7": ("5:abort:7", 7, "aborted with status 7"),
 }
 ROOT_CAUSE_POLICIES = ["main-rank", "main-rank-check", "lowest-rank", "first-failure"]

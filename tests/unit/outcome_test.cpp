@@ -120,7 +120,7 @@ TEST(TaskOutcomeTest, Describe)
 {
     EXPECT_EQ(describe(ok(0), 1), "exited with code 0");
     EXPECT_EQ(describe(exits(0, 3), 1), "exited with code 3");
-    EXPECT_EQ(describe(ok(0).unfinalized(), 1), "exited with code 0 without finalizing PMIx");
+    EXPECT_EQ(describe(ok(0).unfinalized(), 1), "exited with code 0 without finalizing");
     EXPECT_EQ(describe(segv(0), 1), "killed by SIGSEGV (core dumped)");
     EXPECT_EQ(describe(killed(0, SIGKILL), 1), "killed by SIGKILL");
     EXPECT_EQ(describe(killed(0, 40), 1), "killed by signal 40");

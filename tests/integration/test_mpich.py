@@ -1,0 +1,127 @@
+# SPDX-License-Identifier: Apache-2.0
+"""MPICH under srun --mpi=none on the real 4-node cluster: Debian's MPICH
+(4.0 on Debian 12, 4.2 on Debian 13) links no PMIx; its built-in PMI-1 and
+PMI-2 client finds the node daemon through PMI_FD, a socket of its task's
+own. The same programs as the Open MPI tests (tests/clients/ep_mpi_ring.c,
+ep_mpi_fail.c), built against MPICH as ep_mpich_ring and ep_mpich_fail.
+
+Without exitpolicy every rank of such a step runs as a singleton (8 worlds
+of size 1), silently; see the README's "MPICH, MVAPICH and Intel MPI".
+"""
+
+import re
+import time
+
+import pytest
+
+from test_pmix import BUILD, N4N8, client, lines, srun
+from test_failures import HANG, ROOT_CAUSE_POLICIES
+
+pytestmark = pytest.mark.integration
+
+def mpich_version():
+    """(major, minor) of the MPICH the test programs were built with."""
+    cache = BUILD / "CMakeCache.txt"
+    for line in cache.read_text().splitlines() if cache.exists() else []:
+        if line.startswith("MPICH_VERSION:"):
+            numbers = re.findall(r"\d+", line.split("=", 1)[1])
+            return int(numbers[0]), int(numbers[1])
+    return 0, 0
+
+
+# MPICH 4.2's UCX on virtual nodes of one machine: TCP only (its other
+# transports take the namespaces for one host, and MPI_Init fails). Not for
+# MPICH 4.0's: with TCP only, its MPI_Finalize waits for a UCX endpoint
+# until it times out, under Slurm's own --mpi=pmi2 too.
+MPICH_ENV = {"UCX_TLS": "tcp,self"} if mpich_version() >= (4, 1) else {}
+
+# MPICH 4.0 has only the PMI-1 wire client; 4.1 and later choose PMI-2 with
+# MPIR_CVAR_PMI_VERSION=2.
+PMI_VERSIONS = [
+    "1",
+    pytest.param("2", marks=pytest.mark.skipif(mpich_version() < (4, 1),
+                                               reason="MPICH before 4.1 has no PMI-2 wire client")),
+]
+
+
+@pytest.fixture
+def pmi(plugstack):
+    plugstack.enable("fanout=2", "grace_ms=3000")
+    return plugstack
+
+
+def mpich(cluster, workdir, program, *args, pmi_version="1", user=None, srun_args=()):
+    env = dict(MPICH_ENV, MPIR_CVAR_PMI_VERSION=pmi_version)
+    return srun(cluster, workdir, *N4N8, *srun_args, client(program), *args, env=env, user=user)
+
+
+def ring_ok(out):
+    assert sorted(lines(out, "mpi ok ")) == sorted(f"mpi ok rank={r} size=8" for r in range(8)), out
+
+
+@pytest.mark.parametrize("pmi_version", PMI_VERSIONS)
+def test_an_mpich_step_is_one_world_across_the_nodes(cluster, workdir, pmi, pmi_version):
+    rc, out, err = mpich(cluster, workdir, "ep_mpich_ring", "--timeout", "60", pmi_version=pmi_version,
+                         srun_args=["--exit-policy=main-rank"])
+    assert rc == 0, out + err
+    ring_ok(out)
+    assert lines(err, "exitpolicy:") == [], err
+
+
+def test_an_ordinary_users_mpich_step(cluster, workdir, pmi):
+    rc, out, err = mpich(cluster, workdir, "ep_mpich_ring", "--timeout", "60", user=cluster.NOBODY,
+                         srun_args=["--exit-policy=main-rank"])
+    assert rc == 0, out + err
+    ring_ok(out)
+
+
+def test_without_the_pmi_service_mpich_ranks_are_singletons(cluster, workdir, plugstack):
+    """What the PMI service is for: the plugin with pmix=never sets no
+    PMI_FD, and MPICH runs each task as a world of its own."""
+    plugstack.enable("pmix=never")
+    rc, out, err = mpich(cluster, workdir, "ep_mpich_ring", "--timeout", "60",
+                         srun_args=["--exit-policy=main-rank"])
+    assert rc == 0, out + err
+    assert len(lines(out, "mpi ok ")) == 8 and all(l.endswith("size=1") for l in lines(out, "mpi ok ")), out
+
+
+@pytest.mark.parametrize("policy", ROOT_CAUSE_POLICIES + [None])
+@pytest.mark.parametrize("pmi_version", PMI_VERSIONS)
+def test_mpi_abort_ends_the_step_with_its_code(cluster, workdir, pmi, policy, pmi_version):
+    args = [f"--exit-policy={policy}"] if policy else []
+    rc, out, err = mpich(cluster, workdir, "ep_mpich_ring", "--abort", "5:7", "--timeout", "60",
+                         pmi_version=pmi_version, srun_args=args)
+    assert "abort rank=5 code=7" in out, out + err
+    # MPICH's PMI-2 abort always says exit code -1: the code is read from
+    # its message ("application called MPI_Abort(MPI_COMM_WORLD, 7) - ...").
+    assert rc == 7, err
+    if policy:
+        assert "exitpolicy: first failure: rank 5 on node3, aborted with status 7" in lines(err, "exitpolicy:"), err
+
+
+# How rank 5 dies: ep_mpi_fail's --fail, its code, and how the report says it.
+FAILURES = {
+    "segfault": ("5:segv", 139, "killed by SIGSEGV"),
+    "exit-3": ("5:exit:3", 3, "exited with code 3 without finalizing"),
+}
+
+
+@pytest.mark.parametrize("policy", ROOT_CAUSE_POLICIES + ["all-success", "max", None])
+@pytest.mark.parametrize("how", FAILURES)
+def test_an_mpich_rank_dying_in_a_collective_ends_the_step_with_its_code(cluster, workdir, pmi, how, policy):
+    fail, code, description = FAILURES[how]
+    args = [f"--exit-policy={policy}"] if policy else []
+    t0 = time.monotonic()
+    rc, out, err = mpich(cluster, workdir, "ep_mpich_fail", "--fail", fail, "--timeout", "90", srun_args=args)
+    elapsed = time.monotonic() - t0
+    assert "fail rank=5" in out, out + err
+    assert lines(out, "passed ") == [], out
+    assert elapsed < HANG, f"the step took {elapsed:.1f} s\n{err}"
+    if policy in ROOT_CAUSE_POLICIES:
+        assert rc == code, err
+    elif policy == "all-success":
+        assert rc == 1, err
+    else:
+        assert rc != 0, err
+    if policy:
+        assert f"exitpolicy: first failure: rank 5 on node3, {description}" in lines(err, "exitpolicy:"), err
