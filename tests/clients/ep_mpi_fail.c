@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* ep_mpi_fail --fail R:HOW [--delay MS] [--timeout S]
+/* ep_mpi_fail --fail R:HOW [--delay MS] [--survivors-finalize] [--timeout S]
  *
  * A real MPI program whose rank R dies in the middle of a collective, as
  * applications do. Every rank: MPI_Init; MPI_Barrier; prints
@@ -9,7 +9,10 @@
  *   exit:N    exit(N) without MPI_Finalize
  *   abort:N   MPI_Abort(MPI_COMM_WORLD, N)
  * while every other rank waits in a second MPI_Barrier, which can never
- * complete: a rank that passes it prints "passed rank=N" (a bug).
+ * complete: a rank that passes it prints "passed rank=N" (a bug). With
+ * --survivors-finalize the others instead wait --delay + 500 ms and call
+ * MPI_Finalize, printing "finished rank=N" (run-through: nothing of theirs
+ * needs the dead rank).
  * MPI's default error handler stays in place (errors are fatal), as in most
  * applications.
  *
@@ -28,17 +31,20 @@
 #include <time.h>
 
 static _Noreturn void usage(const char *why) {
-  ep_die(EP_EXIT_USAGE, "%s\nusage: ep_mpi_fail --fail R:segv|R:exit:N|R:abort:N [--delay MS] [--timeout S]",
+  ep_die(EP_EXIT_USAGE,
+         "%s\nusage: ep_mpi_fail --fail R:segv|R:exit:N|R:abort:N [--delay MS] [--survivors-finalize] [--timeout S]",
          why);
 }
 
 int main(int argc, char **argv) {
   ep_setup("ep_mpi_fail");
   long fail_rank = -1, code = 0, delay_ms = 300;
+  int survivors_finalize = 0;
   char how[16] = "";
   static const struct option opts[] = {
       {"fail", required_argument, NULL, 'f'},
       {"delay", required_argument, NULL, 'd'},
+      {"survivors-finalize", no_argument, NULL, 's'},
       {"timeout", required_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
@@ -75,6 +81,9 @@ int main(int argc, char **argv) {
       if (!ep_parse_long(optarg, 0, 600000, &delay_ms)) {
         usage("bad --delay (milliseconds)");
       }
+      break;
+    case 's':
+      survivors_finalize = 1;
       break;
     case 't':
       if (!ep_timeout_option(optarg)) {
@@ -115,6 +124,16 @@ int main(int argc, char **argv) {
       MPI_Abort(MPI_COMM_WORLD, (int)code);
     }
     ep_die(4, "rank %d survived its own failure", rank);
+  }
+  if (survivors_finalize) {
+    /* Run-through: the others need nothing of the dead rank and end. */
+    struct timespec after = {(delay_ms + 500) / 1000, ((delay_ms + 500) % 1000) * 1000000L};
+    nanosleep(&after, NULL);
+    ep_wait_begin("MPI_Finalize");
+    MPI_Finalize();
+    ep_wait_end();
+    ep_out("finished rank=%d", rank);
+    return EP_EXIT_OK;
   }
   ep_wait_begin("MPI_Barrier 2");
   MPI_Barrier(MPI_COMM_WORLD);

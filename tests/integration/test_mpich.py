@@ -125,3 +125,19 @@ def test_an_mpich_rank_dying_in_a_collective_ends_the_step_with_its_code(cluster
         assert rc != 0, err
     if policy:
         assert f"exitpolicy: first failure: rank 5 on node3, {description}" in lines(err, "exitpolicy:"), err
+
+
+def test_run_through_lets_the_other_ranks_finish(cluster, workdir, pmi):
+    """--exit-recoverable: no teardown; the survivors, which need nothing of
+    the dead rank, finalize and exit 0, and main-rank gives rank 0's 0.
+    Rank 6 is alone on node4 (-n7): an MPICH rank whose node-mate died
+    waits in MPI_Finalize for it (its shared-memory endpoint), under any
+    process manager that lets it run on."""
+    rc, out, err = srun(cluster, workdir, "--mpi=none", "-N4", "-n7", "--exit-policy=main-rank",
+                        "--exit-recoverable", client("ep_mpich_fail"), "--fail", "6:exit:3",
+                        "--survivors-finalize", "--timeout", "60", env=MPICH_ENV)
+    assert rc == 0, out + err
+    assert sorted(lines(out, "finished ")) == sorted(f"finished rank={r}" for r in range(6)), out + err
+    report = lines(err, "exitpolicy:")
+    assert "exitpolicy: first failure: rank 6 on node4, exited with code 3 without finalizing" in report, err
+    assert not [l for l in report if "collateral" in l], err
