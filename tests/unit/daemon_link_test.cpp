@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <thread>
+#include <utility>
 #include <unistd.h>
 #include <vector>
 
@@ -198,9 +199,17 @@ protected:
                         "/started; echo 'ready 1' >&4; exec sleep 30");
         l.reserved_fd = reserved.fd;
         l.wake_fd = wake.fd;
+        for (std::size_t i = 0; i < pmi_tasks(); ++i) {
+            int pair[2];
+            ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+            l.pmi_fds.push_back(pair[0]);
+            pmi_task_ends.push_back(pair[1]);
+        }
         auto launched = launch_daemon(l);
         ::close(reserved.fd);
         ::close(wake.fd);
+        for (int fd : l.pmi_fds)
+            ::close(fd);
         ASSERT_TRUE(launched) << launched.error();
         daemon = *launched;
     }
@@ -208,8 +217,13 @@ protected:
     {
         if (daemon.pid > 0)
             stop_daemon(daemon, 100ms);
+        for (int fd : pmi_task_ends)
+            if (fd >= 0)
+                ::close(fd);
         DaemonLinkTest::TearDown();
     }
+    // The local tasks' PMI sockets (their ends in pmi_task_ends).
+    virtual std::size_t pmi_tasks() const { return 0; }
     bool started() const { return std::filesystem::exists(dir + "/started"); }
     std::string program() const
     {
@@ -238,6 +252,15 @@ protected:
     }
     protocol::Listening reserved, wake;
     LaunchedDaemon daemon;
+    std::vector<int> pmi_task_ends;
+};
+
+// With the tasks' PMI sockets (MPICH's PMI_FD): a task's first request
+// wakes the standby; a task that ends without one (it never used PMI) does
+// not.
+class PmiStandbyTest : public StandbyTest {
+protected:
+    std::size_t pmi_tasks() const override { return 2; }
 };
 
 TEST_F(StandbyTest, NothingRunsUntilItsWakePortIsConnectedTo)
@@ -265,6 +288,33 @@ TEST_F(StandbyTest, ATaskThatConnectsToItsPmixSocketStartsIt)
     connect_to(reserved.port);
     EXPECT_TRUE(becomes_serving());
     EXPECT_TRUE(started());
+}
+
+TEST_F(PmiStandbyTest, ATaskThatEndsWithoutAWordStartsNothingOneThatWritesStartsIt)
+{
+    ::close(std::exchange(pmi_task_ends[0], -1));  // task 0 ends, its socket closes
+    std::this_thread::sleep_for(300ms);
+    EXPECT_FALSE(started());
+    EXPECT_FALSE(daemon_serving(daemon));
+    const std::string init = "cmd=init pmi_version=1 pmi_subversion=1\n";
+    ASSERT_EQ(::write(pmi_task_ends[1], init.data(), init.size()), static_cast<ssize_t>(init.size()));
+    EXPECT_TRUE(becomes_serving());
+    EXPECT_TRUE(started());
+    // The daemon has both tasks' sockets from 10 up (task 0's closed by
+    // its task, still open here), the wake socket is gone.
+    EXPECT_EQ(held_by_sleep(daemon.pid), "0 1 2 3 4 5 6 10 11 ");
+}
+
+TEST_F(PmiStandbyTest, ItEndsUnstartedWhenEveryTaskAndSlurmstepdAreGone)
+{
+    const pid_t pid = daemon.pid;
+    for (int& fd : pmi_task_ends)
+        ::close(std::exchange(fd, -1));
+    stop_daemon(daemon, 30s);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid) << std::strerror(errno);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "wait status " << status;
+    EXPECT_FALSE(started());
 }
 
 TEST_F(StandbyTest, ItEndsUnstartedWhenSlurmstepdClosesItsLink)
