@@ -19,6 +19,8 @@
 #                              Slurm's mpi/pmix (PAIRS=9), failure-event latency
 #                              (EVENT_RUNS=10); the daemons' fan-out is the site
 #                              default (FANOUT=32) unless FANOUT says otherwise
+#   bash bench/run.sh pmi      an MPICH ring -N4 -n8 on exitpolicy's PMI-1 service vs
+#                              Slurm's mpi/pmi2 (PMI_PAIRS=9; bench/pmi_bench.py)
 #   bash bench/run.sh nodeloss node3 crashed mid-step: when the survivors hear of
 #                              it, and when Slurm does (NODELOSS_RUNS=5)
 #   bash bench/run.sh failure  an Open MPI rank dies in a barrier: from its death to
@@ -57,8 +59,8 @@ case $what in
     echo "== policy core: deciding and reporting (bench/decide_bench.cpp)"
     "$build/bench/decide_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
       --benchmark_min_time=0.5 2>/dev/null | grep -E '^Benchmark|_median' ;;
-  srun|cost|pmix|nodeloss|failure|seal|soak|scale|overlay) ;;
-  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, cost, pmix, nodeloss, failure, soak, scale, overlay" >&2; exit 2 ;;
+  srun|cost|pmix|pmi|nodeloss|failure|seal|soak|scale|overlay) ;;
+  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, cost, pmix, pmi, nodeloss, failure, soak, scale, overlay" >&2; exit 2 ;;
 esac
 case $what in
   all|seal)
@@ -135,6 +137,12 @@ case $what in
     echo "== PMIx service vs Slurm's mpi/pmix (bench/pmix_bench.py)"
     "$cluster" exec /usr/bin/python3 "$src/bench/pmix_bench.py" "$build/spank_plugin/exitpolicy.so" \
       "$build/tests/clients" "$EXITPOLICY_CLUSTER_DIR/etc/plugstack.d" "${PAIRS:-9}" "${EVENT_RUNS:-10}" ;;
+esac
+case $what in
+  all|pmi)
+    echo "== PMI-1 service vs Slurm's mpi/pmi2, MPICH (bench/pmi_bench.py)"
+    "$cluster" exec /usr/bin/python3 "$src/bench/pmi_bench.py" "$build/spank_plugin/exitpolicy.so" \
+      "$build/tests/clients" "$EXITPOLICY_CLUSTER_DIR/etc/plugstack.d" "${PMI_PAIRS:-9}" ;;
 esac
 case $what in
   all|failure)

@@ -162,6 +162,7 @@ private:
         // end (a peer's runtime may react to it before the report comes).
         event* exit_watch = nullptr;
         std::int64_t exited_at_us = 0;
+        Daemon* daemon = nullptr;  // whose loop watches it
         Task() = default;
         Task(const Task&) = delete;
         Task& operator=(const Task&) = delete;

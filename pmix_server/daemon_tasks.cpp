@@ -186,10 +186,17 @@ void Daemon::watch_exit(Task& task)
 {
     if (task.pidfd < 0)
         return;  // no pidfds on this kernel: the outcome's own time stands
+    task.daemon = this;
     task.exit_watch = event_new(
         base_, task.pidfd, EV_READ,
         [](evutil_socket_t, short, void* arg) {
             auto* t = static_cast<Task*>(arg);
+            // What a task wrote on its PMI socket before this exit came
+            // first (an MPICH rank's abort, then its exit, then a peer's
+            // end over it): read now, not after this event of higher
+            // priority.
+            if (t->daemon->pmi_)
+                t->daemon->pmi_->read_pending();
             if (t->exited_at_us == 0)
                 t->exited_at_us = now_us();
         },

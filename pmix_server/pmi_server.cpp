@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <charconv>
 #include <climits>
+#include <sys/socket.h>
 #include <unistd.h>
 
 namespace exitpolicy::pmix_server {
@@ -178,6 +179,7 @@ void PmiServer::adopt(const std::vector<std::uint32_t>& ranks, const std::vector
         auto c = std::make_unique<Conn>();
         c->server = this;
         c->rank = ranks[i];
+        evutil_make_socket_nonblocking(sockets[i]);
         c->bev = bufferevent_socket_new(base_, sockets[i], BEV_OPT_CLOSE_ON_FREE);
         if (!c->bev) {
             ::close(sockets[i]);
@@ -234,12 +236,39 @@ std::size_t PmiServer::clients() const noexcept
     return n;
 }
 
+void PmiServer::read_pending()
+{
+    if (!serving_)
+        return;
+    for (auto& c : conns_) {
+        // A socket bufferevent's input takes bytes only from its own reads:
+        // these come straight from the socket, after what it holds.
+        std::string bytes;
+        char buf[4096];
+        ssize_t n = 0;
+        while (!c->done && (n = ::recv(bufferevent_getfd(c->bev), buf, sizeof buf, MSG_DONTWAIT)) > 0)
+            bytes.append(buf, static_cast<std::size_t>(n));
+        if (!bytes.empty())
+            take(*c, bytes);
+    }
+}
+
 void PmiServer::on_read(Conn& c)
 {
     evbuffer* in = bufferevent_get_input(c.bev);
-    const std::size_t n = evbuffer_get_length(in);
-    std::string bytes(n, '\0');
-    evbuffer_remove(in, bytes.data(), n);
+    std::string bytes(evbuffer_get_length(in), '\0');
+    evbuffer_remove(in, bytes.data(), bytes.size());
+    take(c, bytes);
+}
+
+void PmiServer::take(Conn& c, const std::string& bytes)
+{
+    evbuffer* in = bufferevent_get_input(c.bev);
+    if (evbuffer_get_length(in) > 0) {  // read by the bufferevent before: first
+        std::string earlier(evbuffer_get_length(in), '\0');
+        evbuffer_remove(in, earlier.data(), earlier.size());
+        take(c, earlier);
+    }
     if (c.done)
         return;  // what comes after an abort (MPICH's message may run on) is not read
     c.parser.feed(bytes);

@@ -58,6 +58,9 @@ public:
     void adopt(const std::vector<std::uint32_t>& ranks, const std::vector<int>& sockets);
     // The step map has come: requests are answered from now on.
     void serve(const protocol::StepMap& map);
+    // Reads and handles, now, whatever the tasks have written (before a
+    // task's exit is taken as its end, what it said before it is heard).
+    void read_pending();
     // A rank of the step ended abnormally (here or elsewhere): MPICH's
     // PMI_dead_processes names it.
     void failed(std::uint32_t rank);
@@ -67,6 +70,8 @@ public:
 private:
     struct Conn;
     void on_read(Conn& c);
+    // Bytes from task c's socket, in order: its requests handled.
+    void take(Conn& c, const std::string& bytes);
     void on_closed(Conn& c);
     // One request; false: the connection is done (abort, a protocol error).
     bool handle(Conn& c, const pmi::Request& r);

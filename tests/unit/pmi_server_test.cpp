@@ -877,6 +877,27 @@ TEST_F(PmiServerTest, AbortWithoutAMessageAsMpich402SendsIt)
     EXPECT_FALSE(step.aborts[0].message.empty());
 }
 
+// An MPICH rank writes its abort and exits; a peer's end over it may come
+// to the daemon first: read_pending() hears what was written before, with
+// the loop not turned at all.
+TEST_F(PmiServerTest, WhatATaskWroteIsHeardBeforeTheLoopTurns)
+{
+    start();
+    init1(0);
+    init1(1);
+    ASSERT_TRUE(send(1, "cmd=abort exitcode=7\n"));
+    hang_up(1);
+    EXPECT_TRUE(step.aborts.empty());
+    server->read_pending();
+    ASSERT_EQ(step.aborts.size(), 1u);
+    EXPECT_EQ(step.aborts[0].rank, 1u);
+    EXPECT_EQ(step.aborts[0].status, 7);
+    // Nothing to read: nothing happens, and nothing blocks.
+    server->read_pending();
+    EXPECT_EQ(step.aborts.size(), 1u);
+    EXPECT_EQ(ask(0, "cmd=get_appnum\n"), "cmd=appnum appnum=0 rc=0");
+}
+
 // ---- PMI-2 ---------------------------------------------------------------------------------
 
 TEST_F(PmiServerTest, Pmi2InitIsAnsweredWithAPmi1LineThenFramesFollow)
