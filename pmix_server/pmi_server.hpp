@@ -15,6 +15,7 @@
 // pmi_wire.hpp.
 #pragma once
 
+#include "pmi_encoding.hpp"
 #include "pmi_wire.hpp"
 #include "protocol/wire.hpp"
 #include "step_services.hpp"
@@ -33,18 +34,6 @@ struct event_base;
 
 namespace exitpolicy::pmix_server {
 
-// MPICH's process mapping ("(vector,(first node,nodes,ranks per node),...)")
-// of a step whose rank r runs on node rank_node[r]: consecutive ranks on a
-// node make a block, consecutive blocks of one size on consecutive nodes
-// one triple. Empty when it would not fit in `limit` characters (MPICH
-// then asks each rank's host instead).
-std::string process_mapping(const std::vector<std::uint32_t>& rank_node, std::size_t limit = 1024);
-
-// An abort's code: `exitcode` as the client sent it, except MPICH's PMI-2
-// client's, which is -1 whatever MPI_Abort was given; its message then
-// says it ("application called MPI_Abort(MPI_COMM_WORLD, 7) - process 5").
-// No code at all: 1.
-int abort_code(std::optional<long> exitcode, std::string_view message);
 
 class PmiServer {
 public:

@@ -18,14 +18,13 @@
 #include "protocol/process.hpp"
 #include "protocol/sockets.hpp"
 #include "outcome_sink.hpp"
+#include "pmi_sockets.hpp"
 #include "slurmd_spool.hpp"
 #include "plugin.hpp"
 
 #include <slurm/slurm.h>
 
 #include <cerrno>
-#include <fcntl.h>
-#include <sys/socket.h>
 #include <utility>
 #include <cstring>
 #include <filesystem>
@@ -64,11 +63,8 @@ struct Remote {
     // rather than asked of the daemon, which then need not be up before
     // the tasks start; the daemon hears of each task on its control link.
     std::optional<protocol::PlannedServer> planned;
-    // The tasks' ends of their PMI sockets (PMI_FD for MPICH's built-in
-    // client), by local task id, close-on-exec until the task's own
-    // task_init keeps its own; slurmstepd closes each once its task is
-    // forked, so that the daemon sees the task's end as the socket's.
-    std::vector<int> pmi_task_fds;
+    // The tasks' PMI sockets (PMI_FD for MPICH's built-in client).
+    PmiSockets pmi;
     // Tried in order for each outcome; empty when no front end serves this step.
     std::vector<std::unique_ptr<OutcomeSink>> sinks;
     FrontEndSink* fe_sink = nullptr;  // among sinks
@@ -108,36 +104,6 @@ std::optional<protocol::Listening> wake_socket(FrontEndSink& fe, const LinkSetup
         return std::nullopt;
     }
     return *listening;
-}
-
-// The local tasks' PMI sockets: the tasks' ends kept in `remote`, the
-// daemon's returned; none when a node runs more tasks than a process's
-// descriptors allow (the tasks then run without PMI, as before).
-constexpr std::size_t max_pmi_tasks = 1000;
-
-std::vector<int> make_pmi_sockets(std::size_t tasks)
-{
-    std::vector<int> daemon_ends;
-    if (tasks > max_pmi_tasks) {
-        log::error("step %u.%u: %zu tasks on this node, more than %zu: no PMI-1/PMI-2 service here", remote.job_id,
-                   remote.step_id, tasks, max_pmi_tasks);
-        return daemon_ends;
-    }
-    for (std::size_t i = 0; i < tasks; ++i) {
-        int pair[2] = {-1, -1};
-        if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
-            log::error("step %u.%u: no PMI-1/PMI-2 service: socketpair: %s", remote.job_id, remote.step_id,
-                       std::strerror(errno));
-            for (int fd : daemon_ends)
-                ::close(fd);
-            for (int fd : std::exchange(remote.pmi_task_fds, {}))
-                ::close(fd);
-            return {};
-        }
-        daemon_ends.push_back(pair[0]);
-        remote.pmi_task_fds.push_back(pair[1]);
-    }
-    return daemon_ends;
 }
 
 // Starts this node's exitpolicy-pmixd for the step; false if it could not.
@@ -224,13 +190,15 @@ bool start_daemon(spank_t sp, const LinkSetup& link, FrontEndSink& fe, std::stri
                    link.step_id, unplanned.c_str());
     }
     launch.args = pmix_server::command_line(args);
-    launch.pmi_fds = make_pmi_sockets(link.ranks.size());
+    if (auto sockets = remote.pmi.make(link.ranks.size()))
+        launch.pmi_fds = *sockets;
+    else
+        log::error("step %u.%u: no PMI-1/PMI-2 service: %s", link.job_id, link.step_id, sockets.error().c_str());
     auto launched = launch_daemon(launch);
     for (int fd : launch.pmi_fds)
         ::close(fd);  // the daemon's: a task's PMI_Init fails at once if it is gone
     if (!launched)
-        for (int fd : std::exchange(remote.pmi_task_fds, {}))
-            ::close(fd);
+        remote.pmi.close_all();
     if (reserved)
         ::close(reserved->fd);  // the daemon's now: if it goes, the tasks' connections are refused
     if (wake)
@@ -374,22 +342,18 @@ int init_post_opt(spank_t sp)
 }
 
 // MPICH's built-in PMI client (MPICH, MVAPICH, Intel MPI) finds its
-// server through PMI_FD, and reads its rank and the step's size from
-// PMI_RANK and PMI_SIZE (PMI-1).
+// server through PMI_FD.
 void set_pmi_environment(spank_t sp, std::uint32_t rank)
 {
     int local = 0;  // S_TASK_ID is an int
     std::uint32_t ntasks = 0;
-    if (!item(sp, S_TASK_ID, local) || local < 0 || static_cast<std::size_t>(local) >= remote.pmi_task_fds.size() ||
-        !item(sp, S_JOB_TOTAL_TASK_COUNT, ntasks))
+    if (!item(sp, S_TASK_ID, local) || local < 0 || !item(sp, S_JOB_TOTAL_TASK_COUNT, ntasks))
         return;
-    const int fd = remote.pmi_task_fds[static_cast<std::size_t>(local)];
-    if (::fcntl(fd, F_SETFD, 0) != 0)
+    const int fd = remote.pmi.keep_for_task(static_cast<std::size_t>(local));
+    if (fd < 0)
         return;
-    spank_setenv(sp, "PMI_FD", std::to_string(fd).c_str(), 1);
-    spank_setenv(sp, "PMI_RANK", std::to_string(rank).c_str(), 1);
-    spank_setenv(sp, "PMI_SIZE", std::to_string(ntasks).c_str(), 1);
-    spank_setenv(sp, "PMI_JOBID", (std::to_string(remote.job_id) + "." + std::to_string(remote.step_id)).c_str(), 1);
+    for (const auto& [name, value] : pmi_environment(fd, rank, ntasks, remote.job_id, remote.step_id))
+        spank_setenv(sp, name.c_str(), value.c_str(), 1);
 }
 
 int task_init(spank_t sp)
@@ -420,10 +384,8 @@ int task_post_fork(spank_t sp)
 {
     // The task holds its PMI socket now; slurmstepd's copy would keep the
     // daemon from seeing it close.
-    if (int local = 0; item(sp, S_TASK_ID, local) && local >= 0 &&
-                       static_cast<std::size_t>(local) < remote.pmi_task_fds.size())
-        if (int& fd = remote.pmi_task_fds[static_cast<std::size_t>(local)]; fd >= 0)
-            ::close(std::exchange(fd, -1));
+    if (int local = 0; item(sp, S_TASK_ID, local) && local >= 0)
+        remote.pmi.forked(static_cast<std::size_t>(local));
     // A task whose environment was planned here never asks the daemon: the
     // daemon learns which process it is from us, with its start time, so
     // that a pid its task left behind is never taken for it.

@@ -5,6 +5,7 @@
 // user) writes; the secret reaches fd 3 even when fd 3 was free before;
 // a malformed or endless ready line is a clean failure.
 #include "spank_plugin/daemon_link.hpp"
+#include "spank_plugin/pmi_sockets.hpp"
 #include "protocol/sockets.hpp"
 
 #include <gtest/gtest.h>
@@ -315,6 +316,40 @@ TEST_F(PmiStandbyTest, ItEndsUnstartedWhenEveryTaskAndSlurmstepdAreGone)
     ASSERT_EQ(::waitpid(pid, &status, 0), pid) << std::strerror(errno);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "wait status " << status;
     EXPECT_FALSE(started());
+}
+
+// slurmstepd's part: a pair per task, every end close-on-exec but the one a
+// task keeps for itself, slurmstepd's copy closed once the task is forked.
+TEST(PmiSocketsTest, EachTaskKeepsItsOwnEndAndSlurmstepdLetsGo)
+{
+    PmiSockets sockets;
+    auto daemon_ends = sockets.make(2);
+    ASSERT_TRUE(daemon_ends) << daemon_ends.error();
+    ASSERT_EQ(daemon_ends->size(), 2u);
+    for (int fd : *daemon_ends)
+        EXPECT_EQ(::fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+    const int kept = sockets.keep_for_task(1);
+    ASSERT_GE(kept, 0);
+    EXPECT_EQ(::fcntl(kept, F_GETFD) & FD_CLOEXEC, 0);
+    EXPECT_EQ(sockets.keep_for_task(2), -1);  // no such task
+    // What task 1 writes reaches the daemon's end 1.
+    ASSERT_EQ(::write(kept, "x", 1), 1);
+    char c = 0;
+    EXPECT_EQ(::read((*daemon_ends)[1], &c, 1), 1);
+    // Once both are forked, only the tasks hold their ends: the daemon's
+    // see them close when the tasks end (here: nobody holds them).
+    sockets.forked(0);
+    sockets.forked(1);
+    sockets.forked(1);  // twice: nothing more
+    EXPECT_EQ(sockets.keep_for_task(0), -1);
+    for (int fd : *daemon_ends) {
+        EXPECT_EQ(::read(fd, &c, 1), 0);
+        ::close(fd);
+    }
+    EXPECT_FALSE(sockets.make(PmiSockets::max_tasks + 1));
+    EXPECT_EQ(pmi_environment(11, 5, 8, 42, 3),
+              (std::vector<std::pair<std::string, std::string>>{
+                  {"PMI_FD", "11"}, {"PMI_RANK", "5"}, {"PMI_SIZE", "8"}, {"PMI_JOBID", "42.3"}}));
 }
 
 TEST_F(StandbyTest, ItEndsUnstartedWhenSlurmstepdClosesItsLink)
