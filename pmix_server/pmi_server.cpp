@@ -413,19 +413,17 @@ void PmiServer::check_barrier()
 void PmiServer::barrier_done(int status, const protocol::Bytes& data)
 {
     barrier_pending_ = false;
-    if (status == 0) {
-        auto pairs = decode_pairs(data);
-        if (pairs)
-            for (auto& [key, value] : *pairs)
-                kvs_[key] = std::move(value);
-        else {
-            log::error("PMI: a barrier's data is malformed: %s", pairs.error().c_str());
-            status = -1;
-        }
-    }
-    if (status != 0)
+    bool ok = status == 0;
+    if (!ok) {
         log::error("PMI: a barrier failed (status %d): a task of the step is gone", status);
-    const std::string rc = status == 0 ? "0" : "-1";
+    } else if (auto pairs = decode_pairs(data); !pairs) {
+        log::error("PMI: a barrier's data is malformed: %s", pairs.error().c_str());
+        ok = false;
+    } else {
+        for (auto& [key, value] : *pairs)
+            kvs_[key] = std::move(value);
+    }
+    const std::string rc = ok ? "0" : "-1";  // PMI's, not a PMIx status
     for (Conn* c : std::exchange(in_barrier_, {})) {
         if (c->parser.version() == 2)
             send(*c, "kvs-fence-response", {{"rc", rc}}, std::exchange(c->barrier_thrid, {}));
