@@ -9,24 +9,18 @@ Without exitpolicy every rank of such a step runs as a singleton (8 worlds
 of size 1), silently; see the README's "MPICH, MVAPICH and Intel MPI".
 """
 
-import re
 import time
 
 import pytest
 
-from test_pmix import BUILD, N4N8, client, lines, srun
+from test_pmix import N4N8, built_version, client, lines, srun
 from test_failures import HANG, ROOT_CAUSE_POLICIES
 
 pytestmark = pytest.mark.integration
 
 def mpich_version():
     """(major, minor) of the MPICH the test programs were built with."""
-    cache = BUILD / "CMakeCache.txt"
-    for line in cache.read_text().splitlines() if cache.exists() else []:
-        if line.startswith("MPICH_VERSION:"):
-            numbers = re.findall(r"\d+", line.split("=", 1)[1])
-            return int(numbers[0]), int(numbers[1])
-    return 0, 0
+    return built_version("MPICH_VERSION")
 
 
 # MPICH 4.2's UCX on virtual nodes of one machine: TCP only (its other

@@ -30,14 +30,20 @@ SURVIVORS = 7
 PMIX_ERR_TIMEOUT = -24
 
 
-def pmix_version():
-    """(major, minor) of the OpenPMIx the build used, from its CMake cache."""
+def built_version(variable):
+    """(major, minor) of what the build found, from its CMake cache's
+    VARIABLE (PMIX_VERSION, MPICH_VERSION); (0, 0) when it has none."""
     cache = BUILD / "CMakeCache.txt"
     for line in cache.read_text().splitlines() if cache.exists() else []:
-        if line.startswith("PMIX_VERSION:"):
+        if line.startswith(variable + ":"):
             numbers = re.findall(r"\d+", line.split("=", 1)[1])
             return int(numbers[0]), int(numbers[1])
     return 0, 0
+
+
+def pmix_version():
+    """(major, minor) of the OpenPMIx the build used."""
+    return built_version("PMIX_VERSION")
 
 
 # OpenPMIx 5.0 to 6.1: when the host fails a fence, only the first of a
