@@ -9,6 +9,7 @@ Without exitpolicy every rank of such a step runs as a singleton (8 worlds
 of size 1), silently; see the README's "MPICH, MVAPICH and Intel MPI".
 """
 
+import signal
 import time
 
 import pytest
@@ -155,3 +156,68 @@ def test_run_through_lets_the_other_ranks_finish(cluster, workdir, pmi):
     report = lines(err, "exitpolicy:")
     assert "exitpolicy: first failure: rank 6 on node4, exited with code 3 without finalizing" in report, err
     assert not [l for l in report if "collateral" in l], err
+
+
+# ---- Slurm's own PMI-2 server (--mpi=pmi2) ---------------------------------
+# There Slurm serves PMI and its rules hold: a rank's death does not end the
+# step (srun -K or KillOnBadExit=1 do), MPICH's survivors wait in the
+# collective until something ends them, and exitpolicy only decides srun's
+# code. What it must never do is keep srun after every task has ended.
+
+# How the survivors end: by their own watchdog (5 s), by srun -K, or by srun
+# itself when it is told to end the step (SIGTERM: "forcing job
+# termination", SIGKILL to every task).
+ENDINGS = ["watchdog", "kill-on-bad-exit", "srun-signalled"]
+
+# How rank 5 dies, its code and how the report says it: not a client of
+# exitpolicy's PMI here, so nothing is said of finalizing.
+PMI2_FAILURES = {
+    "segfault": ("5:segv", 139, "killed by SIGSEGV"),
+    "exit-3": ("5:exit:3", 3, "exited with code 3"),
+}
+
+
+@pytest.fixture
+def slurm_pmi2(cluster, pmi):
+    rc, out, err = cluster.exec("srun", "--mpi=list")
+    if "pmi2" not in out + err:
+        pytest.skip("this Slurm has no mpi/pmi2 plugin")
+    return pmi
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+@pytest.mark.parametrize("how", PMI2_FAILURES)
+def test_under_slurms_pmi2_srun_ends_once_every_task_has(cluster, workdir, slurm_pmi2, how, ending):
+    """srun exits within seconds of the last task's end, with the root
+    cause's code (first-failure: 139 or 3, never the teardown's 137), on
+    every Slurm tested (22.05, 24.11, 26.05)."""
+    fail, code, description = PMI2_FAILURES[how]
+    args = ["--mpi=pmi2", "-N4", "-n8", "--exit-policy=first-failure"]
+    watchdog = 5 if ending == "watchdog" else 90
+    if ending == "kill-on-bad-exit":
+        args.append("-K")
+    step = cluster.popen("srun", *args, client("ep_mpich_fail"), "--fail", fail, "--timeout", watchdog,
+                         cwd=workdir, env=MPICH_ENV)
+    t0 = time.monotonic()
+    try:
+        if ending == "srun-signalled":
+            # Rank 5 has failed and the others wait in the barrier.
+            time.sleep(6)
+            assert step.poll() is None, "the step ended before srun was signalled"
+            step.send_signal(signal.SIGTERM)
+            t0 = time.monotonic()
+        out, err = step.communicate(timeout=120)
+    finally:
+        if step.poll() is None:
+            step.kill()
+            step.communicate()
+    elapsed = time.monotonic() - t0
+    assert "fail rank=5" in out, out + err
+    assert lines(out, "passed ") == [], out
+    # After the watchdog's 5 s, or after the failure or the signal: the
+    # tasks end within a second or two, srun at once after them.
+    limit = watchdog + 15 if ending == "watchdog" else 15
+    assert elapsed < limit, f"srun took {elapsed:.1f} s\n{err}"
+    assert step.returncode == code, err
+    report = lines(err, "exitpolicy:")
+    assert f"exitpolicy: first failure: rank 5 on node3, {description}" in report, err
