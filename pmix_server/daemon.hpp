@@ -177,6 +177,10 @@ private:
         std::uint32_t rank = 0;
         std::int64_t at_us = 0;
         bool by_itself = false;  // an end of its own (exitpolicy::ended_by_itself)
+        // An application's own MPI_Abort, known here first: the local
+        // tasks still running then (neither ended nor exiting), whose
+        // failures cannot be what it reacted to.
+        std::set<std::uint32_t> running_at_abort;
     };
     std::optional<KnownFailure> first_known_;
     std::set<std::uint32_t> torn_down_;  // local ranks our teardown signalled

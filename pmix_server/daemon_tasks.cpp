@@ -9,6 +9,7 @@
 #include "exitpolicy/outcome.hpp"
 #include "exitpolicy/policy.hpp"
 #include "pmix_server/log.hpp"
+#include "pmi_encoding.hpp"
 #include "pmix_host.hpp"
 #include "protocol/process.hpp"
 #include "protocol/events.hpp"
@@ -63,7 +64,17 @@ void Daemon::abort(std::uint32_t rank, int status, std::string message)
     // The first call is the failure's moment: Open MPI's MPI_Abort calls
     // PMIx_Abort twice (its peers, then everyone), the teardown in between.
     aborts_.try_emplace(rank, AbortCall{status, now_us()});
+    const bool first = !first_known_;
     failure_known(rank, false);
+    // MPICH 4.2 does not wait to be ended after its abort: a node-mate can
+    // fail over the aborting rank a few milliseconds later (MPI_Finalize's
+    // flush to it, say), too soon for the abort to be taken as anything
+    // but a possible reaction to that end (reaction_window_us). A task
+    // the kernel still runs now cannot be what the application reacted to.
+    if (first && application_abort(message))
+        for (auto& [r, task] : tasks_)
+            if (r != rank && !ended_.count(r) && !exited(*task))
+                first_known_->running_at_abort.insert(r);
     log::info("rank %u called abort with status %d: %s", rank, status, message.c_str());
     agent_->to_root(protocol::Abort{rank, status, protocol::clipped(message)}.encode());
 }
@@ -121,7 +132,7 @@ void Daemon::failure_known(std::uint32_t rank, bool by_itself)
     if (pmi_)
         pmi_->failed(rank);
     if (!first_known_)
-        first_known_ = KnownFailure{rank, now_us(), by_itself};
+        first_known_ = KnownFailure{rank, now_us(), by_itself, {}};
 }
 
 // Signalled by our own teardown, or a PMIx client (which can have been
@@ -136,6 +147,8 @@ bool Daemon::collateral(std::uint32_t rank, std::int64_t when_us, bool by_itself
         return true;
     if (!connected_.count(rank) || !first_known_ || first_known_->rank == rank)
         return false;
+    if (first_known_->running_at_abort.count(rank))
+        return true;
     // An abort, and the teardown it starts, can be a reaction to this
     // task's own end, whose sockets closed before the end was seen: then
     // the root cause decides (reaction_window_us in policy.hpp).

@@ -83,6 +83,11 @@ int abort_code(std::optional<long> exitcode, std::string_view message)
     return static_cast<int>(std::clamp<long>(exitcode.value_or(1), INT_MIN, INT_MAX));
 }
 
+bool application_abort(std::string_view message)
+{
+    return message.starts_with("application called MPI_Abort(");
+}
+
 namespace {
 
 struct Triple {

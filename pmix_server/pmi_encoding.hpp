@@ -33,6 +33,12 @@ std::string process_mapping(const std::vector<std::uint32_t>& rank_node, std::si
 // No code at all: 1.
 int abort_code(std::optional<long> exitcode, std::string_view message);
 
+// Whether an abort's message is MPICH's for the application's own call of
+// MPI_Abort ("application called MPI_Abort(...)"), not for an error MPICH
+// itself found fatal (a dead peer's connection, say), whose message is
+// "Fatal error in ...". Over PMI or PMIx alike: the wording is MPICH's.
+bool application_abort(std::string_view message);
+
 // A node's puts as its part of a fence: each key and value a 4-byte
 // big-endian length and its bytes; the fence's result is every node's part
 // one after the other, read back by decode_pairs (an error when cut short).

@@ -536,6 +536,28 @@ TEST(ProcessMappingTest, NoRanksGiveNoMapping)
     EXPECT_EQ(process_mapping({}), "");
 }
 
+// ---- abort messages -----------------------------------------------------------------------
+
+TEST(AbortMessageTest, TheCodeOfMpichsPmi2AbortIsReadFromItsMessage)
+{
+    EXPECT_EQ(abort_code(-1, "application called MPI_Abort(MPI_COMM_WORLD, 7) - process 5"), 7);
+    EXPECT_EQ(abort_code(3, "application called MPI_Abort(MPI_COMM_WORLD, 7) - process 5"), 3);
+    EXPECT_EQ(abort_code(-1, "application called MPI_Abort(comm=0x84000000, 7x) - process 5"), -1);
+    EXPECT_EQ(abort_code(std::nullopt, "no code"), 1);
+}
+
+// MPICH's own words (src/mpi/init/abort.c and its fatal error handler):
+// only an application's MPI_Abort is one.
+TEST(AbortMessageTest, OnlyTheApplicationsOwnMpiAbortIsTakenForOne)
+{
+    EXPECT_TRUE(application_abort("application called MPI_Abort(MPI_COMM_WORLD, 7) - process 5"));
+    EXPECT_TRUE(application_abort("application called MPI_Abort(comm=0x84000002, 1) - process 0"));
+    EXPECT_FALSE(application_abort("Fatal error in internal_Barrier: Other MPI error, error stack:\n"
+                                   "internal_Barrier(84): MPI_Barrier(comm=0x84000000) failed"));
+    EXPECT_FALSE(application_abort("MPI_Abort through PMI-1 (MPICH 4.0 sends no message)"));
+    EXPECT_FALSE(application_abort(""));
+}
+
 // ---- before serve -------------------------------------------------------------------------
 
 TEST_F(PmiServerTest, NothingIsAnsweredBeforeServe)
