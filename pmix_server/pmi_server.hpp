@@ -15,7 +15,6 @@
 // pmi_wire.hpp.
 #pragma once
 
-#include "pmi_encoding.hpp"
 #include "pmi_wire.hpp"
 #include "protocol/wire.hpp"
 #include "step_services.hpp"

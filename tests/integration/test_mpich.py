@@ -10,6 +10,7 @@ of size 1), silently; see the README's "MPICH, MVAPICH and Intel MPI".
 """
 
 import signal
+import threading
 import time
 
 import pytest
@@ -205,12 +206,29 @@ def test_under_slurms_pmi2_srun_ends_once_every_task_has(cluster, workdir, slurm
     t0 = time.monotonic()
     try:
         if ending == "srun-signalled":
-            # Rank 5 has failed and the others wait in the barrier.
-            time.sleep(6)
+            # Once rank 5 has failed, the others wait in the barrier.
+            failed = threading.Event()
+            head = []
+
+            def read_until_the_failure():
+                for line in step.stdout:
+                    head.append(line)
+                    if line.startswith("fail rank=5"):
+                        failed.set()
+                        return
+
+            reader = threading.Thread(target=read_until_the_failure, daemon=True)
+            reader.start()
+            assert failed.wait(60), "rank 5 never failed: " + "".join(head)
+            reader.join()
+            time.sleep(1)
             assert step.poll() is None, "the step ended before srun was signalled"
             step.send_signal(signal.SIGTERM)
             t0 = time.monotonic()
-        out, err = step.communicate(timeout=120)
+            out, err = step.communicate(timeout=120)
+            out = "".join(head) + out
+        else:
+            out, err = step.communicate(timeout=120)
     finally:
         if step.poll() is None:
             step.kill()

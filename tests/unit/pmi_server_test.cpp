@@ -5,6 +5,7 @@
 // expects; the step behind the server is the test's own, which keeps each
 // fence for the test to complete as the overlay would. Also the unhappy
 // tasks (hang-ups, garbage, oversized input) and MPICH's process mapping.
+#include "pmi_encoding.hpp"
 #include "pmi_server.hpp"
 
 #include "event_loop.hpp"
