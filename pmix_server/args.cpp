@@ -90,6 +90,9 @@ Result<Args> parse_args(const std::vector<std::string>& argv)
     // The tasks' PMI sockets: one per local rank, in their order, from here.
     if (const std::string* s = need("pmi-fd"); s && (!number(*s, args.pmi_fd) || args.pmi_fd < 3))
         return R::fail("bad --pmi-fd");
+    if (const std::string* s = need("control-backlog-fd");
+        s && (!number(*s, args.control_backlog_fd) || args.control_backlog_fd < 3))
+        return R::fail("bad --control-backlog-fd");
     if (args.node_id >= args.nnodes)
         return R::fail("--node is not below --nnodes");
     return R::ok(std::move(args));
@@ -111,7 +114,7 @@ std::vector<std::string> command_line(const Args& a)
         out.insert(out.end(), {"--planned-version", a.planned_version});
     for (const auto& [key, fd] : {std::pair{"--secret-fd", a.secret_fd}, std::pair{"--ready-fd", a.ready_fd},
                                   std::pair{"--control-fd", a.control_fd}, std::pair{"--reserved-fd", a.reserved_fd},
-                                  std::pair{"--pmi-fd", a.pmi_fd}})
+                                  std::pair{"--pmi-fd", a.pmi_fd}, std::pair{"--control-backlog-fd", a.control_backlog_fd}})
         if (fd >= 0)
             out.insert(out.end(), {key, std::to_string(fd)});
     return out;

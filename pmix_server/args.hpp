@@ -28,6 +28,10 @@ struct Args {
     // only way outcomes and Stop come in. No path leads to it, so no one
     // can put another daemon's socket in its place.
     int control_fd = -1;
+    // What a standby (pmix_server/detach.c) read of the control link before
+    // it became this daemon, so that slurmstepd never waits on a full link:
+    // a file read first, then the link. -1: nothing was read.
+    int control_backlog_fd = -1;
     // The PMIx server's listening socket, which slurmstepd made and named in
     // the tasks' environment, planned for the OpenPMIx version
     // `planned_version` (protocol/planned_environment.hpp); -1 and "": the
@@ -49,7 +53,7 @@ struct Args {
 // --job J --step S --node N --nnodes M --ntasks T --ranks 0,1 --hostname H
 // --fe HOST:PORT --secret-fd FD --ready-fd FD --control-fd FD --dir DIR --uid U
 // [--log-dir DIR] [--topology discover|none|/PATH] [--debug L]
-// [--reserved-fd FD --planned-version V] [--pmi-fd FD]
+// [--reserved-fd FD --planned-version V] [--pmi-fd FD] [--control-backlog-fd FD]
 Result<Args> parse_args(const std::vector<std::string>& argv);
 
 // The command line parse_args reads back as `args` (slurmstepd writes it):

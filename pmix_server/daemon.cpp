@@ -12,6 +12,7 @@
 #include "pmix_compat.hpp"
 #include "pmix_host.hpp"
 #include "protocol/events.hpp"
+#include "protocol/process.hpp"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -37,6 +38,8 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/resource.h>
+#include <sys/select.h>
 #include <unistd.h>
 
 namespace exitpolicy::pmix_server {
@@ -91,6 +94,16 @@ void Daemon::post(std::function<void()> fn)
 
 int Daemon::run()
 {
+    // A pidfd per local task, and a PMI socket each: a node of many tasks
+    // needs more descriptors than the soft limit the tasks got (often
+    // 1 024); the hard one is the user's to take.
+    if (rlimit lim{}; ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+        const rlim_t was = lim.rlim_cur;
+        lim.rlim_cur = lim.rlim_max;
+        if (::setrlimit(RLIMIT_NOFILE, &lim) == 0)
+            log::debug("descriptor limit raised from %llu to %llu", static_cast<unsigned long long>(was),
+                       static_cast<unsigned long long>(lim.rlim_max));
+    }
     evthread_use_pthreads();
     base_ = event_base_new();
     if (!base_)
@@ -207,6 +220,12 @@ void Daemon::start_pmix()
         first_client_ = nullptr;
     }
     pmix_->discover_topology();
+    // Before the library listens: another user's process never gets a
+    // byte of it, whatever uid its client claims (OpenPMIx's native
+    // security over TCP takes the one it says).
+    const auto running = compat::running_version();
+    const int went_away = running && compat::activation_errno(*running) ? compat::activation_errno(*running) : EAGAIN;
+    activation::serve_only(static_cast<uid_t>(args_.uid), went_away);
     pmix_init_ = std::thread([this] {
         auto started = pmix_->init(args_.dir, planned_ ? &*planned_ : nullptr);
         post([this, started = std::move(started)] {
@@ -275,7 +294,8 @@ void Daemon::adopt_pmi_sockets()
     for (std::size_t i = 0; i < args_.ranks.size(); ++i) {
         const int fd = args_.pmi_fd + static_cast<int>(i);
         ::fcntl(fd, F_SETFD, FD_CLOEXEC);  // nothing the daemon starts holds a task's socket
-        sockets.push_back(fd);
+        // Above what the PMIx library select()s on (process::move_above).
+        sockets.push_back(protocol::process::move_above(fd, FD_SETSIZE));
     }
     pmi_ = std::make_unique<PmiServer>(base_, *this);
     pmi_->adopt(args_.ranks, sockets);

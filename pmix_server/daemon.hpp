@@ -110,6 +110,7 @@ private:
     void pmix_served();
     void check_planned_environment();
     void add_local(int fd, uid_t uid, pid_t pid, bool control);
+    void read_control_backlog(Local& control);
     void on_local_frame(Local& l, protocol::Type type, std::span<const std::uint8_t> body);
     void ready();
 

@@ -33,6 +33,7 @@
 #include <cstring>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -65,6 +66,43 @@ Daemon::Local* Daemon::confirm_to_slurmstepd()
 
 // ---- local socket --------------------------------------------------------------------
 
+void Daemon::Local::read_frames() noexcept
+{
+    Local* l = this;
+    try {
+        evbuffer* in = bufferevent_get_input(bev);
+        while (evbuffer_get_length(in) >= protocol::header_size) {
+            std::array<std::uint8_t, protocol::header_size> head{};
+            evbuffer_copyout(in, head.data(), head.size());
+            auto h = protocol::decode_header(head);
+            if (!h || (h->type != protocol::Type::env_request && h->type != protocol::Type::outcome &&
+                       h->type != protocol::Type::stop && h->type != protocol::Type::task_started)) {
+                // Bad magic, version, type or length: nothing more of it is read.
+                const std::string why = h ? "a " + std::string(protocol::type_name(h->type)) +
+                                                " frame is no local request"
+                                          : h.error();
+                log::info("closed a local connection of pid %d: %s", static_cast<int>(l->pid),
+                          why.c_str());
+                l->drop();
+                return;
+            }
+            if (evbuffer_get_length(in) < protocol::header_size + h->length)
+                return;  // the rest is on its way
+            evbuffer_drain(in, protocol::header_size);
+            protocol::Bytes body(h->length);
+            evbuffer_remove(in, body.data(), body.size());
+            try {
+                l->d->on_local_frame(*l, h->type, body);
+            } catch (const std::exception& e) {
+                log::error("local request: %s", e.what());
+            }
+        }
+    } catch (...) {
+        log::error("closed a local connection of pid %d: internal error", static_cast<int>(l->pid));
+        l->drop();
+    }
+}
+
 // A local connection: a task's or root's by the socket's path (pid and
 // uid as the kernel says), or slurmstepd's control link.
 void Daemon::add_local(int fd, uid_t uid, pid_t pid, bool control)
@@ -76,42 +114,7 @@ void Daemon::add_local(int fd, uid_t uid, pid_t pid, bool control)
     l->control = control;
     l->bev = bufferevent_socket_new(base_, fd, BEV_OPT_CLOSE_ON_FREE);
     bufferevent_setcb(
-        l->bev,
-        [](bufferevent* bev, void* arg) noexcept {
-            auto* l = static_cast<Local*>(arg);
-            try {
-                evbuffer* in = bufferevent_get_input(bev);
-                while (evbuffer_get_length(in) >= protocol::header_size) {
-                    std::array<std::uint8_t, protocol::header_size> head{};
-                    evbuffer_copyout(in, head.data(), head.size());
-                    auto h = protocol::decode_header(head);
-                    if (!h || (h->type != protocol::Type::env_request && h->type != protocol::Type::outcome &&
-                               h->type != protocol::Type::stop && h->type != protocol::Type::task_started)) {
-                        // Bad magic, version, type or length: nothing more of it is read.
-                        const std::string why = h ? "a " + std::string(protocol::type_name(h->type)) +
-                                                        " frame is no local request"
-                                                  : h.error();
-                        log::info("closed a local connection of pid %d: %s", static_cast<int>(l->pid),
-                                  why.c_str());
-                        l->drop();
-                        return;
-                    }
-                    if (evbuffer_get_length(in) < protocol::header_size + h->length)
-                        return;  // the rest is on its way
-                    evbuffer_drain(in, protocol::header_size);
-                    protocol::Bytes body(h->length);
-                    evbuffer_remove(in, body.data(), body.size());
-                    try {
-                        l->d->on_local_frame(*l, h->type, body);
-                    } catch (const std::exception& e) {
-                        log::error("local request: %s", e.what());
-                    }
-                }
-            } catch (...) {
-                log::error("closed a local connection of pid %d: internal error", static_cast<int>(l->pid));
-                l->drop();
-            }
-        },
+        l->bev, [](bufferevent*, void* arg) noexcept { static_cast<Local*>(arg)->read_frames(); },
         nullptr,
         [](bufferevent*, short, void* arg) {
             auto* l = static_cast<Local*>(arg);
@@ -163,7 +166,32 @@ void Daemon::listen_local()
         ::fcntl(args_.control_fd, F_SETFD, FD_CLOEXEC);
         evutil_make_socket_nonblocking(args_.control_fd);
         add_local(std::exchange(args_.control_fd, -1), 0, -1, true);
+        if (args_.control_backlog_fd >= 0)
+            read_control_backlog(*locals_.back());
     }
+}
+
+// What the standby read of the control link comes first, as if the link
+// had carried it now: the link's own bytes follow it.
+void Daemon::read_control_backlog(Local& control)
+{
+    const int fd = std::exchange(args_.control_backlog_fd, -1);
+    evbuffer* in = bufferevent_get_input(control.bev);
+    std::size_t total = 0;
+    // A bufferevent's input takes data only from its socket (its end is
+    // frozen): opened for this once.
+    evbuffer_unfreeze(in, 0);
+    if (::lseek(fd, 0, SEEK_SET) == 0) {
+        char buf[4096];
+        ssize_t n;
+        while ((n = ::read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+            if (n > 0 && evbuffer_add(in, buf, static_cast<std::size_t>(n)) == 0)
+                total += static_cast<std::size_t>(n);
+    }
+    evbuffer_freeze(in, 0);
+    ::close(fd);
+    log::debug("read %zu bytes the standby kept of slurmstepd's control link", total);
+    control.read_frames();
 }
 
 void Daemon::on_local_frame(Local& l, protocol::Type type, std::span<const std::uint8_t> body)
@@ -194,7 +222,7 @@ void Daemon::on_local_frame(Local& l, protocol::Type type, std::span<const std::
             // The task itself asks, before exec: its pid is the peer's.
             auto task = std::make_unique<Task>();
             task->pid = l.pid;
-            task->pidfd = protocol::process::open_pidfd(l.pid);
+            task->pidfd = protocol::process::move_above(protocol::process::open_pidfd(l.pid), FD_SETSIZE);
             watch_exit(*task);
             tasks_[r->rank] = std::move(task);
             out.env = std::move(*env);
@@ -225,7 +253,9 @@ void Daemon::on_local_frame(Local& l, protocol::Type type, std::span<const std::
         if (tasks_.count(t->rank))
             return;
         const pid_t pid = static_cast<pid_t>(t->pid);
-        const int pidfd = protocol::process::open_pidfd_of(pid, t->start_time);
+        // Above the descriptors the PMIx library select()s on (a node of
+        // a thousand tasks holds a thousand pidfds).
+        const int pidfd = protocol::process::move_above(protocol::process::open_pidfd_of(pid, t->start_time), FD_SETSIZE);
         if (pidfd < 0 && errno == ESRCH) {
             log::debug("rank %u (pid %d) ended before this daemon heard it start", t->rank, static_cast<int>(pid));
             return;  // nothing to signal: its pid may be another's now

@@ -19,6 +19,9 @@ struct Daemon::Local {
     uid_t uid = static_cast<uid_t>(-1);
     pid_t pid = -1;  // the peer, as the kernel says
     bool control = false;  // slurmstepd's control link
+    // Serves every whole frame in the input, in order (the rest waits for
+    // more); may drop this Local.
+    void read_frames() noexcept;
     ~Local()
     {
         if (bev)

@@ -35,14 +35,23 @@
  * daemon's ends of the tasks' PMI sockets) wake it too when a task writes
  * to its own (MPICH's PMI_Init); one whose task hangs up without a word (a
  * task that never used PMI has ended) is no longer watched, and stays open
- * for the daemon to find closed. */
+ * for the daemon to find closed.
+ *
+ * A standby reads the control link as it comes, so that slurmstepd never
+ * finds it full (a node of many tasks tells of each task's start), and
+ * keeps what it read in a memory file, in the job's user's memory: the
+ * daemon gets that file at the --wake-fd descriptor's number and
+ * --control-backlog-fd added to its arguments, and reads it before the
+ * link. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -50,6 +59,21 @@
 #include <sys/socket.h>
 
 enum { pid_fd = 8, go_fd = 9, max_groups = 1024, max_limits = 16, max_watched = 1024 };
+
+/* All of buf to fd, or 0. */
+static int write_whole(int fd, const char *buf, size_t size)
+{
+    while (size > 0) {
+        const ssize_t n = write(fd, buf, size);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return 0;
+        buf += n;
+        size -= (size_t)n;
+    }
+    return 1;
+}
 
 static int number(const char *s, unsigned long long *out)
 {
@@ -161,13 +185,17 @@ int main(int argc, char **argv)
     }
     if (setgroups((size_t)ngroups, groups) != 0 || setgid((gid_t)gid) != 0 || setuid((uid_t)uid) != 0)
         _exit(126);
+    int backlog = -1;
     if (start_on >= 0) {
         static struct pollfd fds[3 + max_watched];
         nfds_t n = 3;
         int woken = 0;
+        /* Without a memory file the link is not read: slurmstepd keeps
+         * what does not fit in it, and waits on nothing. */
+        backlog = memfd_create("exitpolicy-control-backlog", MFD_CLOEXEC);
         fds[0] = (struct pollfd){start_on, POLLIN, 0};
         fds[1] = (struct pollfd){wake_fd, POLLIN, 0};
-        fds[2] = (struct pollfd){hangup_fd, 0, 0};
+        fds[2] = (struct pollfd){hangup_fd, backlog >= 0 ? POLLIN : 0, 0};
         for (int fd = pmi_first; fd >= 0 && fd <= pmi_last; ++fd)
             fds[n++] = (struct pollfd){fd, POLLIN, 0};
         while (!woken) {
@@ -176,8 +204,16 @@ int main(int argc, char **argv)
                     continue;
                 _exit(126);
             }
-            if (fds[2].revents)
+            if (fds[2].revents & POLLIN) {
+                char buf[4096];
+                const ssize_t got2 = read(hangup_fd, buf, sizeof buf);
+                if (got2 == 0 || (got2 < 0 && errno != EINTR && errno != EAGAIN))
+                    _exit(0);
+                if (got2 > 0 && !write_whole(backlog, buf, (size_t)got2))
+                    _exit(126);
+            } else if (fds[2].revents) {
                 _exit(0);
+            }
             woken = fds[0].revents || fds[1].revents;
             for (nfds_t k = 3; k < n; ++k) {
                 char c;
@@ -192,6 +228,23 @@ int main(int argc, char **argv)
         }
         close(wake_fd);
     }
+    if (backlog >= 0 && lseek(backlog, 0, SEEK_END) > 0) {
+        /* The daemon's arguments and two more: --control-backlog-fd N. */
+        static char number_text[8];
+        size_t count = 0;
+        while (daemon[count])
+            ++count;
+        char **with = calloc(count + 3, sizeof *with);
+        if (!with || dup2(backlog, wake_fd) != wake_fd)
+            _exit(126);
+        memcpy(with, daemon, count * sizeof *with);
+        snprintf(number_text, sizeof number_text, "%d", wake_fd);
+        with[count] = "--control-backlog-fd";
+        with[count + 1] = number_text;
+        daemon = with;
+    }
+    if (backlog >= 0)
+        close(backlog);
     execv(daemon[0], daemon);
     _exit(127);
 }

@@ -3,6 +3,9 @@
 // accept() the PMIx library reaches (socket_activation.hpp).
 #include "socket_activation.hpp"
 
+#include "pmix_server/log.hpp"
+#include "protocol/sockets.hpp"
+
 #include <arpa/inet.h>
 #include <atomic>
 #include <cerrno>
@@ -18,6 +21,7 @@
 #include <string>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <ctime>
 #include <unistd.h>
 
 namespace exitpolicy::pmix_server::activation {
@@ -46,6 +50,13 @@ struct State {
     int kick_fd = -1;  // open(): our own connection, to make the socket readable
     in_port_t kick_port = 0;  // its port, network order
     std::deque<Held> held;
+    // Only this user's connections reach the library (-1: anyone's, until
+    // serve_only()); `stranger_error` is what accept() answers for
+    // another's when the gate is not armed.
+    std::atomic<uid_t> owner{static_cast<uid_t>(-1)};
+    std::atomic<int> stranger_error{EAGAIN};
+    std::atomic<std::uint64_t> refused{0};
+    std::atomic<std::int64_t> last_refusal_log{0};
 };
 
 State& state()
@@ -106,6 +117,56 @@ bool connected_from(int fd, pid_t pid) noexcept
     return false;
 }
 
+// Whether the connection at `fd` is another user's: its peer's socket is
+// not the step's user's (or the kernel does not say whose it is: a peer
+// that is gone already). Such a connection is closed, with a line in the
+// log (at most one a second: another user must not fill it).
+bool refused_stranger(State& s, int fd) noexcept
+{
+    const uid_t allowed = s.owner.load();
+    if (allowed == static_cast<uid_t>(-1))
+        return false;
+    const auto owner = protocol::peer_owner(fd);
+    if (owner && *owner == allowed)
+        return false;
+    ::close(fd);
+    const std::uint64_t count = ++s.refused;
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    const std::int64_t second = now.tv_sec;
+    std::int64_t last = s.last_refusal_log.load();
+    if (second > last && s.last_refusal_log.compare_exchange_strong(last, second)) {
+        if (owner)
+            log::error("refused a PMIx connection from uid %u: only the step's user (uid %u) is served (%llu "
+                       "refused so far)",
+                       static_cast<unsigned>(*owner), static_cast<unsigned>(allowed),
+                       static_cast<unsigned long long>(count));
+        else
+            log::info("refused a PMIx connection whose peer's owner is unknown (gone already?) (%llu refused so "
+                      "far)",
+                      static_cast<unsigned long long>(count));
+    }
+    return true;
+}
+
+// Makes room among held connections: those whose client has gone (it
+// closed, or died) are closed. Whether there is room now.
+bool room_to_hold(State& s) noexcept
+{
+    if (s.held.size() < max_held)
+        return true;
+    std::erase_if(s.held, [](const Held& h) {
+        char c;
+        const ssize_t n = ::recv(h.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            ::close(h.fd);
+            return true;
+        }
+        return false;
+    });
+    return s.held.size() < max_held;
+}
+
 void give(const Held& h, sockaddr* addr, socklen_t* len)
 {
     if (addr && len) {
@@ -131,6 +192,10 @@ int gated_accept(State& s, int fd, sockaddr* addr, socklen_t* len)
     h.fd = libc_accept(fd, reinterpret_cast<sockaddr*>(&h.addr), &h.len);
     if (h.fd < 0)
         return -1;
+    if (refused_stranger(s, h.fd)) {
+        errno = s.error;
+        return -1;
+    }
     if (s.open) {
         if (s.kick_port == 0 || reinterpret_cast<const sockaddr_in&>(h.addr).sin_port != s.kick_port) {
             give(h, addr, len);
@@ -151,9 +216,9 @@ int gated_accept(State& s, int fd, sockaddr* addr, socklen_t* len)
         give(h, addr, len);
         return h.fd;
     }
-    // Bounded: a node's own ranks are far fewer; a flood of strangers'
-    // connections is closed.
-    if (s.held.size() < max_held)
+    // Bounded: a node's own ranks are far fewer, and another user's never
+    // get this far; the step's user's own flood is closed.
+    if (room_to_hold(s))
         s.held.push_back(h);
     else
         ::close(h.fd);
@@ -171,6 +236,32 @@ void arm(const Reserved& r, int error)
     s.port = r.port;
     s.error = error;
 }
+
+void serve_only(uid_t uid, int error)
+{
+    State& s = state();
+    s.stranger_error.store(error);
+    s.owner.store(uid);
+}
+
+std::uint64_t refused()
+{
+    return state().refused.load();
+}
+
+namespace {
+
+int ungated_accept(int fd, sockaddr* addr, socklen_t* len)
+{
+    State& s = state();
+    const int accepted = libc_accept(fd, addr, len);
+    if (accepted < 0 || !refused_stranger(s, accepted))
+        return accepted;
+    errno = s.stranger_error.load();
+    return -1;
+}
+
+}  // namespace
 
 void let_through(pid_t pid)
 {
@@ -252,7 +343,10 @@ extern "C" int bind(int fd, const sockaddr* addr, socklen_t len)
 extern "C" int accept(int fd, sockaddr* addr, socklen_t* len)
 {
     auto& s = exitpolicy::pmix_server::activation::state();
+    // Any accept() reaches here from the PMIx library (the daemon's own
+    // listeners accept through libevent, with accept4()): on every path,
+    // only the step's user is served.
     if (fd < 0 || fd != s.library_fd.load())
-        return exitpolicy::pmix_server::activation::libc_accept(fd, addr, len);
+        return exitpolicy::pmix_server::activation::ungated_accept(fd, addr, len);
     return exitpolicy::pmix_server::activation::gated_accept(s, fd, addr, len);
 }

@@ -58,6 +58,15 @@ using Reserved = protocol::Listening;
 // accept() on it holds clients until open(); `error` is what accept()
 // answers meanwhile (ECONNABORTED or EAGAIN).
 void arm(const Reserved& r, int error);
+// From now on, on every path (armed or not), a connection the library
+// accepts whose peer's socket is not `uid`'s (protocol::peer_owner: the
+// kernel says, not the client) is closed before the library reads a byte
+// of it, with a line in the log; accept() answers `error` for it when the
+// gate is not armed (what the library takes for a connection that went
+// away), the gate's own error when it is.
+void serve_only(uid_t uid, int error);
+// Connections refused so far (for the log and tests).
+std::uint64_t refused();
 // The one process (the event anchor) whose connection, its first, passes
 // the closed gate.
 void let_through(pid_t pid);

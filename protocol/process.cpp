@@ -7,6 +7,7 @@
 #include <cstring>
 #include <poll.h>
 #include <sys/syscall.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 namespace exitpolicy::protocol::process {
@@ -83,6 +84,17 @@ std::optional<std::uint64_t> start_time(pid_t pid) noexcept
     if (std::sscanf(p, " %llu", &started) != 1)
         return std::nullopt;
     return started;
+}
+
+int move_above(int fd, int floor) noexcept
+{
+    if (fd < 0 || fd >= floor)
+        return fd;
+    const int high = ::fcntl(fd, F_DUPFD_CLOEXEC, floor);
+    if (high < 0)
+        return fd;
+    ::close(fd);
+    return high;
 }
 
 int open_pidfd_of(pid_t pid, std::uint64_t started) noexcept

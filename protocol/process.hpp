@@ -24,6 +24,13 @@ bool exiting(pid_t pid) noexcept;
 // When the process started, in clock ticks since boot (/proc/PID/stat's
 // 22nd field): with the pid, what names one process for all time.
 std::optional<std::uint64_t> start_time(pid_t pid) noexcept;
+// `fd` moved to a descriptor at or above `floor` (close-on-exec), the old
+// one closed; `fd` itself where the limit leaves no room up there. A
+// process that holds many descriptors of its own (a pidfd per task) keeps
+// the low ones for libraries that select() on theirs: FD_SETSIZE is 1024,
+// and a higher one overflows select()'s set (glibc aborts).
+int move_above(int fd, int floor) noexcept;
+
 // A pidfd for `pid` if it is still the process that started at `started`
 // (and not one that got its pid after it ended); -1 otherwise.
 int open_pidfd_of(pid_t pid, std::uint64_t started) noexcept;

@@ -14,10 +14,103 @@
 #include <sys/resource.h>
 #include <string>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <unistd.h>
 #include <utility>
 
 namespace exitpolicy::protocol {
+
+namespace {
+
+// The owner of the TCP socket at `peer` connected to `self` (both of one
+// family), asked of the kernel's socket diagnostics by the exact
+// connection, as `ss` asks.
+std::optional<uid_t> tcp_socket_owner(const sockaddr_storage& peer, const sockaddr_storage& self) noexcept
+{
+    struct {
+        nlmsghdr header;
+        inet_diag_req_v2 request;
+    } ask{};
+    ask.header.nlmsg_len = sizeof ask;
+    ask.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+    ask.header.nlmsg_flags = NLM_F_REQUEST;
+    ask.header.nlmsg_seq = 1;
+    inet_diag_req_v2& r = ask.request;
+    r.sdiag_family = static_cast<std::uint8_t>(peer.ss_family);
+    r.sdiag_protocol = IPPROTO_TCP;
+    r.idiag_states = ~0u;
+    r.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+    r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+    if (peer.ss_family == AF_INET) {
+        const auto& p = reinterpret_cast<const sockaddr_in&>(peer);
+        const auto& s = reinterpret_cast<const sockaddr_in&>(self);
+        r.id.idiag_sport = p.sin_port;
+        r.id.idiag_dport = s.sin_port;
+        std::memcpy(r.id.idiag_src, &p.sin_addr, sizeof p.sin_addr);
+        std::memcpy(r.id.idiag_dst, &s.sin_addr, sizeof s.sin_addr);
+    } else if (peer.ss_family == AF_INET6) {
+        const auto& p = reinterpret_cast<const sockaddr_in6&>(peer);
+        const auto& s = reinterpret_cast<const sockaddr_in6&>(self);
+        r.id.idiag_sport = p.sin6_port;
+        r.id.idiag_dport = s.sin6_port;
+        std::memcpy(r.id.idiag_src, &p.sin6_addr, sizeof p.sin6_addr);
+        std::memcpy(r.id.idiag_dst, &s.sin6_addr, sizeof s.sin6_addr);
+    } else {
+        return std::nullopt;
+    }
+    const int nl = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (nl < 0)
+        return std::nullopt;
+    sockaddr_nl kernel{};
+    kernel.nl_family = AF_NETLINK;
+    std::optional<uid_t> owner;
+    // One answer: the socket, or an error (none such).
+    alignas(nlmsghdr) char reply[8192];
+    timeval bound{1, 0};  // the kernel answers at once; never hang a caller on it
+    ::setsockopt(nl, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+    if (::sendto(nl, &ask, sizeof ask, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) ==
+        static_cast<ssize_t>(sizeof ask)) {
+        ssize_t n;
+        while ((n = ::recv(nl, reply, sizeof reply, 0)) < 0 && errno == EINTR) {
+        }
+        const auto* h = reinterpret_cast<const nlmsghdr*>(reply);
+        if (n >= static_cast<ssize_t>(sizeof(nlmsghdr)) && NLMSG_OK(h, static_cast<unsigned>(n)) &&
+            h->nlmsg_type == SOCK_DIAG_BY_FAMILY &&
+            h->nlmsg_len >= NLMSG_LENGTH(sizeof(inet_diag_msg))) {
+            const auto* m = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
+            // The very connection asked for, not another by any chance.
+            if (m->id.idiag_sport == r.id.idiag_sport && m->id.idiag_dport == r.id.idiag_dport &&
+                std::memcmp(m->id.idiag_src, r.id.idiag_src, sizeof r.id.idiag_src) == 0 &&
+                std::memcmp(m->id.idiag_dst, r.id.idiag_dst, sizeof r.id.idiag_dst) == 0)
+                owner = static_cast<uid_t>(m->idiag_uid);
+        }
+    }
+    ::close(nl);
+    return owner;
+}
+
+}  // namespace
+
+std::optional<uid_t> peer_owner(int fd) noexcept
+{
+    sockaddr_storage self{}, peer{};
+    socklen_t slen = sizeof self, plen = sizeof peer;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &slen) != 0)
+        return std::nullopt;
+    if (self.ss_family == AF_UNIX) {
+        ucred cred{};
+        socklen_t len = sizeof cred;
+        if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid <= 0)
+            return std::nullopt;
+        return cred.uid;
+    }
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) != 0 || peer.ss_family != self.ss_family)
+        return std::nullopt;
+    return tcp_socket_owner(peer, self);
+}
 
 std::size_t descriptors_short(int fd, std::size_t reserve) noexcept
 {

@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <sys/types.h>
 #include <string>
 
 struct event;
@@ -29,6 +31,15 @@ Result<Listening> listen_loopback();
 // The same on `address` (an IPv4 address in network order), with a
 // backlog of `backlog`: where a node's unstarted daemon is woken.
 Result<Listening> listen_on(std::uint32_t address, int backlog);
+
+// Who owns the other end of the connected socket `fd`, as the kernel
+// says, never the peer: for a Unix socket its credentials (SO_PEERCRED);
+// for TCP over this host's addresses, the owner of the peer's socket (its
+// creator's uid), found by the connection's addresses through the kernel's
+// socket diagnostics (NETLINK_SOCK_DIAG; no privilege needed, same network
+// namespace). None when the kernel does not say: a peer that is gone, one
+// on another host, no such interface.
+std::optional<uid_t> peer_owner(int fd) noexcept;
 
 // Every overlay TCP socket: close-on-exec, no Nagle delay, and keepalive
 // probes with a bound, so that a peer that vanished without a word is

@@ -178,6 +178,8 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     for (const auto& [from, to] : places)
         if (from >= 0)
             posix_spawn_file_actions_adddup2(&actions, high + to, to);
+        else
+            posix_spawn_file_actions_addclose(&actions, to);  // slurmstepd's own, if open: never the user's
     posix_spawn_file_actions_addclosefrom_np(&actions, first_pmi + npmi);
     sigset_t none, all;
     sigemptyset(&none);
@@ -266,11 +268,40 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
                              : "the node daemon exited before it was ready (see its log)");
 }
 
-Result<bool> tell_daemon(int control, const protocol::TaskStarted& started, std::chrono::milliseconds timeout)
+Result<bool> send_backlog(int control, protocol::Bytes& backlog, std::optional<Clock::time_point> deadline)
 {
-    if (auto w = write_all(control, started.encode(), Clock::now() + timeout, daemon_name); !w)
-        return Result<bool>::fail(w.error());
-    return Result<bool>::ok(true);
+    std::size_t sent = 0;
+    auto done = [&](Result<bool> r) {
+        backlog.erase(backlog.begin(), backlog.begin() + static_cast<std::ptrdiff_t>(sent));
+        return r;
+    };
+    while (sent < backlog.size()) {
+        const ssize_t n = ::send(control, backlog.data() + sent, backlog.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            sent += static_cast<std::size_t>(n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (!deadline)
+                return done(Result<bool>::ok(true));  // the rest when there is room
+            if (wait_fd(control, POLLOUT, *deadline))
+                continue;
+            return done(Result<bool>::fail(std::string("timed out writing to ") + daemon_name));
+        }
+        return done(Result<bool>::fail(std::string("cannot write to ") + daemon_name + ": " + std::strerror(errno)));
+    }
+    return done(Result<bool>::ok(true));
+}
+
+Result<bool> tell_daemon(LaunchedDaemon& daemon, const protocol::TaskStarted& started)
+{
+    if (daemon.control < 0)
+        return Result<bool>::fail(std::string(daemon_name) + " has no control link");
+    const protocol::Bytes frame = started.encode();
+    daemon.backlog.insert(daemon.backlog.end(), frame.begin(), frame.end());
+    return send_backlog(daemon.control, daemon.backlog, std::nullopt);
 }
 
 Result<std::vector<std::string>> request_environment(const std::string& dir, std::uint32_t rank, pid_t pid,
@@ -326,7 +357,7 @@ std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::mill
         // The ack may not make it out before the daemon closes: EOF, once
         // it has closed everything on its way out, is the answer that counts.
         // Before it, the daemon says which outcomes srun has.
-        if (write_all(fd, protocol::Stop{}.encode(), deadline, daemon_name)) {
+        if (send_backlog(fd, daemon.backlog, deadline) && write_all(fd, protocol::Stop{}.encode(), deadline, daemon_name)) {
             protocol::Type type{};
             while (auto body = read_frame_of(fd, {protocol::Type::ack, protocol::Type::acks}, type, deadline, daemon_name)) {
                 if (type != protocol::Type::acks)
@@ -356,7 +387,10 @@ std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::mill
     return confirmed;
 }
 
-DaemonSink::DaemonSink(int control, std::chrono::milliseconds timeout) : fd_(control), timeout_(timeout) {}
+DaemonSink::DaemonSink(int control, std::chrono::milliseconds timeout, protocol::Bytes* backlog)
+    : fd_(control), backlog_(backlog), timeout_(timeout)
+{
+}
 
 Result<bool> DaemonSink::deliver(const protocol::Outcome& outcome)
 {
@@ -372,6 +406,10 @@ Result<bool> DaemonSink::deliver(const protocol::Outcome& outcome)
         gave_up_ = true;
         return R::fail(why);
     };
+    // What the daemon has not been told of its tasks yet comes first.
+    if (backlog_)
+        if (auto w = send_backlog(fd_, *backlog_, deadline); !w)
+            return fail(w.error());
     if (auto w = write_all(fd_, outcome.encode(), deadline, daemon_name); !w)
         return fail(w.error());
     auto body = read_frame(fd_, protocol::Type::ack, deadline, daemon_name);

@@ -115,6 +115,11 @@ struct LaunchedDaemon {
     bool standby = false;
     bool serving = false;
     int ready = -1;
+    // Frames for the control link that it had no room for yet (a daemon
+    // that reads nothing: stopped, or one whose standby could not keep
+    // what it read): sent before anything else, as room comes. At most one
+    // TaskStarted per local task.
+    protocol::Bytes backlog;
 };
 
 // Whether the daemon reads its control link: a standby only once it has
@@ -140,8 +145,16 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch);
 std::string daemon_socket(const std::string& dir);
 
 // A task slurmstepd has forked, told to the daemon over its control link
-// (no answer: the frame waits in the link until the daemon reads it).
-Result<bool> tell_daemon(int control, const protocol::TaskStarted& started, std::chrono::milliseconds timeout);
+// (no answer: the frame waits in the link, or in the backlog, until the
+// daemon reads it). Never waits: root's task_post_fork holds the task
+// until it returns. Fails only when the link is gone.
+Result<bool> tell_daemon(LaunchedDaemon& daemon, const protocol::TaskStarted& started);
+
+// `backlog` to the link, what went erased from it: all of it by
+// `deadline`, else a failure; without a deadline, what the link takes
+// without waiting. Fails when the link is gone.
+Result<bool> send_backlog(int control, protocol::Bytes& backlog,
+                          std::optional<std::chrono::steady_clock::time_point> deadline);
 
 // A task's PMIx environment (KEY=VALUE), asked before exec.
 Result<std::vector<std::string>> request_environment(const std::string& dir, std::uint32_t rank, pid_t pid,
@@ -161,7 +174,9 @@ std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::mill
 // front end sink takes the outcomes then).
 class DaemonSink final : public OutcomeSink {
 public:
-    DaemonSink(int control, std::chrono::milliseconds timeout);
+    // `backlog` (LaunchedDaemon::backlog, not owned; may be null) goes
+    // before each outcome.
+    DaemonSink(int control, std::chrono::milliseconds timeout, protocol::Bytes* backlog = nullptr);
     Result<bool> deliver(const protocol::Outcome& outcome) override;
     // What the daemon took and srun never confirmed (stop_daemon's list):
     // it goes the direct way. The daemon's ack says only that it has an
@@ -171,6 +186,7 @@ public:
 private:
     std::vector<protocol::Outcome> taken_;
     int fd_;
+    protocol::Bytes* backlog_;
     std::chrono::milliseconds timeout_;
     bool gave_up_ = false;
 };

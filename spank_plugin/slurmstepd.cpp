@@ -324,7 +324,7 @@ int init_post_opt(spank_t sp)
     if (parsed->pmix && !parsed->fanout)
         failure = std::string("PMIx service failed: the PMIx part of ") + bootstrap_env + " is malformed";
     else if (parsed->pmix && start_daemon(sp, setup, sink, failure)) {
-        auto daemon_sink = std::make_unique<DaemonSink>(remote.daemon.control, ack_timeout);
+        auto daemon_sink = std::make_unique<DaemonSink>(remote.daemon.control, ack_timeout, &remote.daemon.backlog);
         remote.daemon_sink = daemon_sink.get();
         remote.sinks.insert(remote.sinks.begin(), std::move(daemon_sink));
     }
@@ -398,8 +398,8 @@ int task_post_fork(spank_t sp)
     const auto started = protocol::process::start_time(pid);
     if (!started)
         return 0;  // gone already: its outcome says the rest
-    if (auto told = tell_daemon(remote.daemon.control, protocol::TaskStarted{rank, pid, *started}, ack_timeout);
-        !told)
+    // Never waits: what the link has no room for goes with a later word.
+    if (auto told = tell_daemon(remote.daemon, protocol::TaskStarted{rank, pid, *started}); !told)
         log::error("step %u.%u: cannot tell the node daemon of rank %u: %s", remote.job_id, remote.step_id, rank,
                    told.error().c_str());
     return 0;
@@ -421,6 +421,10 @@ int task_exit(spank_t sp)
     ::clock_gettime(CLOCK_REALTIME, &now);
     o.end_time_us = std::int64_t{now.tv_sec} * 1'000'000 + now.tv_nsec / 1000;
 
+    // What the daemon has not yet been told of its tasks' starts, as far as
+    // its link takes it now.
+    if (remote.daemon.control >= 0 && !remote.daemon.backlog.empty())
+        send_backlog(remote.daemon.control, remote.daemon.backlog, std::nullopt);
     std::string errors;
     for (auto& sink : remote.sinks) {
         // A daemon that still stands by, or is starting, reads nothing yet:

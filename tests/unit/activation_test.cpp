@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <grp.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -72,12 +75,14 @@ struct Node {
 
     // A client (ep_hello) started with the planned environment, its stdout
     // in dir/out.RANK.
-    pid_t client(std::uint32_t rank) const
+    pid_t client(std::uint32_t rank) const { return client(rank, planned_environment(planned, nspace, rank)); }
+    // With `pmix_env`: a server not planned (the library's own socket).
+    pid_t client(std::uint32_t rank, const std::vector<std::string>& pmix_env) const
     {
         std::vector<std::string> env;
         for (char** e = environ; *e; ++e)
             env.emplace_back(*e);
-        for (auto& kv : planned_environment(planned, nspace, rank))
+        for (auto& kv : pmix_env)
             env.push_back(kv);
         const std::string out = dir + "/out." + std::to_string(rank);
         const pid_t pid = ::fork();
@@ -90,6 +95,36 @@ struct Node {
             envp.push_back(nullptr);
             char timeout[] = "--timeout";
             char seconds[] = "20";
+            char* argv[] = {const_cast<char*>(EP_HELLO_PATH), timeout, seconds, nullptr};
+            ::execve(EP_HELLO_PATH, argv, envp.data());
+            std::_Exit(127);
+        }
+        return pid;
+    }
+
+    // The same client as a process of `uid` (another user of the node)
+    // that claims to be uid/gid 0, this test's own user, with the
+    // attacker's shim (tests/clients/ep_claim_uid.c): everything of its
+    // environment is guessable, and a client's "native" security sends the
+    // server only what geteuid() says. `env`: its PMIx environment.
+    pid_t stranger(std::uint32_t rank, uid_t uid, const std::vector<std::string>& pmix_env) const
+    {
+        std::vector<std::string> env{"PATH=/usr/bin:/bin", "LD_PRELOAD=" EP_CLAIM_UID_PATH, "EP_CLAIM_UID=0",
+                                     "EP_CLAIM_GID=0", "ASAN_OPTIONS=verify_asan_link_order=0"};
+        env.insert(env.end(), pmix_env.begin(), pmix_env.end());
+        const std::string out = dir + "/out." + std::to_string(rank);
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+            ::dup2(fd, 1);
+            if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0)
+                std::_Exit(126);
+            std::vector<char*> envp;
+            for (auto& kv : env)
+                envp.push_back(kv.data());
+            envp.push_back(nullptr);
+            char timeout[] = "--timeout";
+            char seconds[] = "5";
             char* argv[] = {const_cast<char*>(EP_HELLO_PATH), timeout, seconds, nullptr};
             ::execve(EP_HELLO_PATH, argv, envp.data());
             std::_Exit(127);
@@ -226,6 +261,71 @@ void held_clients_fail_when_the_daemon_stops(const std::string& dir)
         fail("a client without a server ended as if served");
     const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - stopped);
     std::fprintf(stderr, "the held client ended %lld ms after the stop\n", static_cast<long long>(took.count()));
+}
+
+// Another user of the node who knows the step's PMIx environment (its
+// port is in /proc/net/tcp, the rest follows a pattern) and claims to be
+// the step's user: refused before the library reads a byte of it, and the
+// server goes on serving the step's own clients.
+void another_user_is_refused(Node& node, const std::vector<std::string>& env, const std::vector<std::string>& own_env)
+{
+    constexpr uid_t other = 4242;
+    const pid_t intruder = node.stranger(1, other, env);
+    const int status = wait_for(node, intruder, 20s);
+    if (status == -1)
+        fail("another user's client still runs after 20 s");
+    if (node.output(1).find("hello rank=1") != std::string::npos)
+        fail("another user's client was served: " + node.output(1));
+    if (status == 0)
+        fail("another user's client ended as if served");
+    if (activation::refused() == 0)
+        fail("no connection was refused");
+    if (std::count(node.overlay.connected.begin(), node.overlay.connected.end(), 1u) != 0)
+        fail("the server took another user's client for rank 1");
+    const pid_t own = node.client(0, own_env);
+    if (const int own_status = wait_for(node, own, 20s); own_status != 0)
+        fail("the step's own client, after the refusal, ended with status " + std::to_string(own_status) + ": " +
+             node.output(0));
+}
+
+void another_user_at_the_reserved_socket(const std::string& dir)
+{
+    ::chmod(dir.c_str(), 0755);  // nothing of the directory stops the intruder: only the gate may
+    Node node(dir);
+    activation::serve_only(::getuid(), compat::activation_errno(*compat::running_version()));
+    PmixHost host(node.overlay);
+    if (auto ok = host.init(dir, &node.planned); !ok)
+        fail(ok.error());
+    node.register_namespace(host);
+    activation::open();
+    another_user_is_refused(node, planned_environment(node.planned, node.nspace, 1),
+                            planned_environment(node.planned, node.nspace, 0));
+}
+
+void another_user_at_the_librarys_own_socket(const std::string& dir)
+{
+    ::chmod(dir.c_str(), 0755);
+    Node node(dir);
+    activation::serve_only(::getuid(), EAGAIN);
+    PmixHost host(node.overlay);
+    if (auto ok = host.init(dir, nullptr); !ok)  // the library listens on a port of its own
+        fail(ok.error());
+    node.register_namespace(host);
+    auto env = host.environment(1);
+    auto own_env = host.environment(0);
+    if (!env || !own_env)
+        fail(env ? own_env.error() : env.error());
+    another_user_is_refused(node, *env, *own_env);
+}
+
+TEST(SocketActivation, AnotherUserClaimingTheStepsUidIsRefusedAtTheReservedSocket)
+{
+    EXPECT_EQ(in_server_process(another_user_at_the_reserved_socket), 0);
+}
+
+TEST(SocketActivation, AnotherUserClaimingTheStepsUidIsRefusedAtTheLibrarysOwnSocket)
+{
+    EXPECT_EQ(in_server_process(another_user_at_the_librarys_own_socket), 0);
 }
 
 TEST(SocketActivation, ClientsThatCameBeforeTheServerAreServedWithTheLibrarysEnvironment)

@@ -180,6 +180,40 @@ TEST_F(DaemonLinkTest, DescriptorsReachTheirPlacesFromAnywhere)
     EXPECT_TRUE(gone(pid));
 }
 
+// Descriptors 6 and 7 are the reserved and wake sockets' places: a daemon
+// that gets neither must not get what slurmstepd itself holds there (its
+// descriptors are root's, and not all close on exec).
+TEST_F(DaemonLinkTest, SlurmstepdsOwnDescriptorsAtUnusedPlacesStayRoots)
+{
+    std::vector<int> moved;
+    for (int fd : {6, 7}) {
+        if (::fcntl(fd, F_GETFD) >= 0)
+            moved.push_back(fd);  // the test runner's: kept aside and put back
+    }
+    std::vector<std::pair<int, int>> saved;
+    for (int fd : moved) {
+        saved.emplace_back(fd, ::fcntl(fd, F_DUPFD_CLOEXEC, 100));
+        ::close(fd);
+    }
+    const int root_file = ::open("/dev/null", O_RDONLY);  // no O_CLOEXEC, as slurmstepd's are not all
+    ASSERT_GE(root_file, 0);
+    ASSERT_EQ(::dup2(root_file, 6), 6);
+    ASSERT_EQ(::dup2(root_file, 7), 7);
+    const std::string script = "read -r s <&3; echo 'ready 1' >&4; exec sleep 30";
+    auto launched = launch_daemon(launch(script));
+    for (int fd : {root_file, 6, 7})
+        ::close(fd);
+    for (const auto& [fd, copy] : saved) {
+        ::dup2(copy, fd);
+        ::close(copy);
+    }
+    ASSERT_TRUE(launched) << launched.error();
+    EXPECT_EQ(held_by_sleep(launched->pid), "0 1 2 3 4 5 ");
+    const pid_t pid = launched->pid;
+    stop_daemon(*launched, 100ms);
+    EXPECT_TRUE(gone(pid));
+}
+
 // A standby (slurmstepd had a wake socket for it): the helper's child runs
 // nothing until someone connects to the wake socket or a task to the
 // reserved one, and ends unstarted when slurmstepd closes its control link.
@@ -196,8 +230,8 @@ protected:
         ASSERT_TRUE(r && w);
         reserved = *r;
         wake = *w;
-        auto l = launch("echo started > " + dir + "/started.tmp; mv " + dir + "/started.tmp " + dir +
-                        "/started; echo 'ready 1' >&4; exec sleep 30");
+        auto l = launch("echo \" $* \" > " + dir + "/args; echo started > " + dir + "/started.tmp; mv " + dir +
+                        "/started.tmp " + dir + "/started; echo 'ready 1' >&4; exec sleep 30");
         l.reserved_fd = reserved.fd;
         l.wake_fd = wake.fd;
         for (std::size_t i = 0; i < pmi_tasks(); ++i) {
@@ -222,6 +256,12 @@ protected:
             if (fd >= 0)
                 ::close(fd);
         DaemonLinkTest::TearDown();
+    }
+    // What the file at descriptor `fd` of `pid` holds, from its start.
+    static protocol::Bytes held_at(pid_t pid, int fd)
+    {
+        std::ifstream in("/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd), std::ios::binary);
+        return protocol::Bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     }
     // The local tasks' PMI sockets (their ends in pmi_task_ends).
     virtual std::size_t pmi_tasks() const { return 0; }
@@ -268,7 +308,7 @@ TEST_F(StandbyTest, NothingRunsUntilItsWakePortIsConnectedTo)
 {
     EXPECT_TRUE(daemon.standby);
     // What slurmstepd tells it of a task waits on the link meanwhile.
-    auto told = tell_daemon(daemon.control, protocol::TaskStarted{0, 4242, 99}, 2000ms);
+    auto told = tell_daemon(daemon, protocol::TaskStarted{0, 4242, 99});
     EXPECT_TRUE(told) << told.error();
     std::this_thread::sleep_for(300ms);
     EXPECT_FALSE(started());
@@ -277,11 +317,65 @@ TEST_F(StandbyTest, NothingRunsUntilItsWakePortIsConnectedTo)
     connect_to(wake.port);
     EXPECT_TRUE(becomes_serving());
     EXPECT_TRUE(started());
-    // The wake socket is closed before the exec; the reserved one is the daemon's.
-    EXPECT_EQ(held_by_sleep(daemon.pid), "0 1 2 3 4 5 6 ");
+    // The wake socket is closed before the exec; the reserved one is the
+    // daemon's; what the standby read of the link is the daemon's at 7.
+    EXPECT_EQ(held_by_sleep(daemon.pid), "0 1 2 3 4 5 6 7 ");
+    EXPECT_NE(read("args").find(" --control-backlog-fd 7 "), std::string::npos) << read("args");
+    const protocol::Bytes told_frame = protocol::TaskStarted{0, 4242, 99}.encode();
+    EXPECT_EQ(held_at(daemon.pid, 7), told_frame);
     const pid_t pid = daemon.pid;
     stop_daemon(daemon, 100ms);
     EXPECT_TRUE(gone(pid));
+}
+
+// A node of many tasks: slurmstepd tells the standby of each start, and
+// its task_post_fork waits on none of them (a link nobody read filled
+// after 278 frames, and each later task waited out a 2 s bound). The
+// standby keeps them all, in order, for the daemon it becomes.
+TEST_F(StandbyTest, ItReadsEveryTaskStartAsItComesAndTheDaemonGetsThemAll)
+{
+    constexpr std::uint32_t tasks = 4096;
+    protocol::Bytes all;
+    for (std::uint32_t rank = 0; rank < tasks; ++rank) {
+        const protocol::TaskStarted started{rank, 10000 + static_cast<std::int64_t>(rank), 99};
+        auto told = tell_daemon(daemon, started);
+        ASSERT_TRUE(told) << "rank " << rank << ": " << told.error();
+        const auto frame = started.encode();
+        all.insert(all.end(), frame.begin(), frame.end());
+    }
+    // What the link had no room for when told goes as room comes: the
+    // standby reads it all, the daemon is never started for it.
+    for (int i = 0; i < 500 && !daemon.backlog.empty(); ++i) {
+        std::this_thread::sleep_for(10ms);
+        ASSERT_TRUE(send_backlog(daemon.control, daemon.backlog, std::nullopt));
+    }
+    EXPECT_TRUE(daemon.backlog.empty()) << daemon.backlog.size() << " bytes never went";
+    EXPECT_FALSE(started());
+    connect_to(wake.port);
+    ASSERT_TRUE(becomes_serving());
+    EXPECT_EQ(held_by_sleep(daemon.pid), "0 1 2 3 4 5 6 7 ");
+    const protocol::Bytes kept = held_at(daemon.pid, 7);
+    EXPECT_EQ(kept.size(), all.size());
+    EXPECT_TRUE(kept == all) << "the standby's copy differs from what slurmstepd said";
+}
+
+// A standby its user has stopped reads nothing: slurmstepd still never
+// waits, and keeps what the link has no room for until it has.
+TEST_F(StandbyTest, AStoppedStandbyNeverHoldsSlurmstepd)
+{
+    ASSERT_EQ(::kill(daemon.pid, SIGSTOP), 0);
+    constexpr std::uint32_t tasks = 4096;
+    for (std::uint32_t rank = 0; rank < tasks; ++rank) {
+        auto told = tell_daemon(daemon, protocol::TaskStarted{rank, 10000 + static_cast<std::int64_t>(rank), 99});
+        ASSERT_TRUE(told) << "rank " << rank << ": " << told.error();
+    }
+    EXPECT_FALSE(daemon.backlog.empty());  // the link is full: the rest is root's to keep
+    ASSERT_EQ(::kill(daemon.pid, SIGCONT), 0);
+    for (int i = 0; i < 500 && !daemon.backlog.empty(); ++i) {
+        std::this_thread::sleep_for(10ms);
+        ASSERT_TRUE(send_backlog(daemon.control, daemon.backlog, std::nullopt));
+    }
+    EXPECT_TRUE(daemon.backlog.empty()) << daemon.backlog.size() << " bytes never went";
 }
 
 TEST_F(StandbyTest, ATaskThatConnectsToItsPmixSocketStartsIt)
@@ -424,7 +518,7 @@ TEST_F(DaemonLinkTest, WithAReservedSocketTheLaunchWaitsForNothing)
     auto launched = launch_daemon(l);
     ::close(reserved->fd);
     ASSERT_TRUE(launched) << launched.error();
-    auto told = tell_daemon(launched->control, started, 2000ms);
+    auto told = tell_daemon(*launched, started);
     ASSERT_TRUE(told) << told.error();
     for (int i = 0; i < 500 && !std::filesystem::exists(dir + "/started"); ++i)
         std::this_thread::sleep_for(10ms);

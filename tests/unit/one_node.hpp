@@ -21,6 +21,7 @@ class OneNode final : public StepServices {
 public:
     Args args_;
     WorkQueue queue;
+    std::vector<std::uint32_t> connected;  // client_connected's ranks, in order
 
     void post(std::function<void()> fn) override { queue.push(std::move(fn)); }
     void fence(std::vector<std::uint32_t>, protocol::Bytes data, int, Done done) override { done(0, std::move(data)); }
@@ -30,7 +31,7 @@ public:
     void relay(int, std::uint32_t, protocol::Bytes) override {}
     void terminate_step(const std::string&) override {}
     void task_log(std::uint32_t, const std::string&) override {}
-    void client_connected(std::uint32_t) override {}
+    void client_connected(std::uint32_t rank) override { connected.push_back(rank); }
     void client_finalized(std::uint32_t) override {}
     const Args& args() const noexcept override { return args_; }
 };
