@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <poll.h>
+#include <set>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -345,10 +346,11 @@ bool daemon_serving(LaunchedDaemon& daemon)
     return daemon.serving;
 }
 
-std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout)
+std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout, std::size_t max_acks)
 {
     const auto deadline = Clock::now() + timeout;
     std::vector<protocol::Ack> confirmed;
+    std::set<std::pair<std::uint32_t, std::uint32_t>> seen;
     if (daemon.standby && !daemon_serving(daemon) && daemon.control >= 0)
         ::close(std::exchange(daemon.control, -1));  // a standby's hang-up: it exits unstarted
     if (daemon.ready >= 0)
@@ -359,16 +361,33 @@ std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::mill
         // Before it, the daemon says which outcomes srun has.
         if (send_backlog(fd, daemon.backlog, deadline) && write_all(fd, protocol::Stop{}.encode(), deadline, daemon_name)) {
             protocol::Type type{};
-            while (auto body = read_frame_of(fd, {protocol::Type::ack, protocol::Type::acks}, type, deadline, daemon_name)) {
+            // What a daemon may say: its Ack of the Stop, and the outcomes
+            // srun has in frames of at most max_body bytes.
+            constexpr std::size_t per_frame = (protocol::max_body - 4) / 8;
+            const std::size_t most_frames = 2 + max_acks / per_frame + 1;
+            std::size_t frames = 0;
+            while (frames++ < most_frames) {
+                auto body = read_frame_of(fd, {protocol::Type::ack, protocol::Type::acks}, type, deadline, daemon_name);
+                if (!body)
+                    break;
                 if (type != protocol::Type::acks)
                     continue;
                 auto acks = protocol::Acks::decode(*body);
                 if (!acks)
                     break;
-                confirmed.insert(confirmed.end(), acks->list.begin(), acks->list.end());
+                for (const auto& a : acks->list)
+                    if (confirmed.size() < max_acks && seen.insert({a.rank, a.epoch}).second)
+                        confirmed.push_back(a);
             }
-            char byte;
-            while (wait_fd(fd, POLLIN, deadline) && ::recv(fd, &byte, 1, 0) > 0) {
+            // Then EOF: whatever else comes is read and dropped, up to a
+            // budget (the daemon is the job's user's; it may say anything).
+            char sink[4096];
+            std::size_t budget = std::size_t{1} << 20;
+            while (budget > 0 && wait_fd(fd, POLLIN, deadline)) {
+                const ssize_t n = ::recv(fd, sink, sizeof sink, 0);
+                if (n <= 0)
+                    break;
+                budget -= std::min(budget, static_cast<std::size_t>(n));
             }
         }
         ::close(fd);
@@ -429,10 +448,12 @@ Result<bool> DaemonSink::deliver(const protocol::Outcome& outcome)
 
 std::vector<protocol::Outcome> DaemonSink::unconfirmed(const std::vector<protocol::Ack>& confirmed) const
 {
+    std::set<std::pair<std::uint32_t, std::uint32_t>> has;
+    for (const auto& a : confirmed)
+        has.insert({a.rank, a.epoch});
     std::vector<protocol::Outcome> out;
     for (const auto& o : taken_)
-        if (std::none_of(confirmed.begin(), confirmed.end(),
-                         [&](const protocol::Ack& a) { return a.rank == o.rank && a.epoch == o.epoch; }))
+        if (!has.count({o.rank, o.epoch}))
             out.push_back(o);
     return out;
 }

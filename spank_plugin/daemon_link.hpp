@@ -163,10 +163,14 @@ Result<std::vector<std::string>> request_environment(const std::string& dir, std
 // Asks the daemon, over its control link, to flush and exit; waits for it
 // (bounded), then kills it through its pidfd (never by a pid that may have
 // been reused), and closes what it held. Returns the outcomes the daemon
-// said, on its way out, that srun has (none when it said nothing). A
-// standby that is not serving is not asked: its control link is closed,
-// which ends it (or the daemon it has just become).
-std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout);
+// said, on its way out, that srun has (none when it said nothing): at most
+// `max_acks` of them (the node's task count), each once; a daemon, the
+// job's user's process, that says more is not believed for the rest, and
+// what it sends is read within the bound and a byte budget, never kept. A standby that is not serving is not asked:
+// its control link is closed, which ends it (or the daemon it has just
+// become).
+std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout,
+                                       std::size_t max_acks = 0);
 
 // Task outcomes to the daemon over its control link (LaunchedDaemon::control,
 // not owned), one at a time: each waits for its acknowledgement, which must
@@ -182,6 +186,8 @@ public:
     // it goes the direct way. The daemon's ack says only that it has an
     // outcome; every holder keeps it until srun has it.
     std::vector<protocol::Outcome> unconfirmed(const std::vector<protocol::Ack>& confirmed) const;
+    // How many outcomes the daemon took: the most it can confirm.
+    std::size_t taken() const noexcept { return taken_.size(); }
 
 private:
     std::vector<protocol::Outcome> taken_;

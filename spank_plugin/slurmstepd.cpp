@@ -70,6 +70,8 @@ struct Remote {
     FrontEndSink* fe_sink = nullptr;  // among sinks
     DaemonSink* daemon_sink = nullptr;
     bool failure_logged = false;  // one error line per step, not one per task
+    // This node's tasks: the most outcomes its daemon can say srun has.
+    std::size_t local_tasks = 0;
 };
 Remote remote;
 
@@ -302,6 +304,7 @@ int init_post_opt(spank_t sp)
     }
     remote.job_id = job_id;
     remote.step_id = step_id;
+    remote.local_tasks = local_tasks;
     const std::string fe = setup.host + ":" + std::to_string(setup.port);
     const std::string node = setup.hostname;
     // Registered first: nothing below can skip it.
@@ -454,7 +457,7 @@ int exit(spank_t)
     const bool had_daemon = remote.daemon.pid > 0;
     std::vector<protocol::Ack> confirmed;
     if (had_daemon)
-        confirmed = stop_daemon(remote.daemon, protocol::daemon_stop_wait);
+        confirmed = stop_daemon(remote.daemon, protocol::daemon_stop_wait, remote.local_tasks);
     if (remote.daemon_sink && remote.fe_sink) {
         const auto resend = remote.daemon_sink->unconfirmed(confirmed);
         if (!resend.empty())

@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fstream>
+#include <optional>
 #include <grp.h>
 #include <set>
 #include <sstream>
@@ -25,6 +26,52 @@
 namespace exitpolicy::spank_plugin {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Root's record of the step directories it made on this machine: one
+// file each, named as the directory, holding its owner's "uid gid". Only
+// what is recorded here is ever removed as stale: anyone can make a
+// directory in /tmp named as a step's, and root must not work for them.
+constexpr const char* registry = "/run/exitpolicy";
+
+// The registry, made if missing: a real directory of root's, 0700; false
+// if it is anything else.
+bool registry_ready()
+{
+    ::mkdir(registry, 0700);
+    struct stat st {};
+    return ::lstat(registry, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == 0 && (st.st_mode & 077) == 0;
+}
+
+std::string record_of(const std::string& dir)
+{
+    return std::string(registry) + "/" + dir.substr(dir.rfind('/') + 1);
+}
+
+void record(const std::string& dir, uid_t uid, gid_t gid)
+{
+    if (!registry_ready())
+        return;  // then nothing of it is ever removed as stale
+    const int fd = ::open(record_of(dir).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;
+    const std::string owner = std::to_string(uid) + " " + std::to_string(gid) + "\n";
+    [[maybe_unused]] auto n = ::write(fd, owner.data(), owner.size());
+    ::close(fd);
+}
+
+// The owner recorded for `name` (a step directory's basename), if any.
+std::optional<std::pair<uid_t, gid_t>> recorded_owner(const std::string& name)
+{
+    std::ifstream in(std::string(registry) + "/" + name);
+    unsigned long uid = 0, gid = 0;
+    if (!(in >> uid >> gid))
+        return std::nullopt;
+    return std::pair{static_cast<uid_t>(uid), static_cast<gid_t>(gid)};
+}
+
+}  // namespace
 
 Result<std::string> make_step_dir(std::uint32_t job_id, std::uint32_t step_id, const std::string& node, uid_t uid,
                                   gid_t gid)
@@ -39,6 +86,7 @@ Result<std::string> make_step_dir(std::uint32_t job_id, std::uint32_t step_id, c
         ::rmdir(path.c_str());
         return R::fail("cannot give " + path + " to the job's user: " + std::strerror(err));
     }
+    record(path, uid, gid);
     return R::ok(std::move(path));
 }
 
@@ -70,13 +118,15 @@ std::vector<std::string> remove_stale_step_dirs(const std::string& node, std::ch
                                                 std::chrono::milliseconds timeout)
 {
     std::vector<std::string> removed;
-    DIR* tmp = ::opendir("/tmp");
-    if (!tmp)
+    // Root's own record, never /tmp's listing: what someone else planted
+    // there is no candidate, however many there are.
+    DIR* made = registry_ready() ? ::opendir(registry) : nullptr;
+    if (!made)
         return removed;
     const std::string prefix = "exitpolicy.";
     const std::string mark = "." + node + ".";
     std::vector<std::string> candidates;
-    while (const dirent* e = ::readdir(tmp)) {
+    while (const dirent* e = ::readdir(made)) {
         const std::string name = e->d_name;
         // exitpolicy.<job>.<step>.<node>.XXXXXX, this node's
         const auto at = name.rfind(mark);
@@ -84,7 +134,7 @@ std::vector<std::string> remove_stale_step_dirs(const std::string& node, std::ch
             name.find('/') == std::string::npos)
             candidates.push_back("/tmp/" + name);
     }
-    ::closedir(tmp);
+    ::closedir(made);
     if (candidates.empty())
         return removed;
     const auto listening = listening_unix_sockets();
@@ -100,19 +150,31 @@ std::vector<std::string> remove_stale_step_dirs(const std::string& node, std::ch
         });
     };
     const auto now = std::chrono::system_clock::now();
+    // Bounded per step, whatever is there: in tries (a removal that fails
+    // counts), and in time (one removal's bound in all).
+    const auto deadline = Clock::now() + timeout;
+    std::size_t tries = 0;
     for (const auto& dir : candidates) {
+        const std::string name = dir.substr(5);
+        const auto owner = recorded_owner(name);
         struct stat st {};
-        // A directory as make_step_dir leaves one (never a link), untouched
-        // for a while, whose daemon no longer listens, of a step that is over.
-        if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || (st.st_mode & 07777) != 0700)
+        if (::lstat(dir.c_str(), &st) != 0 && errno == ENOENT) {
+            ::unlink(record_of(dir).c_str());  // removed by someone else: nothing left to do
+            continue;
+        }
+        // A directory as make_step_dir left it (never a link), its owner
+        // the one recorded, untouched for a while, whose daemon no longer
+        // listens, of a step that is over.
+        if (!owner || !S_ISDIR(st.st_mode) || (st.st_mode & 07777) != 0700 || st.st_uid != owner->first)
             continue;
         const auto changed = std::chrono::system_clock::from_time_t(st.st_mtime);
         if (now - changed < older_than || listening.count(daemon_socket(dir)) || step_runs(dir))
             continue;
-        if (remove_step_dir(dir, st.st_uid, st.st_gid, timeout))
-            removed.push_back(dir);
-        if (removed.size() >= max_stale_removed)
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        if (tries++ >= max_stale_removed || left.count() <= 0)
             break;  // the rest at the next step's start
+        if (remove_step_dir(dir, owner->first, owner->second, left))
+            removed.push_back(dir);
     }
     return removed;
 }
@@ -124,8 +186,10 @@ Result<bool> remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::
         return R::fail("refusing to remove " + dir + ": not a step directory");  // never anything else
     // Empty, as a step whose tasks never used PMIx leaves it (the daemon
     // removes its socket): rmdir follows no link and removes nothing else.
-    if (::rmdir(dir.c_str()) == 0)
+    if (::rmdir(dir.c_str()) == 0) {
+        ::unlink(record_of(dir).c_str());
         return R::ok(true);
+    }
     const char* argv[] = {"/bin/rm", "-rf", "--one-file-system", "--", dir.c_str(), nullptr};
     const pid_t child = ::fork();
     if (child < 0)
@@ -153,8 +217,10 @@ Result<bool> remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::
     while (true) {
         const pid_t r = ::waitpid(child, &status, WNOHANG);
         if (r == child) {
-            if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+            if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+                ::unlink(record_of(dir).c_str());
                 return R::ok(true);
+            }
             return R::fail("cannot remove " + dir + ": rm -rf as uid " + std::to_string(uid) + " ended with wait status " +
                            std::to_string(status));
         }
@@ -162,8 +228,12 @@ Result<bool> remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::
             return R::fail("cannot remove " + dir + ": waitpid: " + std::strerror(errno));
         if (Clock::now() >= deadline) {
             ::kill(child, SIGKILL);  // our own child, not yet reaped: its pid is still ours
-            while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-            }
+            // Never a blocking wait: a tracer of the user's (ptrace) is
+            // told of its death first and may hold it from us as long as
+            // it likes. Reaped now if it can be, else left to slurmstepd,
+            // which reaps what it does not know at the step's end.
+            for (int i = 0; i < 50 && ::waitpid(child, &status, WNOHANG) == 0; ++i)
+                std::this_thread::sleep_for(std::chrono::milliseconds(2));
             return R::fail("cannot remove " + dir + ": rm -rf took longer than " +
                            std::to_string(timeout.count()) + " ms");
         }

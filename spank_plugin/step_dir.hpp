@@ -24,15 +24,20 @@ namespace exitpolicy::spank_plugin {
 Result<std::string> make_step_dir(std::uint32_t job_id, std::uint32_t step_id, const std::string& node, uid_t uid,
                                   gid_t gid);
 // Removes it as the job's user (rm -rf in a child that drops to uid/gid),
-// so that root never walks a tree its user could rearrange; bounded.
+// so that root never walks a tree its user could rearrange; bounded, and
+// never a blocking wait on that child (its user may trace it), which is
+// killed at the bound and left to slurmstepd to reap if it cannot be.
 Result<bool> remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::chrono::milliseconds timeout);
 
-// This node's step directories whose steps are gone: a real directory of
-// mode 0700, unchanged for older_than, whose daemon's socket nobody listens
-// on, nor its step's slurmstepd on its step socket (a daemon that stands by
-// has none): a node that crashed left it; on Debian 12 /tmp is on disk. Each is
-// removed as its owner (remove_step_dir), at most max_stale_removed at a
-// time. Returns those removed.
+// This node's step directories whose steps are gone, as root recorded
+// them when it made them (in /run/exitpolicy, root's alone: what anyone
+// else names like a step directory in /tmp is never a candidate): a real
+// directory of mode 0700 of the recorded owner, unchanged for older_than,
+// whose daemon's socket nobody listens on, nor its step's slurmstepd on
+// its step socket (a daemon that stands by has none): a node that crashed
+// left it; on Debian 12 /tmp is on disk. Each is removed as its owner
+// (remove_step_dir); at most max_stale_removed tries (failures count) and
+// `timeout` in all, per call. Returns those removed.
 inline constexpr std::size_t max_stale_removed = 8;
 std::vector<std::string> remove_stale_step_dirs(const std::string& node, std::chrono::seconds older_than,
                                                 std::chrono::milliseconds timeout);

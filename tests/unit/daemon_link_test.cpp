@@ -14,6 +14,8 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <grp.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -817,6 +819,101 @@ TEST_F(DaemonLinkTest, TheNextStepRemovesWhatADeadStepLeftAndNothingElse)
     ::unlink(link.c_str());
     for (const auto& p : {*fresh, *live, *other, *standing_by})
         std::filesystem::remove_all(p);
+}
+
+// Another user of the node plants a hundred directories named as this
+// node's dead steps' (mode 0700, old): root never forks anything for
+// them, and the dead step's own directory is still removed. Before, root
+// ran rm as the planter for each one, every step, none counted.
+TEST_F(DaemonLinkTest, WhatAnotherUserPlantsAsADeadStepsDirectoryIsNeverTouched)
+{
+    if (::geteuid() != 0)
+        GTEST_SKIP() << "needs root to make directories for another user";
+    const uid_t nobody = 65534, planter = 4242;
+    const std::string node = "ep-planted-" + std::to_string(::getpid());
+    auto dead = make_step_dir(8, 1, node, nobody, nobody);
+    ASSERT_TRUE(dead) << dead.error();
+    age(*dead, std::chrono::hours(1));
+    std::vector<std::string> planted;
+    for (int i = 0; i < 100; ++i) {
+        std::string path = "/tmp/exitpolicy.9." + std::to_string(i) + "." + node + ".XXXXXX";
+        ASSERT_NE(::mkdtemp(path.data()), nullptr);
+        ASSERT_EQ(::chown(path.c_str(), planter, planter), 0);
+        age(path, std::chrono::hours(1));
+        planted.push_back(path);
+    }
+    const auto removed = remove_stale_step_dirs(node, std::chrono::seconds(300), 2000ms);
+    EXPECT_EQ(removed, std::vector<std::string>{*dead});
+    std::size_t left = 0;
+    for (const auto& p : planted)
+        left += std::filesystem::exists(p);
+    EXPECT_EQ(left, planted.size()) << "root removed what another user planted";
+    for (const auto& p : planted)
+        std::filesystem::remove_all(p);
+}
+
+// The job's user traces (ptrace) the rm that removes their step's
+// directory at the step's end, and holds it: root gives up at its bound
+// and does not wait for the tracer. Before, root's waitpid after the
+// SIGKILL waited for as long as the tracer held the dead rm.
+TEST_F(DaemonLinkTest, ARemovalItsUserTracesNeverHoldsRootPastItsBound)
+{
+    if (::geteuid() != 0)
+        GTEST_SKIP() << "needs root to remove as another user";
+    const uid_t user = 4242;
+    auto made = make_step_dir(8, 2, "ep-traced-" + std::to_string(::getpid()), user, user);
+    ASSERT_TRUE(made) << made.error();
+    const std::string step = *made;
+    // Enough for rm to take a while, so that the tracer catches it.
+    for (int i = 0; i < 3000; ++i) {
+        const std::string f = step + "/f" + std::to_string(i);
+        std::ofstream(f) << "x";
+        ASSERT_EQ(::chown(f.c_str(), user, user), 0);
+    }
+    int caught_pipe[2];
+    ASSERT_EQ(::pipe(caught_pipe), 0);
+    const pid_t tracer = ::fork();
+    if (tracer == 0) {
+        ::close(caught_pipe[0]);
+        if (::setgroups(0, nullptr) != 0 || ::setgid(user) != 0 || ::setuid(user) != 0)
+            std::_Exit(1);
+        const auto until = std::chrono::steady_clock::now() + 10s;
+        while (std::chrono::steady_clock::now() < until) {
+            for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+                const std::string pid = e.path().filename();
+                if (pid.find_first_not_of("0123456789") != std::string::npos)
+                    continue;
+                std::ifstream in("/proc/" + pid + "/cmdline", std::ios::binary);
+                const std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+                if (cmd.rfind("/bin/rm", 0) != 0 || cmd.find(step) == std::string::npos)
+                    continue;
+                const pid_t rm = std::stoi(pid);
+                if (::ptrace(PTRACE_SEIZE, rm, nullptr, nullptr) == 0 &&
+                    ::ptrace(PTRACE_INTERRUPT, rm, nullptr, nullptr) == 0) {
+                    [[maybe_unused]] auto w = ::write(caught_pipe[1], "c", 1);
+                    ::sleep(10);  // holds it, never waits for it
+                    std::_Exit(0);
+                }
+            }
+        }
+        std::_Exit(2);
+    }
+    ::close(caught_pipe[1]);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto removed = remove_step_dir(step, user, user, 500ms);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    char c = 0;
+    ::fcntl(caught_pipe[0], F_SETFL, O_NONBLOCK);
+    const bool caught = ::read(caught_pipe[0], &c, 1) == 1;
+    ::close(caught_pipe[0]);
+    ::kill(tracer, SIGKILL);
+    ::waitpid(tracer, nullptr, 0);
+    std::filesystem::remove_all(step);
+    if (!caught)
+        GTEST_SKIP() << "rm ended before the tracer caught it (removed: " << (removed ? "yes" : removed.error()) << ")";
+    EXPECT_FALSE(removed);
+    // The bound, and the short look for its end: far below the tracer's 10 s.
+    EXPECT_LT(took, 3s) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
 }
 
 // The daemon is the job's user's process: it gets the limits srun gives the

@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -213,7 +214,7 @@ TEST(DaemonSinkTest, WhatTheDaemonTookAndSrunNeverConfirmedIsForTheDirectWay)
     for (std::uint32_t r : {0u, 1u, 2u})
         ASSERT_TRUE(sink.deliver(outcome(r, 0)));
     LaunchedDaemon launched = daemon.launched();
-    const auto confirmed = stop_daemon(launched, 2s);
+    const auto confirmed = stop_daemon(launched, 2s, 3);
     ASSERT_EQ(confirmed.size(), 2u);
     EXPECT_EQ(confirmed[0].rank, 1u);
     const auto resend = sink.unconfirmed(confirmed);
@@ -230,8 +231,44 @@ TEST(DaemonSinkTest, ADaemonThatSaysNothingOnItsWayOutConfirmsNothing)
     for (std::uint32_t r : {3u, 4u})
         ASSERT_TRUE(sink.deliver(outcome(r, 1)));
     LaunchedDaemon launched = daemon.launched();
-    EXPECT_TRUE(stop_daemon(launched, 2s).empty());
+    EXPECT_TRUE(stop_daemon(launched, 2s, 2).empty());
     EXPECT_EQ(sink.unconfirmed({}).size(), 2u);
+}
+
+// A daemon (the job's user's process) that answers Stop with a flood of
+// Acks frames: root keeps no more than the node's tasks could have, each
+// once, and reads the rest within its bound. Before, it kept every one
+// (426 MiB in a second in a probe).
+TEST(DaemonSinkTest, AFloodOfAcksOnTheWayOutIsNeverKept)
+{
+    int pair[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+    ::fcntl(pair[0], F_SETFL, ::fcntl(pair[0], F_GETFL) | O_NONBLOCK);
+    std::atomic<std::size_t> sent{0};
+    std::thread flood([fd = pair[1], &sent] {
+        std::vector<protocol::Ack> list;
+        for (std::uint32_t r = 0; r < 8000; ++r)
+            list.push_back({r, 0});
+        const protocol::Bytes frame = protocol::Acks{list}.encode();
+        const auto until = std::chrono::steady_clock::now() + 3s;
+        while (std::chrono::steady_clock::now() < until) {
+            const ssize_t n = ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
+            if (n <= 0)
+                break;
+            sent += static_cast<std::size_t>(n);
+        }
+        ::close(fd);
+    });
+    LaunchedDaemon launched;
+    launched.control = pair[0];
+    const auto confirmed = stop_daemon(launched, 1s, 4);
+    flood.join();
+    EXPECT_EQ(confirmed.size(), 4u);
+    std::set<std::uint32_t> ranks;
+    for (const auto& a : confirmed)
+        ranks.insert(a.rank);
+    EXPECT_EQ(ranks.size(), confirmed.size());
+    EXPECT_GT(sent.load(), std::size_t{1} << 20) << "the flood was too small to tell";
 }
 
 }  // namespace
