@@ -9,6 +9,10 @@
 #                              beside a plain copy of the same bytes
 #   bash bench/run.sh srun     srun -N4 -n8 true on the local cluster: plugin off,
 #                              loaded, and with a policy (ROUNDS=15 paired rounds)
+#   bash bench/run.sh many     one step of MANY_TASKS=1024 tasks on one node (a one-node
+#                              cluster whose MaxTasksPerNode allows them): no plugin,
+#                              pmix=auto (the daemon stands by), pmix=auto with a policy
+#                              (MANY_ROUNDS=7 paired rounds; bench/many_tasks.py)
 #   bash bench/run.sh cost     what a step pays, as one table: no plugin, pmix=never,
 #                              pmix=auto with tasks that never use PMIx and with Open
 #                              MPI ones, Slurm's --mpi=pmix; time (COST_ROUNDS=9
@@ -59,8 +63,8 @@ case $what in
     echo "== policy core: deciding and reporting (bench/decide_bench.cpp)"
     "$build/bench/decide_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
       --benchmark_min_time=0.5 2>/dev/null | grep -E '^Benchmark|_median' ;;
-  srun|cost|pmix|pmi|nodeloss|failure|seal|soak|scale|overlay) ;;
-  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, cost, pmix, pmi, nodeloss, failure, soak, scale, overlay" >&2; exit 2 ;;
+  srun|many|cost|pmix|pmi|nodeloss|failure|seal|soak|scale|overlay) ;;
+  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, many, cost, pmix, pmi, nodeloss, failure, soak, scale, overlay" >&2; exit 2 ;;
 esac
 case $what in
   all|seal)
@@ -114,6 +118,21 @@ if [ "$what" = scale ]; then
     "$cluster" down >/dev/null
   done
   exit 0
+fi
+if [ "$what" = all ] || [ "$what" = many ]; then
+  # A cluster of its own: one node that takes that many tasks of a step
+  # (Slurm's MaxTasksPerNode is 512 by default).
+  many_dir=/tmp/exitpolicy-bench-many-cluster
+  trap 'EXITPOLICY_CLUSTER_DIR=$many_dir "$cluster" down >/dev/null 2>&1 || true' EXIT
+  EXITPOLICY_CLUSTER_DIR=$many_dir EXITPOLICY_CLUSTER_SLURM_CONF_EXTRA="MaxTasksPerNode=${MANY_TASKS:-1024}" \
+    "$cluster" up 1 >/dev/null
+  echo "== many tasks of one step on one node (bench/many_tasks.py)"
+  (cd "$(mktemp -d /tmp/exitpolicy-bench.XXXXXX)" && chmod 755 . &&
+    EXITPOLICY_CLUSTER_DIR=$many_dir "$cluster" exec /usr/bin/python3 "$src/bench/many_tasks.py" \
+      "$build/spank_plugin/exitpolicy.so" "$many_dir/etc/plugstack.d" "${MANY_TASKS:-1024}" "${MANY_ROUNDS:-7}")
+  EXITPOLICY_CLUSTER_DIR=$many_dir "$cluster" down >/dev/null
+  trap - EXIT
+  [ "$what" = many ] && exit 0
 fi
 if [ "$what" != decide ] && [ "$what" != nodeloss ]; then
   trap '"$cluster" down >/dev/null 2>&1 || true' EXIT

@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <set>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <spawn.h>
@@ -87,6 +88,55 @@ std::vector<std::string> daemon_environment(char* const* env)
     if (!path)
         out.emplace_back("PATH=/usr/sbin:/usr/bin:/sbin:/bin");
     return out;
+}
+
+namespace {
+
+std::string unsafe_below(const std::string& path, int links_left)
+{
+    if (path.empty() || path.front() != '/')
+        return path + " is no absolute path";
+    if (links_left == 0)
+        return path + ": too many symbolic links";
+    // Each part from the root down, as the kernel resolves it (lstat: a
+    // link is judged where it is, its target as the rest of the path). Each
+    // must be root's: then no one else can replace the next part, even in
+    // a directory writable by all with the sticky bit (/tmp).
+    std::size_t end = 0;
+    while (true) {
+        end = path.find('/', end + 1);
+        const std::string here = path.substr(0, end);
+        struct stat st {};
+        if (::lstat(here.empty() ? "/" : here.c_str(), &st) != 0)
+            return "cannot inspect " + here + ": " + std::strerror(errno);
+        if (st.st_uid != 0)
+            return here + " belongs to uid " + std::to_string(st.st_uid) + ", not root";
+        if (S_ISLNK(st.st_mode)) {
+            char target[4096];
+            const ssize_t n = ::readlink(here.c_str(), target, sizeof target - 1);
+            if (n <= 0)
+                return "cannot read the link " + here;
+            const std::string to(target, static_cast<std::size_t>(n));
+            const std::string rest = end == std::string::npos ? "" : path.substr(end);
+            return unsafe_below((to.front() == '/' ? to : here.substr(0, here.rfind('/') + 1) + to) + rest,
+                                links_left - 1);
+        }
+        const bool sticky_dir = S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX);
+        if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !sticky_dir) {
+            char mode[8];
+            std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+            return here + " is writable by others than root (mode " + mode + ")";
+        }
+        if (end == std::string::npos || end + 1 >= path.size())
+            return "";
+    }
+}
+
+}  // namespace
+
+std::string unsafe_for_root(const std::string& path)
+{
+    return unsafe_below(path, 16);
 }
 
 Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
@@ -173,23 +223,28 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     int high = first_pmi + npmi;
     for (const auto& [from, to] : places)
         high = std::max(high, from + 1);
+    // Every action must be in place: a launch with one missing could hand
+    // the user a descriptor of root's.
+    int planned = 0;
     for (const auto& [from, to] : places)
         if (from >= 0)
-            posix_spawn_file_actions_adddup2(&actions, from, high + to);
+            planned |= posix_spawn_file_actions_adddup2(&actions, from, high + to);
     for (const auto& [from, to] : places)
         if (from >= 0)
-            posix_spawn_file_actions_adddup2(&actions, high + to, to);
+            planned |= posix_spawn_file_actions_adddup2(&actions, high + to, to);
         else
-            posix_spawn_file_actions_addclose(&actions, to);  // slurmstepd's own, if open: never the user's
-    posix_spawn_file_actions_addclosefrom_np(&actions, first_pmi + npmi);
+            planned |= posix_spawn_file_actions_addclose(&actions, to);  // slurmstepd's own, if open: never the user's
+    planned |= posix_spawn_file_actions_addclosefrom_np(&actions, first_pmi + npmi);
     sigset_t none, all;
     sigemptyset(&none);
     sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    planned |= posix_spawnattr_setsigmask(&attr, &none);
+    planned |= posix_spawnattr_setsigdefault(&attr, &all);
+    planned |= posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     pid_t child = -1;
-    const int spawned = ::posix_spawn(&child, launch.helper.c_str(), &actions, &attr, argv.data(), envp.data());
+    const int spawned = planned != 0 ? ENOMEM
+                                     : ::posix_spawn(&child, launch.helper.c_str(), &actions, &attr, argv.data(),
+                                                     envp.data());
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
     if (spawned != 0) {
@@ -203,7 +258,9 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     int status = 0;
     while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
     }
-    // The helper has exited: the daemon's pid is in the pipe, or nothing is.
+    // The helper has exited: the daemon's pid is in the pipe, or nothing is
+    // (never a wait: the daemon's process holds the pipe's other end).
+    ::fcntl(pid_pipe[0], F_SETFL, O_NONBLOCK);
     LaunchedDaemon launched;
     if (::read(pid_pipe[0], &launched.pid, sizeof(launched.pid)) != sizeof(launched.pid) || launched.pid <= 0) {
         for (int fd : {pid_pipe[0], go_pipe[1], ready_pipe[0], control[0]})

@@ -99,6 +99,14 @@ std::vector<SoftLimit> propagated_limits(Get get)
     return out;
 }
 
+// Why root must not run `path` (empty: it may): root runs the daemon's
+// helper (exitpolicy-detach) from the daemon's directory, so the file and
+// every directory above it must be root's and writable by no one else; a
+// directory writable by all with the sticky bit (/tmp) only where the next
+// part of the path is root's. A site's daemon= under a user's tree would
+// give that user root.
+std::string unsafe_for_root(const std::string& path);
+
 // The started daemon: its pid as fork() gave it (never as the daemon, which
 // runs as the job's user, says it), and a pidfd on it (-1 where the kernel
 // has none), through which alone it is signalled.

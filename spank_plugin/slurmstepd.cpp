@@ -125,6 +125,15 @@ bool start_daemon(spank_t sp, const LinkSetup& link, FrontEndSink& fe, std::stri
     DaemonLaunch launch;
     if (spank_get_item(sp, S_JOB_SUPPLEMENTARY_GIDS, &groups, &ngroups) == ESPANK_SUCCESS && groups)
         launch.groups.assign(groups, groups + ngroups);
+    launch.path = daemon_path(state().config);
+    launch.helper = std::filesystem::path(launch.path).replace_filename("exitpolicy-detach").string();
+    // Root runs the helper: from nowhere another user could change it.
+    for (const std::string* exe : {&launch.path, &launch.helper})
+        if (const std::string unsafe = unsafe_for_root(*exe); !unsafe.empty()) {
+            failure = "PMIx service failed: root will not run " + *exe + " (" + unsafe +
+                      "); install exitpolicy where only root can write, or point daemon= there";
+            return false;
+        }
     for (const auto& gone : remove_stale_step_dirs(link.hostname, stale_step_dir_age, remove_timeout))
         log::info("step %u.%u: removed %s, which a step that is gone left behind", link.job_id, link.step_id,
                   gone.c_str());
@@ -135,8 +144,7 @@ bool start_daemon(spank_t sp, const LinkSetup& link, FrontEndSink& fe, std::stri
     }
     const std::string dir = *made;
     const Config& config = state().config;
-    launch.path = daemon_path(config);
-    launch.helper = std::filesystem::path(launch.path).replace_filename("exitpolicy-detach").string();
+
     launch.uid = uid;
     launch.gid = gid;
     launch.secret_hex = protocol::to_hex(link.secret);

@@ -916,6 +916,43 @@ TEST_F(DaemonLinkTest, ARemovalItsUserTracesNeverHoldsRootPastItsBound)
     EXPECT_LT(took, 3s) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
 }
 
+// Root runs exitpolicy-detach from the daemon's directory: a daemon= in a
+// tree another user can write would give them root. Refused, saying why;
+// root's own trees, and root's own directory in a sticky /tmp, are fine.
+TEST_F(DaemonLinkTest, RootRunsNothingFromWhereAnotherUserCouldWrite)
+{
+    if (::geteuid() != 0)
+        GTEST_SKIP() << "needs root to own the trees";
+    char base[] = "/tmp/ep-unsafe.XXXXXX";
+    ASSERT_NE(::mkdtemp(base), nullptr);
+    const std::string root_dir = std::string(base) + "/root";
+    const std::string users_dir = std::string(base) + "/users";
+    const std::string open_dir = std::string(base) + "/open";
+    for (const auto& d : {root_dir, users_dir, open_dir})
+        ASSERT_EQ(::mkdir(d.c_str(), 0755), 0);
+    ASSERT_EQ(::chown(users_dir.c_str(), 4242, 4242), 0);
+    ASSERT_EQ(::chmod(open_dir.c_str(), 0777), 0);
+    for (const auto& d : {root_dir, users_dir, open_dir})
+        std::ofstream(d + "/exitpolicy-pmixd") << "#!/bin/sh\n";
+    const std::string writable_file = root_dir + "/writable";
+    std::ofstream(writable_file) << "x";
+    ASSERT_EQ(::chmod(writable_file.c_str(), 0666), 0);
+    const std::string link = root_dir + "/link";
+    ASSERT_EQ(::symlink((users_dir + "/exitpolicy-pmixd").c_str(), link.c_str()), 0);
+
+    EXPECT_EQ(unsafe_for_root(root_dir + "/exitpolicy-pmixd"), "");  // under a sticky /tmp, root's all the way
+    EXPECT_EQ(unsafe_for_root("/bin/sh"), "");
+    EXPECT_NE(unsafe_for_root(users_dir + "/exitpolicy-pmixd").find("belongs to uid 4242"), std::string::npos)
+        << unsafe_for_root(users_dir + "/exitpolicy-pmixd");
+    EXPECT_NE(unsafe_for_root(open_dir + "/exitpolicy-pmixd").find("writable by others than root (mode 0777)"),
+              std::string::npos)
+        << unsafe_for_root(open_dir + "/exitpolicy-pmixd");
+    EXPECT_NE(unsafe_for_root(writable_file).find("mode 0666"), std::string::npos);
+    EXPECT_NE(unsafe_for_root(link).find("uid 4242"), std::string::npos) << unsafe_for_root(link);
+    EXPECT_NE(unsafe_for_root("relative/exitpolicy-pmixd"), "");
+    std::filesystem::remove_all(base);
+}
+
 // The daemon is the job's user's process: it gets the limits srun gives the
 // step's tasks, never more than slurmstepd's own. Before, it kept root's.
 TEST_F(DaemonLinkTest, TheDaemonGetsTheTasksLimitsNeverMoreThanRoots)

@@ -1,0 +1,64 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""many_tasks.py - one step of many tasks on one node, with and without the plugin.
+
+Times `srun -N1 -nTASKS --overcommit true` on a one-node cluster that takes
+that many tasks (bench/run.sh many raises Slurm's MaxTasksPerNode), in three
+configurations, interleaved so that machine noise hits all of them alike: no
+plugin; the plugin as sites get it (pmix=auto: the node daemon stands by,
+slurmstepd tells it of every task's start, each task gets its PMIx and PMI
+environment); the same with --exit-policy=main-rank (every task's outcome
+goes to srun). Prints each configuration's median and the median of the
+per-round ratios against "no plugin", paired round by round.
+
+Run it inside the cluster's namespace (bench/run.sh many does):
+    contrib/slurm/cluster exec /usr/bin/python3 bench/many_tasks.py PLUGIN PLUGSTACK_D TASKS ROUNDS
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from plugstack import configure
+
+plugin, plugstack_d, tasks, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+conf = os.path.join(plugstack_d, "exitpolicy.conf")
+step = ["srun", "-N1", f"-n{tasks}", "--overcommit", "true"]
+
+configs = {
+    "no plugin": (None, []),
+    "pmix=auto": (f"optional {plugin}\n", []),
+    "pmix=auto, main-rank": (f"optional {plugin}\n", ["--exit-policy=main-rank"]),
+}
+
+
+def run(name):
+    line, extra = configs[name]
+    configure(conf, line)
+    t0 = time.perf_counter()
+    proc = subprocess.run(step[:1] + extra + step[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"srun failed with {proc.returncode} under '{name}': {proc.stderr[-2000:]}")
+    return elapsed
+
+
+names = list(configs)
+for name in names:  # warm up caches and the controller
+    run(name)
+times = {n: [] for n in names}
+for r in range(rounds):
+    order = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
+    for name in order:
+        times[name].append(run(name))
+configure(conf, None)
+
+base = times["no plugin"]
+print(f"srun -N1 -n{tasks} --overcommit true, {rounds} interleaved rounds")
+print(f"{'configuration':<22} {'median':>9} {'min':>9} {'median ratio vs no plugin':>27}")
+for name in names:
+    ratios = [t / b for t, b in zip(times[name], base)]
+    print(f"{name:<22} {statistics.median(times[name]):8.2f}s {min(times[name]):8.2f}s "
+          f"{statistics.median(ratios):27.3f}")
