@@ -27,6 +27,12 @@
 #include <sstream>
 #include <string>
 #include <grp.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <csignal>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
@@ -316,6 +322,74 @@ void another_user_at_the_librarys_own_socket(const std::string& dir)
     if (!env || !own_env)
         fail(env ? own_env.error() : env.error());
     another_user_is_refused(node, *env, *own_env);
+}
+
+// Another user fills the closed gate first: 4 200 connections to the
+// reserved port, which they hold open. Before, the gate kept 4 096 of
+// them and closed the step's own client that came next; now another
+// user's are never held, and the step's client is served once it opens.
+void another_user_fills_the_gate(const std::string& dir)
+{
+    ::chmod(dir.c_str(), 0755);
+    Node node(dir);
+    activation::serve_only(::getuid(), compat::activation_errno(*compat::running_version()));
+    PmixHost host(node.overlay);
+    if (auto ok = host.init(dir, &node.planned); !ok)
+        fail(ok.error());
+    int ready[2];
+    if (::pipe(ready) != 0)
+        fail("pipe");
+    const std::uint16_t port = node.reserved.port;
+    const pid_t flood = ::fork();
+    if (flood == 0) {
+        ::close(ready[0]);
+        rlimit lim{8192, 8192};
+        if (::setrlimit(RLIMIT_NOFILE, &lim) != 0 || ::setgroups(0, nullptr) != 0 || ::setgid(4242) != 0 ||
+            ::setuid(4242) != 0)
+            std::_Exit(126);
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // after setuid, which clears it: never outlives the server
+        sockaddr_in sin{};
+        sin.sin_family = AF_INET;
+        sin.sin_port = htons(port);
+        sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int made = 0;
+        for (int i = 0; i < 4200; ++i) {
+            const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+            if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin) == 0)
+                ++made;
+        }
+        [[maybe_unused]] auto w = ::write(ready[1], &made, sizeof made);
+        ::sleep(60);  // holds them all
+        std::_Exit(0);
+    }
+    ::close(ready[1]);
+    int made = 0;
+    // The gate's accepts run on the library's thread meanwhile.
+    if (::read(ready[0], &made, sizeof made) != sizeof made || made < 4100)
+        fail("the flood made " + std::to_string(made) + " connections");
+    ::close(ready[0]);
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (activation::refused() < 4100 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(10ms);
+    const std::uint64_t refused = activation::refused();
+    const pid_t own = node.client(0);
+    if (!held_within(1, 5s))
+        fail("the step's own client is not held behind " + std::to_string(refused) + " refused connections (" +
+             std::to_string(activation::held()) + " held)");
+    node.register_namespace(host);
+    activation::open();
+    const int status = wait_for(node, own, 20s);
+    ::kill(flood, SIGKILL);
+    ::waitpid(flood, nullptr, 0);
+    if (status != 0)
+        fail("the step's own client ended with status " + std::to_string(status) + ": " + node.output(0));
+    if (refused < 4100)
+        fail("only " + std::to_string(refused) + " of another user's connections were refused");
+}
+
+TEST(SocketActivation, AnotherUserCannotFillTheGateBeforeTheStepsClients)
+{
+    EXPECT_EQ(in_server_process(another_user_fills_the_gate), 0);
 }
 
 TEST(SocketActivation, AnotherUserClaimingTheStepsUidIsRefusedAtTheReservedSocket)
