@@ -203,12 +203,17 @@ void PmiServer::send(Conn& c, std::string_view cmd, Pairs args, const std::strin
 
 const std::string* PmiServer::lookup(const std::string& key)
 {
-    if (auto it = kvs_.find(key); it != kvs_.end())
-        return &it->second;
+    // The server's own keys are the server's: a task's put of one (any
+    // task of the step may put anything) never replaces what every rank
+    // reads of the step's layout or of who has died.
     if (auto it = attributes_.find(key); it != attributes_.end())
         return &it->second;
-    if (key == "PMI_dead_processes" && !dead_list_.empty())
-        return &dead_list_;
+    if (key == "PMI_dead_processes")
+        return dead_list_.empty() ? nullptr : &dead_list_;
+    if (key == "PMI_process_mapping")
+        return nullptr;  // left out: over the limit MPICH reads
+    if (auto it = kvs_.find(key); it != kvs_.end())
+        return &it->second;
     return nullptr;
 }
 

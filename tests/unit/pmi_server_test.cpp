@@ -673,6 +673,21 @@ TEST_F(PmiServerTest, GetOfProcessMappingDescribesTheStep)
               "cmd=get_result rc=0 value=(vector,(0,2,2))");
 }
 
+// Any task may put any key: one that names the server's own (the step's
+// layout, who has died) must not change what every rank reads of them.
+TEST_F(PmiServerTest, ATasksPutNeverReplacesTheServersOwnKeys)
+{
+    start({0, 1}, {0, 0, 1, 1});
+    init1(0);
+    init1(1);
+    EXPECT_EQ(ask(0, "cmd=put kvsname=42.3 key=PMI_process_mapping value=(vector,(0,4,1))\n"),
+              "cmd=put_result rc=0");
+    EXPECT_EQ(ask(0, "cmd=put kvsname=42.3 key=PMI_dead_processes value=1\n"), "cmd=put_result rc=0");
+    EXPECT_EQ(ask(1, "cmd=get kvsname=42.3 key=PMI_process_mapping\n"),
+              "cmd=get_result rc=0 value=(vector,(0,2,2))");
+    EXPECT_EQ(ask(1, "cmd=get kvsname=42.3 key=PMI_dead_processes\n"), "cmd=get_result rc=-1 msg=key_not_found");
+}
+
 TEST_F(PmiServerTest, AMappingOverTheLimitIsLeftOut)
 {
     start({0, 1}, uneven(2000));
