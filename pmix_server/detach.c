@@ -58,7 +58,7 @@
 
 #include <sys/socket.h>
 
-enum { pid_fd = 8, go_fd = 9, max_groups = 1024, max_limits = 16, max_watched = 1024 };
+enum { pid_fd = 8, go_fd = 9, max_groups = 65536, max_limits = 16, max_watched = 1024 };
 
 /* All of buf to fd, or 0. */
 static int write_whole(int fd, const char *buf, size_t size)

@@ -265,6 +265,9 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     if (::read(pid_pipe[0], &launched.pid, sizeof(launched.pid)) != sizeof(launched.pid) || launched.pid <= 0) {
         for (int fd : {pid_pipe[0], go_pipe[1], ready_pipe[0], control[0]})
             ::close(fd);
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 126)
+            return R::fail(launch.helper + " refused to start the node daemon (its arguments: the job's uid, " +
+                           std::to_string(launch.groups.size()) + " groups, limits)");
         return R::fail("the node daemon could not be started (fork failed)");
     }
     ::close(pid_pipe[0]);

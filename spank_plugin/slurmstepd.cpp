@@ -298,11 +298,15 @@ int init_post_opt(spank_t sp)
         return 0;
     }
     setup.host = *host;
+    bool ranks_known = true;
     for (std::uint32_t local_id = 0; local_id < local_tasks; ++local_id) {
         std::uint32_t global_id = 0;
         if (spank_get_item(sp, S_JOB_LOCAL_TO_GLOBAL_ID, local_id, &global_id) == ESPANK_SUCCESS)
             setup.ranks.push_back(global_id);
+        else
+            ranks_known = false;
     }
+
     // slurmstepd's own environment names its node (the job's may carry a
     // stale SLURMD_NODENAME, e.g. from a batch script).
     if (const char* name = ::getenv("SLURMD_NODENAME"); name && *name) {
@@ -334,7 +338,12 @@ int init_post_opt(spank_t sp)
     // The fan-out itself reaches the daemons with the FE's step map; here it
     // is only checked. The daemon's sink, when there is one, comes first.
     std::string failure;
-    if (parsed->pmix && !parsed->fanout)
+    if (parsed->pmix && !ranks_known)
+        // A rank left out would shift every later task onto another's
+        // rank and PMI socket: without all of them, no service here.
+        failure = "PMIx service failed: Slurm gives no rank for some of this node's " + std::to_string(local_tasks) +
+                  " tasks";
+    else if (parsed->pmix && !parsed->fanout)
         failure = std::string("PMIx service failed: the PMIx part of ") + bootstrap_env + " is malformed";
     else if (parsed->pmix && start_daemon(sp, setup, sink, failure)) {
         auto daemon_sink = std::make_unique<DaemonSink>(remote.daemon.control, ack_timeout, &remote.daemon.backlog);

@@ -28,6 +28,7 @@
 #include <fstream>
 #include <map>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -914,6 +915,33 @@ TEST_F(DaemonLinkTest, ARemovalItsUserTracesNeverHoldsRootPastItsBound)
     EXPECT_FALSE(removed);
     // The bound, and the short look for its end: far below the tracer's 10 s.
     EXPECT_LT(took, 3s) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+}
+
+// A job's user in many groups (sites with nested directory groups have
+// thousands): the daemon gets them all. Before, more than 1 024 made the
+// helper refuse, and the error said "fork failed".
+TEST_F(DaemonLinkTest, TheDaemonGetsEveryOneOfManyGroups)
+{
+    if (::geteuid() != 0)
+        GTEST_SKIP() << "needs root to set groups";
+    auto l = launch("echo 'ready 1' >&4; exec sleep 30");
+    for (gid_t g = 100000; g < 102000; ++g)
+        l.groups.push_back(g);
+    auto launched = launch_daemon(l);
+    ASSERT_TRUE(launched) << launched.error();
+    std::ifstream status("/proc/" + std::to_string(launched->pid) + "/status");
+    std::string line;
+    std::size_t groups = 0;
+    while (std::getline(status, line))
+        if (line.rfind("Groups:", 0) == 0) {
+            std::istringstream in(line.substr(7));
+            for (std::string g; in >> g;)
+                ++groups;
+        }
+    EXPECT_EQ(groups, 2000u);
+    const pid_t pid = launched->pid;
+    stop_daemon(*launched, 100ms);
+    EXPECT_TRUE(gone(pid));
 }
 
 // Root runs exitpolicy-detach from the daemon's directory: a daemon= in a
