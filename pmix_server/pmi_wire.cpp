@@ -14,6 +14,7 @@ using std::string_view;
 
 constexpr std::size_t quote_max = 40;  // input quoted in an error message
 constexpr std::size_t length_size = 6; // a PMI-2 frame's length field
+constexpr std::size_t max_frame_body = 999'999;  // what it can say
 
 // `s` as an error message quotes it: at most quote_max characters, control
 // characters as '?'.
@@ -224,6 +225,17 @@ std::string reply(int version, std::string_view cmd, const std::vector<std::pair
     }
     if (!v2)
         return body + '\n';
+    // Six digits say a frame's length: one longer would be read as
+    // another's. It becomes the command's failure (with its thrid, which
+    // a threaded client matches replies by).
+    if (body.size() > max_frame_body) {
+        std::vector<std::pair<std::string, std::string>> failed{{"rc", "-1"},
+                                                                {"errmsg", "the_reply_is_over_PMI-2's_999999_bytes"}};
+        for (const auto& [key, value] : args)
+            if (key == "thrid")
+                failed.emplace_back(key, value);
+        return reply(version, cmd.substr(0, 64), failed);
+    }
     const std::string length = std::to_string(body.size());
     return std::string(length.size() < length_size ? length_size - length.size() : 0, ' ') + length + body;
 }

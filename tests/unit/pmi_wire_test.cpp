@@ -556,6 +556,18 @@ TEST(PmiWireTest, ReplyWritesPmi2FramesWithARightJustifiedLength)
     }
 }
 
+// A reply the 6-digit length cannot say is the command's failure, never a
+// frame whose length a client reads wrong (and then takes the rest of it
+// for the next reply).
+TEST(PmiWireTest, APmi2ReplyTooLongForItsLengthFieldIsAFailure)
+{
+    const std::string got = reply(2, "kvs-get-response", {{"rc", "0"}, {"value", std::string(1'000'000, 'v')}, {"thrid", "7"}});
+    EXPECT_EQ(got, "    81cmd=kvs-get-response;rc=-1;errmsg=the_reply_is_over_PMI-2's_999999_bytes;thrid=7;");
+    EXPECT_EQ(std::stoul(got.substr(0, 6)), got.size() - 6);
+    const std::string fits = reply(2, "x", {{"value", std::string(999'999 - 13, 'v')}});
+    EXPECT_EQ(fits.substr(0, 6), "999999");
+}
+
 TEST(PmiWireTest, APmi2ReplyIsAFrameThisParserReadsBack)
 {
     const Args args = {{"rc", "0"}, {"jobid", "kvs_42_0"}, {"value", "a=b c"}};
