@@ -208,6 +208,20 @@ Result<std::optional<Request>> Parser::next()
 std::string reply(int version, std::string_view cmd, const std::vector<std::pair<std::string, std::string>>& args)
 {
     const bool v2 = version == 2;
+    // A value ends at a space or a line's end in PMI-1, at ';' in PMI-2: a
+    // value that holds one (any task may put anything, in either framing)
+    // would end early, and what follows it be read as more of the reply, or
+    // as the next one. Such a reply is the command's failure.
+    const std::string_view ends = v2 ? std::string_view(";") : std::string_view(" \n");
+    for (const auto& [key, value] : args)
+        if (value.find_first_of(ends) != std::string::npos) {
+            std::vector<std::pair<std::string, std::string>> failed{
+                {"rc", "-1"}, {v2 ? "errmsg" : "msg", "a_value_this_framing_cannot_carry"}};
+            for (const auto& [k, v] : args)
+                if (k == "thrid" && v.find_first_of(ends) == std::string::npos)
+                    failed.emplace_back(k, v);
+            return reply(version, cmd, failed);
+        }
     std::string body = "cmd=";
     body += cmd;
     if (v2)

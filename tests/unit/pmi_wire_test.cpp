@@ -568,6 +568,22 @@ TEST(PmiWireTest, APmi2ReplyTooLongForItsLengthFieldIsAFailure)
     EXPECT_EQ(fits.substr(0, 6), "999999");
 }
 
+// A PMI-2 task may put a value with a line's end in it, a PMI-1 task one
+// with ';': read back in the other framing, it would end early and what
+// follows pass for more of the reply, or for the next one.
+TEST(PmiWireTest, AValueTheFramingCannotCarryIsTheCommandsFailureNeverAnotherReply)
+{
+    EXPECT_EQ(reply(1, "get_result", {{"rc", "0"}, {"value", "x\ncmd=barrier_out"}}),
+              "cmd=get_result rc=-1 msg=a_value_this_framing_cannot_carry\n");
+    EXPECT_EQ(reply(1, "get_result", {{"rc", "0"}, {"value", "x rc=7"}}),
+              "cmd=get_result rc=-1 msg=a_value_this_framing_cannot_carry\n");
+    EXPECT_EQ(reply(2, "kvs-get-response", {{"rc", "0"}, {"value", "a;rc=0"}, {"thrid", "3"}}),
+              "    76cmd=kvs-get-response;rc=-1;errmsg=a_value_this_framing_cannot_carry;thrid=3;");
+    // What each framing carries goes as it is.
+    EXPECT_EQ(reply(2, "kvs-get-response", {{"value", "x y\nz"}}), "    33cmd=kvs-get-response;value=x y\nz;");
+    EXPECT_EQ(reply(1, "get_result", {{"value", "a;b"}}), "cmd=get_result value=a;b\n");
+}
+
 TEST(PmiWireTest, APmi2ReplyIsAFrameThisParserReadsBack)
 {
     const Args args = {{"rc", "0"}, {"jobid", "kvs_42_0"}, {"value", "a=b c"}};
