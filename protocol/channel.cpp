@@ -173,6 +173,10 @@ void Channel::send(const Bytes& frame)
 
 void Channel::send(const Bytes& frame, const FrameDigest& digest)
 {
+    // No frame (a Writer's answer to what does not fit) is never sent: its
+    // tag alone would be read as the next frame's header.
+    if (frame.empty())
+        return;
     if (!ready_) {
         if (!closing_)
             held_.push_back(frame);
@@ -186,6 +190,8 @@ void Channel::send(const Bytes& frame, const FrameDigest& digest)
 
 void Channel::send(const std::shared_ptr<const Bytes>& frame, const FrameDigest& digest)
 {
+    if (!frame || frame->empty())
+        return;
     if (!ready_ || !bev_ || closing_) {
         send(*frame, digest);  // held as a copy, or dropped
         return;

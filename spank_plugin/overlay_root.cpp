@@ -316,7 +316,14 @@ bool OverlayRoot::try_lookup(const protocol::DataRequest& r)
         return false;
     if (reply.keys.empty())
         reply.status = protocol::pmix::not_found;
-    route(r.node, reply.encode());
+    auto frame = reply.encode();
+    if (frame.empty()) {
+        // More than a frame carries: the lookup fails, the link goes on.
+        user_line("a lookup of %zu keys by rank %u finds more than one frame carries (%u MiB): it fails",
+                  r.keys.size(), r.rank, static_cast<unsigned>(protocol::max_body_trusted >> 20));
+        frame = protocol::DataReply{r.id, r.node, protocol::pmix::out_of_resource, {}, {}, {}}.encode();
+    }
+    route(r.node, frame);
     return true;
 }
 

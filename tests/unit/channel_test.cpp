@@ -566,6 +566,61 @@ TEST(ChannelTest, LargeAndSmallFramesArriveWholeAndInOrderBothWays)
     event_base_free(base);
 }
 
+// What does not fit makes no frame (Writer gives none): sent on a link, it
+// is nothing at all. Before, its tag went alone, the peer read it as the
+// next frame's header, and the link broke.
+TEST(ChannelTest, NoFrameIsNeverSentAndTheLinkGoesOn)
+{
+    event_base* base = event_base_new();
+    ASSERT_NE(base, nullptr);
+    const Secret secret = *random_secret();
+    const test::Listener listener = test::listen_on_loopback(1);
+    ASSERT_GE(listener.fd, 0);
+    const Bytes first = Writer(Type::fence_down).bytes(Bytes{1, 2, 3}).finish();
+    const Bytes second = Writer(Type::fence_down).bytes(Bytes{4, 5}).finish();
+    std::vector<Bytes> got_up, got_down;
+    auto keep = [](std::vector<Bytes>& into) {
+        return [&into](Channel&, Type type, std::span<const std::uint8_t> body) {
+            into.push_back(Writer(type).bytes(body).finish());
+            return Result<bool>::ok(true);
+        };
+    };
+    int closed = 0;
+    Channel::Handlers sh;
+    sh.ready = [&](Channel& c) {
+        c.send(first);
+        c.send(std::make_shared<const Bytes>(), frame_digest(Bytes{}));
+        c.send(Bytes{}, frame_digest(Bytes{}));
+        c.send(second);
+    };
+    sh.frame = keep(got_up);
+    sh.closed = [&](Channel&, Channel::Reason, const std::string&) { ++closed; };
+    Channel::Handlers ch;
+    ch.frame = keep(got_down);
+    ch.closed = sh.closed;
+    Hello me;
+    me.role = Role::daemon;
+    me.hostname = "client";
+    auto client = Channel::connect(base, "127.0.0.1", listener.port(), secret, job, step, me, std::move(ch));
+    ASSERT_TRUE(client) << client.error();
+    (*client)->send(first);
+    (*client)->send(Bytes{});
+    (*client)->send(second);
+    const int fd = ::accept(listener.fd, nullptr, nullptr);
+    ::close(listener.fd);
+    ASSERT_GE(fd, 0);
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    auto server = Channel::accept(base, fd, secret, job, step, std::move(sh));
+    ASSERT_TRUE(server);
+    EXPECT_TRUE(test::run_until(base, [&] { return got_up.size() == 2 && got_down.size() == 2; }, 10s));
+    EXPECT_EQ(closed, 0);
+    EXPECT_EQ(got_up, (std::vector<Bytes>{first, second}));
+    EXPECT_EQ(got_down, (std::vector<Bytes>{first, second}));
+    server.reset();
+    client->reset();
+    event_base_free(base);
+}
+
 // A large frame for many links (a fence's result at the FE or a relay) is
 // held once: each channel's buffer refers to it, none copies it, and it is
 // let go once written.
