@@ -76,7 +76,8 @@ upstream_tarball() {
   fi
   local dir
   dir=$(realpath -m "$src/../shared/upstream")
-  find "$dir" -maxdepth 1 -name 'slurm-[0-9]*.tar.*' -printf '%f\n' 2>/dev/null |
+  # No such directory (a clone elsewhere) is no tarball, not a failure.
+  { find "$dir" -maxdepth 1 -name 'slurm-[0-9]*.tar.*' -printf '%f\n' 2>/dev/null || true; } |
     sort -V | tail -n 1 | sed "s|^.|$dir/&|"
 }
 
