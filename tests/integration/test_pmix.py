@@ -686,8 +686,16 @@ def socket_inodes(pid):
 
 
 def listening_port(pid):
-    """The TCP port process pid listens on (the daemon's, for its children)."""
+    """The TCP port process pid listens on for its children: not its PMIx
+    server's, which it got from slurmstepd as descriptor 6 (the library
+    listens on that socket too, under another descriptor)."""
     inodes = socket_inodes(pid)
+    try:
+        pmix = os.readlink(f"/proc/{pid}/fd/6")
+    except OSError:
+        pmix = ""
+    if pmix.startswith("socket:["):
+        inodes.discard(pmix[8:-1])
     with open(f"/proc/{pid}/net/tcp") as f:
         for line in f.readlines()[1:]:
             fields = line.split()
