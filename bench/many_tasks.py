@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from plugstack import configure
+from plugstack import configure, interleaved
 
 plugin, plugstack_d, tasks, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 conf = os.path.join(plugstack_d, "exitpolicy.conf")
@@ -46,13 +46,7 @@ def run(name):
 
 
 names = list(configs)
-for name in names:  # warm up caches and the controller
-    run(name)
-times = {n: [] for n in names}
-for r in range(rounds):
-    order = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
-    for name in order:
-        times[name].append(run(name))
+times = interleaved(names, run, rounds)
 configure(conf, None)
 
 base = times["no plugin"]

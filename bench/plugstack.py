@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""plugstack.py - the benchmarks' one way to turn the plugin on and off on the local cluster."""
+"""plugstack.py - the benchmarks' one way to turn the plugin on and off on the local cluster, and to
+time configurations side by side."""
 
 import os
 
@@ -12,3 +13,16 @@ def configure(conf, line):
     else:
         with open(conf, "w") as f:
             f.write(line)
+
+
+def interleaved(names, run, rounds):
+    """Each configuration once to warm up, then `rounds` rounds of all of
+    them, who goes first rotating, so that machine noise hits all alike:
+    {name: [seconds of each round]} from run(name)."""
+    for name in names:
+        run(name)
+    times = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].append(run(name))
+    return times

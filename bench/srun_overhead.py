@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from plugstack import configure
+from plugstack import configure, interleaved
 
 plugin, plugstack_d, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 conf = os.path.join(plugstack_d, "exitpolicy.conf")
@@ -50,13 +50,7 @@ def run(name):
 
 
 names = list(configs)
-for name in names:  # warm up caches and the controller
-    run(name)
-times = {n: [] for n in names}
-for r in range(rounds):
-    order = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
-    for name in order:
-        times[name].append(run(name))
+times = interleaved(names, run, rounds)
 if os.path.exists(conf):
     os.unlink(conf)
 
