@@ -52,11 +52,9 @@ Daemon::Local* Daemon::confirm_to_slurmstepd()
     log::debug("telling slurmstepd that srun has %zu of its outcomes", confirmed.size());
     if (confirmed.empty())
         return nullptr;  // its silence says as much
-    // Frames on the control link are read as unauthenticated ones: at most
-    // protocol::max_body bytes, a count and 8 bytes an ack.
-    constexpr std::size_t per_frame = (protocol::max_body - 4) / 8;
+    // Frames on the control link are read as unauthenticated ones.
     protocol::in_pieces(
-        confirmed, per_frame,
+        confirmed, protocol::acks_per_frame,
         [&](std::vector<protocol::Ack> part) {
             const protocol::Bytes frame = protocol::Acks{std::move(part)}.encode();
             bufferevent_write((*control)->bev, frame.data(), frame.size());

@@ -120,6 +120,11 @@ struct Acks {
     Bytes encode() const;
     static Result<Acks> decode(std::span<const std::uint8_t> body);
 };
+// The most acks one frame carries on an unauthenticated link (the control
+// link): a count, then 8 bytes an ack, within max_body. The daemon cuts
+// what it tells slurmstepd into frames of this many; slurmstepd reads no
+// more frames than that makes.
+inline constexpr std::size_t acks_per_frame = (max_body - 4) / 8;
 
 // ---- overlay messages ---------------------------------------------------------
 

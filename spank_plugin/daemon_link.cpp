@@ -423,8 +423,7 @@ std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::mill
             protocol::Type type{};
             // What a daemon may say: its Ack of the Stop, and the outcomes
             // srun has in frames of at most max_body bytes.
-            constexpr std::size_t per_frame = (protocol::max_body - 4) / 8;
-            const std::size_t most_frames = 2 + max_acks / per_frame + 1;
+            const std::size_t most_frames = 2 + max_acks / protocol::acks_per_frame + 1;
             std::size_t frames = 0;
             while (frames++ < most_frames) {
                 auto body = read_frame_of(fd, {protocol::Type::ack, protocol::Type::acks}, type, deadline, daemon_name);
