@@ -99,13 +99,34 @@ class Cluster:
 
     def up(self):
         _live[str(self.dir)] = self
+        self._step_dirs_before = set(self._step_dirs())
         return self.script("up", str(self.nodes))
 
     def down(self):
         proc = self.script("down")
         if proc.returncode == 0:
             _live.pop(str(self.dir), None)
+            self._remove_left_step_dirs()
         return proc
+
+    def _step_dirs(self):
+        """The step directories of this cluster's node names in /tmp."""
+        names = {f"node{i}" for i in range(1, self.nodes + 1)}
+        return [p for p in pathlib.Path("/tmp").glob("exitpolicy.*.*.node*.*")
+                if p.name.split(".")[3] in names]
+
+    def _remove_left_step_dirs(self):
+        """What a step of this cluster left in the machine's /tmp (a node
+        the test crashed, a slurmstepd it killed: nothing is left there to
+        remove it, and no later step comes to sweep it), with root's record
+        of it (spank_plugin/step_dir.cpp)."""
+        before = getattr(self, "_step_dirs_before", None)
+        if before is None:
+            return  # not brought up here: none of what is there is known to be its
+        for p in self._step_dirs():
+            if p not in before:
+                shutil.rmtree(p, ignore_errors=True)
+                pathlib.Path("/run/exitpolicy", p.name).unlink(missing_ok=True)
 
     def crash(self, node):
         """Kill every process of `node` at once, as if the machine died."""

@@ -12,7 +12,16 @@ with a real second user (uid 4242) where another user is the attacker:
 - a node of 1 024 tasks of one step whose daemon stands by: no task waits
   on the plugin (slurmstepd's link to the standby was read by nobody and
   filled after 278 tasks, each later one waited 2 s), and the daemon knows
-  every task, so that its teardown ends them all.
+  every task, so that its teardown ends them all;
+- another user who plants directories named as dead steps' of the node
+  and traces every rm of their own: root never runs one for them (it did,
+  as the planter, and waited on the traced rm past every bound);
+- another user who floods a step's PMIx port with connections before its
+  clients start: they are still served (the gate held the flood and shut
+  the step's own clients out);
+- a daemon its user made hostile, which answers slurmstepd's Stop with a
+  flood of acks: root reads what the node's tasks need and a bounded rest
+  (it read everything until its bound, and srun lost the outcome).
 """
 
 import os
@@ -129,3 +138,193 @@ def test_a_thousand_tasks_never_wait_on_a_standing_by_daemon_which_then_ends_the
     assert f"ranks 1-{tasks - 1} on node1: killed by SIGTERM (collateral" in err, err[-4000:]
     slurmd = (crowded.dir / "log" / "slurmd.node1.log").read_text()
     assert "cannot tell the node daemon" not in slurmd, [l for l in slurmd.splitlines() if "exitpolicy" in l][-5:]
+
+
+# The planter's part (uid 4242): directories named as a step's of node1,
+# each full of files so that an rm of one takes a while, their times an
+# hour back (as a crashed node's would be).
+PLANT = r"""
+import os, sys, time
+made = []
+for i in range(int(sys.argv[2])):
+    d = os.path.join(sys.argv[1], f"exitpolicy.{900000 + i}.0.node1.plant{i}")
+    os.mkdir(d, 0o700)
+    for f in range(2000):
+        open(os.path.join(d, f"f{f}"), "w").close()
+    then = time.time() - 3600
+    os.utime(d, (then, then))
+    made.append(d)
+print("\n".join(made))
+"""
+
+# The tracer (uid 4242): seizes (ptrace) every rm of its own uid that
+# starts, and holds it, stopped, until it is itself ended.
+TRACE = r"""
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+PTRACE_SEIZE, PTRACE_INTERRUPT = 0x4206, 0x4207
+held = set()
+until = time.monotonic() + float(sys.argv[1])
+print("tracing", flush=True)
+while time.monotonic() < until:
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) in held:
+            continue
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() != "rm":
+                    continue
+            if os.stat(f"/proc/{pid}").st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        p = ctypes.c_long(int(pid))
+        if libc.ptrace(PTRACE_SEIZE, p, None, None) == 0 and libc.ptrace(PTRACE_INTERRUPT, p, None, None) == 0:
+            held.add(int(pid))
+            print(f"seized rm {pid}", flush=True)
+    time.sleep(0.002)
+"""
+
+
+def test_directories_another_user_plants_are_never_removed_by_root_nor_hold_it(cluster, plugstack, workdir):
+    plugstack.enable("grace_ms=3000")
+    planted_count = 12
+    plant = workdir / "plant.py"
+    plant.write_text(PLANT)
+    trace = workdir / "trace.py"
+    trace.write_text(TRACE)
+    rc, out, err = cluster.exec("/usr/bin/python3", str(plant), "/tmp", str(planted_count), user=INTRUDER, cwd=workdir)
+    assert rc == 0, f"planting failed:\n{out}\n{err}"
+    planted = [pathlib.Path(p) for p in out.split()]
+    assert len(planted) == planted_count, out
+    tracer = cluster.popen("setpriv", f"--reuid={INTRUDER}", f"--regid={INTRUDER}", "--clear-groups",
+                           "/usr/bin/python3", str(trace), "120", cwd=workdir)
+    try:
+        assert tracer.stdout.readline().strip() == "tracing", tracer.stderr.read()
+        # Another user's step on the node: its slurmstepd (root) sweeps
+        # the node's stale step directories as it starts the step.
+        rc, out, err = cluster.exec("setpriv", f"--reuid={cluster.NOBODY}", f"--regid={cluster.NOBODY}",
+                                    "--clear-groups", "srun", "--mpi=none", "-N1", "-wnode1", "-n1",
+                                    "--exit-policy=main-rank", "sh", "-c", "exit 4", cwd=workdir, timeout=90)
+        assert rc == 4, f"srun {rc}:\n{out}\n{err}"
+    finally:
+        tracer.kill()
+        traced, _ = tracer.communicate()
+        kept = {p: p.is_dir() and len(os.listdir(p)) for p in planted}
+        for p in planted:
+            shutil.rmtree(p, ignore_errors=True)
+    # Root never made the planter run an rm for it (there was nothing to
+    # trace), and every planted directory is whole.
+    assert "seized rm" not in traced, traced
+    assert all(n == 2000 for n in kept.values()), kept
+
+
+# The intruder's flood (uid 4242): as many connections to the step's PMIx
+# port as the gate could hold and more, before the daemon wakes; then it
+# lets the step's own clients start, and keeps its connections open.
+FLOOD = r"""
+import errno, os, pathlib, re, resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+uri_file, go_file, count = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), int(sys.argv[3])
+until = time.monotonic() + 30
+while not uri_file.exists() and time.monotonic() < until:
+    time.sleep(0.05)
+port = int(re.search(r"tcp4://127\.0\.0\.1:(\d+)", uri_file.read_text()).group(1))
+conns = []
+for _ in range(count):
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.connect(("127.0.0.1", port))
+    except BlockingIOError:
+        pass
+    except OSError as e:
+        print(f"connect: {e}", flush=True)
+        break
+    conns.append(s)
+print(f"opened {len(conns)}", flush=True)
+time.sleep(1)
+go_file.touch()
+time.sleep(float(sys.argv[4]))
+"""
+
+
+def test_another_users_flood_of_connections_never_keeps_the_steps_clients_out(cluster, plugstack, workdir,
+                                                                              daemon_logs):
+    plugstack.enable("grace_ms=3000", f"log_dir={daemon_logs}", "debug=1")
+    flood = workdir / "flood.py"
+    flood.write_text(FLOOD)
+    uri, go = workdir / "victim.uri", workdir / "victim.go"
+    for f in (uri, go):
+        f.unlink(missing_ok=True)
+    # The victim's step: rank 0 says where its PMIx server is (what the
+    # intruder could have read in /proc/net/tcp), and both ranks start
+    # their PMIx clients once the intruder has flooded the port.
+    script = workdir / "victim_flooded.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$SLURM_PROCID" = 0 ]; then echo "$PMIX_SERVER_URI41" > {uri}.tmp && mv {uri}.tmp {uri}; fi\n'
+        f"i=0; while [ ! -e {go} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n"
+        f'exec {client("ep_hello")} --timeout 20\n'
+    )
+    script.chmod(0o755)
+    intruder = cluster.popen("setpriv", f"--reuid={INTRUDER}", f"--regid={INTRUDER}", "--clear-groups",
+                             "/usr/bin/python3", str(flood), str(uri), str(go), "4500", "40", cwd=workdir)
+    try:
+        rc, out, err = cluster.exec("setpriv", f"--reuid={cluster.NOBODY}", f"--regid={cluster.NOBODY}",
+                                    "--clear-groups", "srun", "--mpi=none", "-N1", "-wnode1", "-n2",
+                                    "--exit-policy=all-success", str(script), cwd=workdir, timeout=90)
+    finally:
+        intruder.kill()
+        flooded, flood_err = intruder.communicate()
+    assert "opened 4500" in flooded, f"{flooded}\n{flood_err}"
+    assert rc == 0, f"srun {rc}:\n{out}\n{err}"
+    assert sorted(l.split()[1] for l in out.splitlines() if l.startswith("hello ")) == ["rank=0", "rank=1"], out
+    log = "".join(p.read_text() for p in daemon_logs.glob("exitpolicy-pmixd.*.log"))
+    assert f"refused a PMIx connection from uid {INTRUDER}" in log, log
+
+
+@pytest.fixture
+def hostile_daemon(exitpolicy_so):
+    """A root-owned directory with ep_flood_daemon in exitpolicy-pmixd's
+    place, beside this build's real exitpolicy-detach (its standby)."""
+    d = pathlib.Path(tempfile.mkdtemp(prefix="exitpolicy-hostile-", dir="/tmp"))
+    os.chmod(d, 0o755)
+    shutil.copy(client("ep_flood_daemon"), d / "exitpolicy-pmixd")
+    shutil.copy(exitpolicy_so.parent.parent / "pmix_server" / "exitpolicy-detach", d / "exitpolicy-detach")
+    yield d / "exitpolicy-pmixd"
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_daemon_that_floods_root_with_acks_is_read_no_further_than_its_tasks_need(cluster, plugstack, workdir,
+                                                                                   daemon_logs, hostile_daemon):
+    plugstack.enable("grace_ms=3000", f"log_dir={daemon_logs}", f"daemon={hostile_daemon}")
+    # The task wakes its daemon (it connects to its PMIx port), gives it a
+    # moment to say ready, and exits 5: slurmstepd hands the daemon that
+    # outcome, then asks it to stop, and the daemon floods it.
+    script = workdir / "wake_and_exit.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        'port=${PMIX_SERVER_URI41##*:}\n'
+        'exec 3<>/dev/tcp/127.0.0.1/$port || exit 9\n'
+        "sleep 1\n"
+        "exit 5\n"
+    )
+    script.chmod(0o755)
+    started = time.monotonic()
+    rc, out, err = cluster.exec("setpriv", f"--reuid={cluster.NOBODY}", f"--regid={cluster.NOBODY}",
+                                "--clear-groups", "srun", "--mpi=none", "-N1", "-wnode1", "-n1", "--exit-policy=main-rank",
+                                str(script), cwd=workdir, timeout=90)
+    took = time.monotonic() - started
+    reports = [p.read_text() for p in daemon_logs.glob("ep_flood_daemon.*.report")]
+    assert len(reports) == 1, f"the daemon never flooded: {reports}\n{err}"
+    print(f"flood: {reports[0].strip()}; srun took {took:.1f} s")
+    assert rc == 5, f"srun {rc}:\n{out}\n{err}"
+    fields = dict(kv.split("=") for kv in reports[0].split()[1:])
+    # Root read the Stop's ack and the frames one task's acks need, then
+    # at most 1 MiB more, and closed: what the socket buffers hold aside,
+    # it took a few MiB at most (before: everything for 3 s, 426 MiB a
+    # second).
+    assert fields["ended"] == "closed", reports[0]
+    assert int(fields["bytes"]) < 8 << 20, reports[0]

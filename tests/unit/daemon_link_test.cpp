@@ -54,7 +54,22 @@ protected:
         ASSERT_NE(::mkdtemp(tmpl), nullptr);
         dir = tmpl;
     }
-    void TearDown() override { std::filesystem::remove_all(dir); }
+    void TearDown() override
+    {
+        std::filesystem::remove_all(dir);
+        // What make_step_dir recorded for this test's directories (named
+        // for nodes "ep-<what>-<pid>"), which the tests remove themselves.
+        std::error_code ec;
+        const std::string mine = "-" + std::to_string(::getpid());
+        for (const auto& e : std::filesystem::directory_iterator("/run/exitpolicy", ec)) {
+            const std::string name = e.path().filename().string();
+            if (name.find(".ep-") != std::string::npos && name.find(mine) != std::string::npos)
+                std::filesystem::remove(e.path(), ec);
+        }
+    }
+
+    // A node's name for step directories, whose records TearDown removes.
+    static std::string unit_node() { return "ep-unit-" + std::to_string(::getpid()); }
 
     // The script runs as /bin/sh -c SCRIPT sh --secret-fd 3 --ready-fd 4.
     DaemonLaunch launch(const std::string& script) const
@@ -577,12 +592,12 @@ TEST_F(DaemonLinkTest, TheStepDirectoryIsUnpredictableAndRemovedAsItsUser)
     if (::geteuid() != 0)
         GTEST_SKIP() << "needs root to make a directory for another user";
     const uid_t nobody = 65534;
-    auto a = make_step_dir(7, 1, "node1", nobody, nobody);
-    auto b = make_step_dir(7, 1, "node1", nobody, nobody);
+    auto a = make_step_dir(7, 1, unit_node(), nobody, nobody);
+    auto b = make_step_dir(7, 1, unit_node(), nobody, nobody);
     ASSERT_TRUE(a) << a.error();
     ASSERT_TRUE(b) << b.error();
     EXPECT_NE(*a, *b);
-    EXPECT_EQ(a->rfind("/tmp/exitpolicy.7.1.node1.", 0), 0u) << *a;
+    EXPECT_EQ(a->rfind("/tmp/exitpolicy.7.1." + unit_node() + ".", 0), 0u) << *a;
     struct stat st {};
     ASSERT_EQ(::lstat(a->c_str(), &st), 0);
     EXPECT_TRUE(S_ISDIR(st.st_mode));
@@ -616,8 +631,8 @@ TEST_F(DaemonLinkTest, WhatAnotherUserPlantsIsNeverTheStepsDirectory)
     if (::geteuid() != 0)
         GTEST_SKIP() << "needs root to plant as another user";
     const uid_t other = 65534, owner = 4242;
-    const std::string planted_dir = "/tmp/exitpolicy.9.2.node1";
-    const std::string planted_link = "/tmp/exitpolicy.9.2.node1.XXXXXX";
+    const std::string planted_dir = "/tmp/exitpolicy.9.2." + unit_node();
+    const std::string planted_link = "/tmp/exitpolicy.9.2." + unit_node() + ".XXXXXX";
     std::filesystem::remove_all(planted_dir);
     std::filesystem::remove(planted_link);
     ASSERT_EQ(::mkdir(planted_dir.c_str(), 0777), 0);
@@ -625,7 +640,7 @@ TEST_F(DaemonLinkTest, WhatAnotherUserPlantsIsNeverTheStepsDirectory)
     ASSERT_EQ(::symlink(dir.c_str(), planted_link.c_str()), 0);
     ASSERT_EQ(::lchown(planted_link.c_str(), other, other), 0);
 
-    auto made = make_step_dir(9, 2, "node1", owner, owner);
+    auto made = make_step_dir(9, 2, unit_node(), owner, owner);
     ASSERT_TRUE(made) << made.error();
     EXPECT_NE(*made, planted_dir);
     EXPECT_NE(*made, planted_link);
@@ -728,7 +743,7 @@ std::vector<pid_t> children_named(const std::string& comm)
 // user's to take with pidfd_getfd while rm ran.
 TEST_F(DaemonLinkTest, TheRemovingRmHoldsNoneOfRootsDescriptors)
 {
-    auto step_dir = make_step_dir(7, 2, "node1", ::getuid(), ::getgid());
+    auto step_dir = make_step_dir(7, 2, unit_node(), ::getuid(), ::getgid());
     ASSERT_TRUE(step_dir) << step_dir.error();
     for (int i = 0; i < 20000; ++i)  // long enough to catch rm at work
         std::ofstream(*step_dir + "/f" + std::to_string(i));
