@@ -12,7 +12,7 @@
 #   bash bench/run.sh many     one step of MANY_TASKS=1024 tasks on one node (a one-node
 #                              cluster whose MaxTasksPerNode allows them): no plugin,
 #                              pmix=auto (the daemon stands by), pmix=auto with a policy
-#                              (MANY_ROUNDS=7 paired rounds; bench/many_tasks.py)
+#                              (MANY_ROUNDS=15 paired rounds; bench/many_tasks.py)
 #   bash bench/run.sh cost     what a step pays, as one table: no plugin, pmix=never,
 #                              pmix=auto with tasks that never use PMIx and with Open
 #                              MPI ones, Slurm's --mpi=pmix; time (COST_ROUNDS=9
@@ -129,7 +129,7 @@ if [ "$what" = all ] || [ "$what" = many ]; then
   echo "== many tasks of one step on one node (bench/many_tasks.py)"
   (cd "$(mktemp -d /tmp/exitpolicy-bench.XXXXXX)" && chmod 755 . &&
     EXITPOLICY_CLUSTER_DIR=$many_dir "$cluster" exec /usr/bin/python3 "$src/bench/many_tasks.py" \
-      "$build/spank_plugin/exitpolicy.so" "$many_dir/etc/plugstack.d" "${MANY_TASKS:-1024}" "${MANY_ROUNDS:-7}")
+      "$build/spank_plugin/exitpolicy.so" "$many_dir/etc/plugstack.d" "${MANY_TASKS:-1024}" "${MANY_ROUNDS:-15}")
   EXITPOLICY_CLUSTER_DIR=$many_dir "$cluster" down >/dev/null
   trap - EXIT
   [ "$what" = many ] && exit 0
