@@ -461,7 +461,7 @@ public:
     void fork_workers()
     {
         const std::uint32_t per = (o_.nodes + o_.workers - 1) / o_.workers;
-        for (std::uint32_t i = 0, first = 0; first < o_.nodes; ++i, first += per) {
+        for (std::uint32_t first = 0; first < o_.nodes; first += per) {
             int down[2], up[2];
             if (::pipe(down) != 0 || ::pipe(up) != 0)
                 die("pipe");

@@ -49,4 +49,13 @@ private:
 std::vector<std::pair<std::string, std::string>> pmi_environment(int fd, std::uint32_t rank, std::uint32_t ntasks,
                                                                  std::uint32_t job_id, std::uint32_t step_id);
 
+// Which of the two a task of MPICH takes, set only where the job has not
+// set it: MPICH from 5.0 picks PMI or PMIx from the environment, and stops
+// in MPI_Init when it finds both PMI_SIZE and PMIX_NAMESPACE, as every task
+// served here has them. "1" is PMI-1, what MPICH 4.2 took by default, and
+// an MPICH built without it goes on to PMI-2, then PMIx (both served here
+// too); before 4.2 MPICH reads no such variable.
+inline constexpr const char* mpich_pmi_variable = "MPIR_CVAR_PMI_VERSION";
+inline constexpr const char* mpich_pmi_choice = "1";
+
 }  // namespace exitpolicy::spank_plugin

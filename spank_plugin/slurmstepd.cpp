@@ -376,6 +376,7 @@ void set_pmi_environment(spank_t sp, std::uint32_t rank)
         return;
     for (const auto& [name, value] : pmi_environment(fd, rank, ntasks, remote.job_id, remote.step_id))
         spank_setenv(sp, name.c_str(), value.c_str(), 1);
+    spank_setenv(sp, mpich_pmi_variable, mpich_pmi_choice, 0);  // the job's own choice stays
 }
 
 int task_init(spank_t sp)

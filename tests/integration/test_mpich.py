@@ -64,6 +64,28 @@ def test_an_mpich_step_is_one_world_across_the_nodes(cluster, workdir, pmi, pmi_
     assert lines(err, "exitpolicy:") == [], err
 
 
+def test_an_mpich_step_of_a_user_who_chose_no_pmi_is_one_world(cluster, workdir, pmi):
+    """As users first run it: nothing of MPICH's set. MPICH 5 picks PMI or
+    PMIx from the environment and stopped every rank in MPI_Init when it
+    found both PMI_SIZE and PMIX_NAMESPACE, as every task here has."""
+    rc, out, err = srun(cluster, workdir, *N4N8, "--exit-policy=main-rank", client("ep_mpich_ring"), "--timeout", "60",
+                        env=MPICH_ENV)
+    assert rc == 0, out + err
+    ring_ok(out)
+
+
+def test_each_task_is_told_to_take_pmi_unless_its_job_chose(cluster, workdir, pmi):
+    show = ["sh", "-c", 'echo "rank=$SLURM_PROCID pmi=${MPIR_CVAR_PMI_VERSION-unset} fd=${PMI_FD-unset}"']
+    rc, out, err = srun(cluster, workdir, "--mpi=none", "-N2", "-n2", *show)
+    assert rc == 0, out + err
+    told = sorted(l for l in out.splitlines() if l.startswith("rank="))
+    assert [l.split()[1] for l in told] == ["pmi=1", "pmi=1"], out
+    assert all("fd=unset" not in l for l in told), out
+    rc, out, err = srun(cluster, workdir, "--mpi=none", "-N2", "-n2", *show, env={"MPIR_CVAR_PMI_VERSION": "x"})
+    assert rc == 0, out + err
+    assert sorted(l.split()[1] for l in out.splitlines() if l.startswith("rank=")) == ["pmi=x", "pmi=x"], out
+
+
 def test_an_ordinary_users_mpich_step(cluster, workdir, pmi):
     rc, out, err = mpich(cluster, workdir, "ep_mpich_ring", "--timeout", "60", user=cluster.NOBODY,
                          srun_args=["--exit-policy=main-rank"])
