@@ -2,6 +2,8 @@
 // options.cpp - resolving a step's options. See options.hpp.
 #include "options.hpp"
 
+#include <algorithm>
+
 namespace exitpolicy::spank_plugin {
 namespace {
 
@@ -85,6 +87,13 @@ Result<StepOptions> resolve_options(const RawOptions& cli, const RawOptions& env
         }
     }
     return Result<StepOptions>::ok(o);
+}
+
+std::vector<std::pair<std::string, std::string>> run_through_environment(std::uint32_t ntasks)
+{
+    return {{"OMPI_MCA_mpi_ft_enable", "1"},
+            {"OMPI_MCA_coll", "^han"},
+            {"OMPI_MCA_mpi_add_procs_cutoff", std::to_string(std::max<std::uint32_t>(ntasks, 1))}};
 }
 
 Result<bool> check_main_rank(const StepOptions& options, std::uint32_t ntasks)

@@ -16,6 +16,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace exitpolicy::spank_plugin {
 
@@ -48,6 +50,17 @@ Result<StepOptions> resolve_options(const RawOptions& cli, const RawOptions& env
 
 // A main rank must be a task of the step: 0..ntasks-1.
 Result<bool> check_main_rank(const StepOptions& options, std::uint32_t ntasks);
+
+// What each task of a run-through step (--exit-recoverable) with
+// exitpolicy's PMIx service is told, each only where the job has not set
+// it: Open MPI's fault tolerance (ULFM) on, and around two bugs of Open MPI
+// 5.0 that make a survivor crash (coll/han after a death,
+// open-mpi/ompi#13915) or an agreement across nodes wait forever (a peer not
+// yet spoken to is taken as alive, open-mpi/ompi#13501: every peer is added
+// at MPI_Init when the cutoff is at least the step's size). Open MPI 6 needs
+// only the first; the others cost it hierarchical collectives and the
+// early connection setup, in such steps only. No other MPI reads them.
+std::vector<std::pair<std::string, std::string>> run_through_environment(std::uint32_t ntasks);
 
 // An option's text for srun --help.
 std::string option_help(const OptionSpec& spec);

@@ -32,8 +32,11 @@ int on_option(int val, const char* optarg, int remote) noexcept
         const OptionSpec* spec = spec_of(val);
         if (!spec)
             return 0;
-        // A flag (--exit-recoverable): no value means yes.
-        const std::string value = optarg ? optarg : (spec->arg ? "" : "yes");
+        // A flag (--exit-recoverable) given is yes, whatever comes with it:
+        // srun passes no value, slurmstepd gets the forwarded flag as an
+        // empty one, and an srun inside sbatch --exit-recoverable as
+        // "(null)" (from SLURM_SPANK__SLURM_SPANK_OPTION_*).
+        const std::string value = !spec->arg ? "yes" : optarg ? optarg : "";
         if (!remote && !the_state.disabled) {
             if (auto ok = check_option(*spec, value, the_state.config); !ok) {
                 log::error("%s", ok.error().c_str());

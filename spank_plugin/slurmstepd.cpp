@@ -17,6 +17,7 @@
 #include "protocol/planned_environment.hpp"
 #include "protocol/process.hpp"
 #include "protocol/sockets.hpp"
+#include "options.hpp"
 #include "outcome_sink.hpp"
 #include "pmi_sockets.hpp"
 #include "slurmd_spool.hpp"
@@ -72,6 +73,10 @@ struct Remote {
     bool failure_logged = false;  // one error line per step, not one per task
     // This node's tasks: the most outcomes its daemon can say srun has.
     std::size_t local_tasks = 0;
+    // The step runs through a PMIx client's failure (--exit-recoverable),
+    // as srun resolved it from the same options.
+    bool recoverable = false;
+    std::uint32_t ntasks = 0;
 };
 Remote remote;
 
@@ -319,6 +324,11 @@ int init_post_opt(spank_t sp)
     remote.job_id = job_id;
     remote.step_id = step_id;
     remote.local_tasks = local_tasks;
+    // srun forwards its options here, the job's environment has the rest.
+    if (auto options = resolve_options(
+            state().cli, options_from_env([sp](const char* name) { return job_env(sp, name); }), state().config))
+        remote.recoverable = options->recoverable;
+    item(sp, S_JOB_TOTAL_TASK_COUNT, remote.ntasks);
     const std::string fe = setup.host + ":" + std::to_string(setup.port);
     const std::string node = setup.hostname;
     // Registered first: nothing below can skip it.
@@ -400,6 +410,9 @@ int task_init(spank_t sp)
         if (eq != std::string::npos)
             spank_setenv(sp, kv.substr(0, eq).c_str(), kv.c_str() + eq + 1, 1);
     }
+    if (remote.recoverable)
+        for (const auto& [name, value] : run_through_environment(remote.ntasks))
+            spank_setenv(sp, name.c_str(), value.c_str(), 0);  // the job's own settings stay
     return 0;
 }
 

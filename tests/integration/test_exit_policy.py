@@ -476,6 +476,27 @@ def test_sbatch_policy_with_export_none(cluster, workdir, exitpolicy):
     assert not [l for l in output.splitlines() if l.startswith("exitpolicy: warning:")], output
 
 
+def test_sbatch_exit_recoverable_is_every_steps_default(cluster, workdir, exitpolicy):
+    """sbatch --exit-recoverable, a flag: the job script's sruns take it as
+    yes (the batch step got it as an empty value, and every srun of the job
+    then stopped on "SLURM_EXIT_RECOVERABLE: invalid value ''")."""
+    script = workdir / "job-recoverable.sh"
+    script.write_text("#!/bin/sh\n" + cluster.job_path_prefix() +
+                      'echo "recoverable=$SLURM_EXIT_RECOVERABLE"\n'
+                      'srun -N2 -n2 --mpi=none sh -c \'echo "ft=${OMPI_MCA_mpi_ft_enable-unset}"\'\n'
+                      'echo "step0 rc=$?"\n')
+    script.chmod(0o755)
+    rc, out, err = cluster.exec("sbatch", "--wait", "-N2", "-n2", "-o", f"{workdir}/job-recoverable-%j.out",
+                                "--exit-recoverable", "--exit-policy=main-rank", str(script), cwd=workdir, timeout=90)
+    assert rc == 0, out + err
+    job = re.search(r"Submitted batch job (\d+)", out).group(1)
+    output = (workdir / f"job-recoverable-{job}.out").read_text()
+    lines_ = output.splitlines()
+    assert "recoverable=yes" in lines_, output
+    assert "step0 rc=0" in lines_, output
+    assert lines_.count("ft=1") == 2, output  # a run-through step's tasks: Open MPI's fault tolerance on
+
+
 def test_srun_policy_with_export_none(cluster, workdir, exitpolicy):
     """srun --export=NONE (or a list of variables) still gets its policy."""
     for export in ("--export=NONE", "--export=PATH"):

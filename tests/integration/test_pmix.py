@@ -491,6 +491,21 @@ def parse_events(out):
     return events
 
 
+def test_a_run_through_steps_tasks_get_open_mpis_fault_tolerance_unless_the_job_chose(cluster, workdir, pmix):
+    show = ["sh", "-c", 'echo "rank=$SLURM_PROCID ft=${OMPI_MCA_mpi_ft_enable-unset} '
+                        'coll=${OMPI_MCA_coll-unset} cutoff=${OMPI_MCA_mpi_add_procs_cutoff-unset}"']
+
+    def told(*args, env=None):
+        rc, out, err = srun(cluster, workdir, "--mpi=none", "-N2", "-n3", *args, *show, env=env)
+        assert rc == 0, out + err
+        return sorted(" ".join(l.split()[1:]) for l in out.splitlines() if l.startswith("rank="))
+
+    assert told("--exit-recoverable") == ["ft=1 coll=^han cutoff=3"] * 3
+    assert told("--exit-recoverable", env={"OMPI_MCA_coll": "^tuned"}) == ["ft=1 coll=^tuned cutoff=3"] * 3
+    assert told() == ["ft=unset coll=unset cutoff=unset"] * 3
+    assert told(env={"SLURM_EXIT_RECOVERABLE": "yes"}) == ["ft=1 coll=^han cutoff=3"] * 3
+
+
 @pytest.mark.parametrize("victim, how, code, specific", [
     ("0", ["--exit", "1"], 1, "-200"),    # PMIX_ERR_PROC_TERM_WO_SYNC (no finalize), rank 0 on node1
     ("0", ["--exit", "1", "--finalize-victim"], 1, "-404"),  # PMIX_ERR_EXIT_NONZERO_TERM

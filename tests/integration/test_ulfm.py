@@ -65,6 +65,17 @@ def test_the_survivors_recover_and_finish(cluster, workdir, pmix, ep_ulfm, fail,
     assert "PMIx Event Notification" not in err, err
 
 
+@pytest.mark.parametrize("mode", ["shrink", "agree"])
+def test_run_through_works_as_users_first_try_it(cluster, workdir, pmix, ep_ulfm, mode):
+    """Nothing of Open MPI's set, only --exit-recoverable: the step's tasks
+    get what ULFM needs there (with only mpi_ft_enable, Open MPI 5.0.7 hung
+    until its time limit)."""
+    rc, out, err = srun(cluster, workdir, *N4N8, "--exit-recoverable", "--exit-policy=main-rank", ep_ulfm,
+                        "--fail", "5:segv", "--mode", mode, "--timeout", "60", env=OMPI_ENV)
+    assert rc == 0, out + err
+    survivors_done(out, [0, 1, 2, 3, 4, 6, 7])
+
+
 def test_an_ordinary_users_step_recovers(cluster, workdir, pmix, ep_ulfm):
     rc, out, err = ulfm(cluster, workdir, ep_ulfm, "5:segv", "--exit-recoverable", "--exit-policy=main-rank",
                         user=cluster.NOBODY)

@@ -105,6 +105,18 @@ TEST(OptionsTest, RecoverableFromTheSiteTheEnvironmentOrTheFlag)
     EXPECT_FALSE(check_option(opt_recoverable, "on", site));
 }
 
+// A run-through step's tasks: Open MPI's fault tolerance on, coll/han off
+// and every peer added at MPI_Init (a cutoff of at least the step's size).
+TEST(OptionsTest, ARunThroughStepTurnsOpenMpisFaultToleranceOnForItsTasks)
+{
+    using Env = std::vector<std::pair<std::string, std::string>>;
+    EXPECT_EQ(run_through_environment(8), (Env{{"OMPI_MCA_mpi_ft_enable", "1"},
+                                               {"OMPI_MCA_coll", "^han"},
+                                               {"OMPI_MCA_mpi_add_procs_cutoff", "8"}}));
+    EXPECT_EQ(run_through_environment(0).back().second, "1");
+    EXPECT_EQ(run_through_environment(100000).back().second, "100000");
+}
+
 TEST(OptionsTest, CheckOptionAsTheCallbackDoes)
 {
     const Config site;
