@@ -55,8 +55,14 @@ int WaitStatus::raw() const noexcept
 int task_code(const TaskOutcome& task, int lost_code) noexcept
 {
     if (task.abort_status)
-        return *task.abort_status;
+        return exit_code_of(*task.abort_status);
     return wait_code(task, lost_code);
+}
+
+int exit_code_of(int status) noexcept
+{
+    const int low = static_cast<int>(static_cast<unsigned>(status) & 0xffu);
+    return low == 0 && status != 0 ? 1 : low;
 }
 
 int wait_code(const TaskOutcome& task, int lost_code) noexcept

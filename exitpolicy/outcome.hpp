@@ -49,8 +49,14 @@ struct TaskOutcome {
 };
 
 // A task's code: its abort status if it aborted (the abort wins over the
-// SIGKILL that follows); lost_code if lost; its exit code; 128 + signal.
+// SIGKILL that follows), as a process can exit with it (exit_code_of);
+// lost_code if lost; its exit code; 128 + signal.
 int task_code(const TaskOutcome& task, int lost_code) noexcept;
+
+// A status as a process can exit with it: its low 8 bits, as exit() keeps
+// them, except that a status that is not 0 never becomes success: one
+// whose low 8 bits are 0 (PMIx_Abort(256), MPI_Abort(comm, -256)) is 1.
+int exit_code_of(int status) noexcept;
 
 // The code of the wait status alone, ignoring an abort (what Slurm's own
 // rule sees): lost_code if lost; its exit code; 128 + signal.

@@ -14,6 +14,8 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/ptrace.h>
 #include <grp.h>
 #include <sys/syscall.h>
@@ -368,6 +370,14 @@ TEST_F(StandbyTest, ItReadsEveryTaskStartAsItComesAndTheDaemonGetsThemAll)
         ASSERT_TRUE(send_backlog(daemon.control, daemon.backlog, std::nullopt));
     }
     EXPECT_TRUE(daemon.backlog.empty()) << daemon.backlog.size() << " bytes never went";
+    // Sent is not yet read: the standby keeps what it has read when it
+    // wakes, and the daemon reads the rest from the link after it. Woken
+    // once it has read all (the kernel's count of what the link still
+    // holds), it has kept all.
+    int unread = -1;
+    for (int i = 0; i < 500 && (::ioctl(daemon.control, SIOCOUTQ, &unread) != 0 || unread > 0); ++i)
+        std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(unread, 0) << "the standby did not read the link";
     EXPECT_FALSE(started());
     connect_to(wake.port);
     ASSERT_TRUE(becomes_serving());
