@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <map>
+#include <vector>
 
 namespace exitpolicy::protocol {
 
@@ -31,11 +32,15 @@ std::optional<LibraryVersion> built_library_version()
 
 int activation_errno(const LibraryVersion& v)
 {
-    if (v.major == 4 && v.minor == 2)
-        return v.release < 6 ? ECONNABORTED : EAGAIN;
-    if (v.major == 5 && v.minor == 0)
-        return v.release < 1 ? ECONNABORTED : EAGAIN;
-    return 0;
+    // 6.0's clients' environment is neither 5.0's nor 6.1's, and has not
+    // been seen: its server starts before the tasks.
+    if (v.major < 4 || (v.major == 4 && v.minor < 2) || (v.major == 6 && v.minor == 0))
+        return 0;
+    if (v.major == 4)
+        return v.minor == 2 && v.release < 6 ? ECONNABORTED : EAGAIN;
+    if (v.major == 5 && v.minor == 0 && v.release < 1)
+        return ECONNABORTED;
+    return EAGAIN;
 }
 
 std::string unplannable_because(char* const* env)
@@ -54,8 +59,18 @@ std::vector<std::string> planned_environment(const PlannedServer& server, const 
     const std::string uri = std::string(server_nspace) + "." + std::to_string(server.node_id) +
                             ";tcp4://127.0.0.1:" + std::to_string(server.port);
     std::vector<std::string> env{"PMIX_NAMESPACE=" + nspace, "PMIX_RANK=" + std::to_string(rank)};
-    for (const char* name : {"PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI2",
-                             "PMIX_SERVER_URI21"})
+    // Up to 5.0 a fixed list; from 6.1 the names of the library's buffer
+    // formats (bfrops v61, v51, v41, v4, v3, v21: what 7.0.0 writes), no
+    // longer v2.0's.
+    const auto v = library_version(server.version);
+    const bool by_formats = v && (v->major > 6 || (v->major == 6 && v->minor >= 1));
+    const auto names = by_formats ? std::vector<const char*>{"PMIX_SERVER_URI61", "PMIX_SERVER_URI51",
+                                                             "PMIX_SERVER_URI41", "PMIX_SERVER_URI4",
+                                                             "PMIX_SERVER_URI3", "PMIX_SERVER_URI21"}
+                                  : std::vector<const char*>{"PMIX_SERVER_URI41", "PMIX_SERVER_URI4",
+                                                             "PMIX_SERVER_URI3", "PMIX_SERVER_URI2",
+                                                             "PMIX_SERVER_URI21"};
+    for (const char* name : names)
         env.push_back(std::string(name) + "=" + uri);
     env.insert(env.end(), {"PMIX_SECURITY_MODE=native", "PMIX_BFROP_BUFFER_TYPE=PMIX_BFROP_BUFFER_NON_DESC",
                            "PMIX_GDS_MODULE=hash", "PMIX_SERVER_TMPDIR=" + server.dir,

@@ -31,12 +31,16 @@ std::optional<LibraryVersion> built_library_version();
 
 // What the node daemon's gate answers the library's accept() with
 // (pmix_server/socket_activation.hpp), or 0 for a library it was not made
-// for, whose server then starts before the tasks. OpenPMIx 4.2.0-4.2.5 and
-// 5.0.0 accept on a listener thread of their own, which goes on after
-// ECONNABORTED and ends after EAGAIN (ptl_base_listener.c: "errno !=
-// EAGAIN || errno != EWOULDBLOCK" is always true); 4.2.6 and later, and
-// 5.0.1 and later, accept on the library's event thread, which returns
-// quietly on EAGAIN and closes the listener on anything else.
+// for (before 4.2, and 6.0, whose clients' environment was never seen),
+// whose server then starts before the tasks. OpenPMIx
+// 4.2.0-4.2.5 and 5.0.0 accept on a listener thread of their own, which
+// goes on after ECONNABORTED and ends after EAGAIN (ptl_base_listener.c:
+// "errno != EAGAIN || errno != EWOULDBLOCK" is always true); 4.2.6 and
+// later, 5.0.1 and later, 6.x and 7.x (the same connection_event_handler
+// to this day) accept on the library's event thread, which returns quietly
+// on EAGAIN and closes the listener on anything else. What the clients'
+// environment must hold is checked against the library's own by the
+// daemon on every version (Daemon::check_planned_environment).
 int activation_errno(const LibraryVersion& v);
 
 // Why the tasks' environment cannot be planned in a process environment
@@ -61,11 +65,12 @@ inline constexpr const char* server_nspace = "pmix-server";
 
 // What PMIx_server_setup_fork gives `rank` of `nspace` from such a server,
 // written before it exists: PMIX_NAMESPACE, PMIX_RANK, the server's URI
-// under each name a client version reads (PMIX_SERVER_URI41 ... URI21),
+// under each name a client version reads (PMIX_SERVER_URI41 ... URI21;
+// from 6.1 those of its buffer formats: URI61 ... URI21, not URI2),
 // PMIX_SECURITY_MODE (native), PMIX_BFROP_BUFFER_TYPE, PMIX_GDS_MODULE
 // (hash), PMIX_SERVER_TMPDIR and PMIX_SYSTEM_TMPDIR, PMIX_HOSTNAME,
-// PMIX_VERSION; OpenPMIx 4.2 and 5.0 write these and nothing else for a
-// namespace registered as the daemon registers it. The daemon checks it
+// PMIX_VERSION; OpenPMIx 4.2, 5.0 and 7.0 write these and nothing else for
+// a namespace registered as the daemon registers it. The daemon checks it
 // against the library's own once the server runs (environment_differences).
 std::vector<std::string> planned_environment(const PlannedServer& server, const std::string& nspace,
                                              std::uint32_t rank);

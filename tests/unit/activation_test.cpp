@@ -210,8 +210,11 @@ void clients_before_the_server(const std::string& dir)
     auto actual = host.environment(0);
     if (!actual)
         fail(actual.error());
+    std::string differences;
     for (const auto& d : environment_differences(planned_environment(node.planned, node.nspace, 0), *actual))
-        fail("planned environment: " + d);
+        differences += "\n  " + d;
+    if (!differences.empty())
+        fail("the planned environment is not the library's:" + differences);
     if (wait_for(node, a, 200ms) != -1 || wait_for(node, b, 0ms) != -1)
         fail("a held client ended before the gate opened");
     activation::open();
@@ -419,8 +422,8 @@ TEST(SocketActivation, HeldClientsFailAtOnceWhenTheDaemonStops)
 
 TEST(SocketActivation, TheRunningLibraryIsOneTheGateWasMadeFor)
 {
-    // Debian 12's 4.2.2 and Debian 13's 5.0.7: the daemon plans its server
-    // on both (else it starts before the tasks, as it always did).
+    // Debian 12's 4.2.2, Debian 13's 5.0.7, forky's 7.0.0: the daemon plans
+    // its server on each (before 4.2 it starts before the tasks).
     const auto v = compat::running_version();
     ASSERT_TRUE(v.has_value()) << PMIx_Get_version();
     EXPECT_NE(compat::activation_errno(*v), 0) << v->text;
@@ -450,7 +453,13 @@ TEST(SocketActivation, AVersionIsReadAsTheLibrarySaysIt)
     EXPECT_EQ(bare->text, "5.0.7");
     EXPECT_EQ(protocol::activation_errno(*bare), EAGAIN);
     EXPECT_EQ(protocol::activation_errno(*full), ECONNABORTED);
+    EXPECT_EQ(protocol::activation_errno(*protocol::library_version("5.0.0")), ECONNABORTED);
+    EXPECT_EQ(protocol::activation_errno(*protocol::library_version("4.2.6")), EAGAIN);
+    EXPECT_EQ(protocol::activation_errno(*protocol::library_version("6.1.0")), EAGAIN);
     EXPECT_EQ(protocol::activation_errno(*protocol::library_version("6.0.0")), 0);
+    EXPECT_EQ(protocol::activation_errno(*protocol::library_version("7.0.0rc1")), EAGAIN);
+    EXPECT_EQ(protocol::activation_errno(*protocol::library_version("4.1.2")), 0);
+    EXPECT_EQ(protocol::activation_errno(*protocol::library_version("3.2.3")), 0);
     EXPECT_FALSE(protocol::library_version("OpenPMIx"));
     EXPECT_FALSE(protocol::library_version("PMIx 4.2.2"));
 }
