@@ -52,8 +52,9 @@ def pmix_version():
 # overwrites it). A library defect no host can work around; see README.md,
 # "Supported versions".
 FAILED_FENCE_TOLD_TO_ONE_LOCAL_RANK = pytest.mark.xfail(
-    pmix_version() >= (5, 0), strict=True,
-    reason="OpenPMIx >= 5 tells a failed fence to one participant per node, the others PMIX_SUCCESS")
+    (5, 0) <= pmix_version() < (7, 0), strict=True,
+    reason="OpenPMIx 5 and 6 tell a failed fence to one participant per node, the others PMIX_SUCCESS "
+           "(7.0.0 tells every one: seen on forky; 6.x not seen)")
 
 # Open MPI on virtual nodes of one machine: TCP over loopback only (shared
 # memory segments of different "nodes" would collide).
