@@ -93,7 +93,9 @@ std::vector<std::pair<std::string, std::string>> run_through_environment(std::ui
 {
     return {{"OMPI_MCA_mpi_ft_enable", "1"},
             {"OMPI_MCA_coll", "^han"},
-            {"OMPI_MCA_mpi_add_procs_cutoff", std::to_string(std::max<std::uint32_t>(ntasks, 1))}};
+            // Open MPI adds every peer at MPI_Init when the world is smaller
+            // than the cutoff (ompi/proc/proc.c: num_procs < cutoff).
+            {"OMPI_MCA_mpi_add_procs_cutoff", std::to_string(std::uint64_t{ntasks} + 1)}};
 }
 
 Result<bool> check_main_rank(const StepOptions& options, std::uint32_t ntasks)

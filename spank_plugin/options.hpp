@@ -57,7 +57,7 @@ Result<bool> check_main_rank(const StepOptions& options, std::uint32_t ntasks);
 // 5.0 that make a survivor crash (coll/han after a death,
 // open-mpi/ompi#13915) or an agreement across nodes wait forever (a peer not
 // yet spoken to is taken as alive, open-mpi/ompi#13501: every peer is added
-// at MPI_Init when the cutoff is at least the step's size). Open MPI 6 needs
+// at MPI_Init when the cutoff is above the step's size). Open MPI 6 needs
 // only the first; the others cost it hierarchical collectives and the
 // early connection setup, in such steps only. No other MPI reads them.
 std::vector<std::pair<std::string, std::string>> run_through_environment(std::uint32_t ntasks);

@@ -500,10 +500,10 @@ def test_a_run_through_steps_tasks_get_open_mpis_fault_tolerance_unless_the_job_
         assert rc == 0, out + err
         return sorted(" ".join(l.split()[1:]) for l in out.splitlines() if l.startswith("rank="))
 
-    assert told("--exit-recoverable") == ["ft=1 coll=^han cutoff=3"] * 3
-    assert told("--exit-recoverable", env={"OMPI_MCA_coll": "^tuned"}) == ["ft=1 coll=^tuned cutoff=3"] * 3
+    assert told("--exit-recoverable") == ["ft=1 coll=^han cutoff=4"] * 3
+    assert told("--exit-recoverable", env={"OMPI_MCA_coll": "^tuned"}) == ["ft=1 coll=^tuned cutoff=4"] * 3
     assert told() == ["ft=unset coll=unset cutoff=unset"] * 3
-    assert told(env={"SLURM_EXIT_RECOVERABLE": "yes"}) == ["ft=1 coll=^han cutoff=3"] * 3
+    assert told(env={"SLURM_EXIT_RECOVERABLE": "yes"}) == ["ft=1 coll=^han cutoff=4"] * 3
 
 
 @pytest.mark.parametrize("victim, how, code, specific", [

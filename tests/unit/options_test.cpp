@@ -106,15 +106,15 @@ TEST(OptionsTest, RecoverableFromTheSiteTheEnvironmentOrTheFlag)
 }
 
 // A run-through step's tasks: Open MPI's fault tolerance on, coll/han off
-// and every peer added at MPI_Init (a cutoff of at least the step's size).
+// and every peer added at MPI_Init (a cutoff above the step's size).
 TEST(OptionsTest, ARunThroughStepTurnsOpenMpisFaultToleranceOnForItsTasks)
 {
     using Env = std::vector<std::pair<std::string, std::string>>;
     EXPECT_EQ(run_through_environment(8), (Env{{"OMPI_MCA_mpi_ft_enable", "1"},
                                                {"OMPI_MCA_coll", "^han"},
-                                               {"OMPI_MCA_mpi_add_procs_cutoff", "8"}}));
-    EXPECT_EQ(run_through_environment(0).back().second, "1");
-    EXPECT_EQ(run_through_environment(100000).back().second, "100000");
+                                               {"OMPI_MCA_mpi_add_procs_cutoff", "9"}}));
+    EXPECT_EQ(run_through_environment(100000).back().second, "100001");
+    EXPECT_EQ(run_through_environment(UINT32_MAX).back().second, "4294967296");
 }
 
 TEST(OptionsTest, CheckOptionAsTheCallbackDoes)
