@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 #   with a dead member crashes in mca_coll_han_comm_create (open-mpi/ompi#13915);
 # - a peer never spoken to is not in its communicators' groups yet, and is
 #   taken as alive: MPIX_Comm_agree and MPIX_Comm_shrink wait for it forever
-#   (fixed after 5.0.7 by open-mpi/ompi#13501). add_procs_cutoff at or above
+#   (fixed after 5.0.7 by open-mpi/ompi#13501). add_procs_cutoff above
 #   the world's size makes every peer at MPI_Init.
 ULFM_ENV = {**OMPI_ENV, "OMPI_MCA_mpi_ft_enable": "1", "OMPI_MCA_coll": "^han",
             "OMPI_MCA_mpi_add_procs_cutoff": "65536"}
