@@ -2,8 +2,6 @@
 // options.cpp - resolving a step's options. See options.hpp.
 #include "options.hpp"
 
-#include <algorithm>
-
 namespace exitpolicy::spank_plugin {
 namespace {
 
