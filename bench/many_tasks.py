@@ -11,6 +11,14 @@ environment); the same with --exit-policy=main-rank (every task's outcome
 goes to srun). Prints each configuration's median and the median of the
 per-round ratios against "no plugin", paired round by round.
 
+Each step starts on an idle cluster: slurmstepd goes on for a second or two
+after srun has returned (Slurm ends and accounts 1 024 tasks), then
+slurmctld completes the job, and a step started meanwhile would pay for its
+predecessor's end (srun: "queued and waiting for resources"). That tail,
+from srun's return until the cluster is idle again, is the second figure.
+
+MANY_EACH=1 prints every round's time as well.
+
 Run it inside the cluster's namespace (bench/run.sh many does):
     contrib/slurm/cluster exec /usr/bin/python3 bench/many_tasks.py PLUGIN PLUGSTACK_D TASKS ROUNDS
 """
@@ -21,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from plugstack import configure, interleaved
+from plugstack import configure, interleaved, settle
 
 plugin, plugstack_d, tasks, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 conf = os.path.join(plugstack_d, "exitpolicy.conf")
@@ -34,14 +42,19 @@ configs = {
 }
 
 
+tails = {name: [] for name in configs}
+
+
 def run(name):
     line, extra = configs[name]
     configure(conf, line)
+    settle()
     t0 = time.perf_counter()
     proc = subprocess.run(step[:1] + extra + step[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     elapsed = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.exit(f"srun failed with {proc.returncode} under '{name}': {proc.stderr[-2000:]}")
+    tails[name].append(settle())
     return elapsed
 
 
@@ -51,8 +64,11 @@ configure(conf, None)
 
 base = times["no plugin"]
 print(f"srun -N1 -n{tasks} --overcommit true, {rounds} interleaved rounds")
-print(f"{'configuration':<22} {'median':>9} {'min':>9} {'median ratio vs no plugin':>27}")
+print(f"{'configuration':<22} {'median':>9} {'min':>9} {'median ratio vs no plugin':>27} {'cluster busy after':>21}")
 for name in names:
     ratios = [t / b for t, b in zip(times[name], base)]
     print(f"{name:<22} {statistics.median(times[name]):8.2f}s {min(times[name]):8.2f}s "
-          f"{statistics.median(ratios):27.3f}")
+          f"{statistics.median(ratios):27.3f} {statistics.median(tails[name][-rounds:]):20.2f}s")
+if os.environ.get("MANY_EACH"):
+    for name in names:
+        print(name, " ".join(f"{t:.2f}" for t in times[name]))

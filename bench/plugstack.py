@@ -3,6 +3,8 @@
 time configurations side by side."""
 
 import os
+import subprocess
+import time
 
 
 def configure(conf, line):
@@ -26,3 +28,30 @@ def interleaved(names, run, rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             times[name].append(run(name))
     return times
+
+
+def node_busy():
+    """Whether a slurmstepd still runs on this machine, or slurmctld has a
+    job or a node that is not idle yet."""
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    if f.read().strip() == "slurmstepd":
+                        return True
+            except OSError:
+                pass
+    jobs = subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip()
+    states = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True).stdout.split()
+    return bool(jobs) or any(state != "idle" for state in states)
+
+
+def settle(limit=60.0):
+    """Seconds until the cluster is idle again (at most `limit`): what a
+    step's node and slurmctld go on doing after srun has returned. A step
+    started before would wait for them ("queued and waiting for
+    resources")."""
+    t0 = time.perf_counter()
+    while node_busy() and time.perf_counter() - t0 < limit:
+        time.sleep(0.02)
+    return time.perf_counter() - t0

@@ -51,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/types.h>
@@ -58,7 +59,14 @@
 
 #include <sys/socket.h>
 
-enum { pid_fd = 8, go_fd = 9, max_groups = 65536, max_limits = 16, max_watched = 1024 };
+enum { pid_fd = 8, go_fd = 9, max_groups = 65536, max_limits = 16 };
+
+/* fd in ep's interest list, level-triggered. */
+static int watch(int ep, int fd, unsigned events)
+{
+    struct epoll_event ev = {.events = events, .data.fd = fd};
+    return epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0;
+}
 
 /* All of buf to fd, or 0. */
 static int write_whole(int fd, const char *buf, size_t size)
@@ -187,45 +195,52 @@ int main(int argc, char **argv)
         _exit(126);
     int backlog = -1;
     if (start_on >= 0) {
-        static struct pollfd fds[3 + max_watched];
-        nfds_t n = 3;
+        /* epoll, not poll: the control link wakes it once per task's
+         * start and each task's PMI socket once at its end, and a poll
+         * would walk every watched descriptor each time. */
+        const int ep = epoll_create1(EPOLL_CLOEXEC);
         int woken = 0;
         /* Without a memory file the link is not read: slurmstepd keeps
          * what does not fit in it, and waits on nothing. */
         backlog = memfd_create("exitpolicy-control-backlog", MFD_CLOEXEC);
-        fds[0] = (struct pollfd){start_on, POLLIN, 0};
-        fds[1] = (struct pollfd){wake_fd, POLLIN, 0};
-        fds[2] = (struct pollfd){hangup_fd, backlog >= 0 ? POLLIN : 0, 0};
+        if (ep < 0 || !watch(ep, start_on, EPOLLIN) || !watch(ep, wake_fd, EPOLLIN) ||
+            !watch(ep, hangup_fd, backlog >= 0 ? EPOLLIN : 0))
+            _exit(126);
         for (int fd = pmi_first; fd >= 0 && fd <= pmi_last; ++fd)
-            fds[n++] = (struct pollfd){fd, POLLIN, 0};
+            if (!watch(ep, fd, EPOLLIN))
+                _exit(126);
         while (!woken) {
-            if (poll(fds, n, -1) < 0) {
+            struct epoll_event ready[64];
+            const int n = epoll_wait(ep, ready, sizeof ready / sizeof ready[0], -1);
+            if (n < 0) {
                 if (errno == EINTR)
                     continue;
                 _exit(126);
             }
-            if (fds[2].revents & POLLIN) {
-                char buf[4096];
-                const ssize_t got2 = read(hangup_fd, buf, sizeof buf);
-                if (got2 == 0 || (got2 < 0 && errno != EINTR && errno != EAGAIN))
-                    _exit(0);
-                if (got2 > 0 && !write_whole(backlog, buf, (size_t)got2))
-                    _exit(126);
-            } else if (fds[2].revents) {
-                _exit(0);
-            }
-            woken = fds[0].revents || fds[1].revents;
-            for (nfds_t k = 3; k < n; ++k) {
-                char c;
-                if (!fds[k].revents)
-                    continue;
-                const ssize_t peeked = recv(fds[k].fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-                if (peeked == 1)
+            for (int k = 0; k < n; ++k) {
+                const int fd = ready[k].data.fd;
+                if (fd == hangup_fd) {
+                    if (!(ready[k].events & EPOLLIN))
+                        _exit(0);
+                    char buf[4096];
+                    const ssize_t got2 = read(hangup_fd, buf, sizeof buf);
+                    if (got2 == 0 || (got2 < 0 && errno != EINTR && errno != EAGAIN))
+                        _exit(0);
+                    if (got2 > 0 && !write_whole(backlog, buf, (size_t)got2))
+                        _exit(126);
+                } else if (fd == start_on || fd == wake_fd) {
                     woken = 1;
-                else if (peeked == 0 || (errno != EAGAIN && errno != EINTR))
-                    fds[k].fd = -1;  /* its task hung up: poll skips it */
+                } else {
+                    char c;
+                    const ssize_t peeked = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+                    if (peeked == 1)
+                        woken = 1;
+                    else if (peeked == 0 || (errno != EAGAIN && errno != EINTR))
+                        epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL); /* its task hung up */
+                }
             }
         }
+        close(ep);
         close(wake_fd);
     }
     if (backlog >= 0 && lseek(backlog, 0, SEEK_END) > 0) {

@@ -56,9 +56,16 @@ std::string unplannable_because(char* const* env)
 std::vector<std::string> planned_environment(const PlannedServer& server, const std::string& nspace,
                                              std::uint32_t rank)
 {
+    auto env = planned_step_environment(server, nspace);
+    env.push_back(std::string(rank_variable) + "=" + std::to_string(rank));
+    return env;
+}
+
+std::vector<std::string> planned_step_environment(const PlannedServer& server, const std::string& nspace)
+{
     const std::string uri = std::string(server_nspace) + "." + std::to_string(server.node_id) +
                             ";tcp4://127.0.0.1:" + std::to_string(server.port);
-    std::vector<std::string> env{"PMIX_NAMESPACE=" + nspace, "PMIX_RANK=" + std::to_string(rank)};
+    std::vector<std::string> env{"PMIX_NAMESPACE=" + nspace};
     // Up to 5.0 a fixed list; from 6.1 the names of the library's buffer
     // formats (bfrops v61, v51, v41, v4, v3, v21: what 7.0.0 writes), no
     // longer v2.0's.

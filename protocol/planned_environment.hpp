@@ -74,6 +74,10 @@ inline constexpr const char* server_nspace = "pmix-server";
 // against the library's own once the server runs (environment_differences).
 std::vector<std::string> planned_environment(const PlannedServer& server, const std::string& nspace,
                                              std::uint32_t rank);
+// The same but PMIX_RANK (rank_variable): what every task of the node has
+// alike.
+std::vector<std::string> planned_step_environment(const PlannedServer& server, const std::string& nspace);
+inline constexpr const char* rank_variable = "PMIX_RANK";
 // "NAME: planned X, the library's Y" for each variable that differs, or is
 // in one of the two only.
 std::vector<std::string> environment_differences(const std::vector<std::string>& planned,

@@ -52,13 +52,14 @@ void PmiSockets::close_all()
             ::close(fd);
 }
 
-std::vector<std::pair<std::string, std::string>> pmi_environment(int fd, std::uint32_t rank, std::uint32_t ntasks,
-                                                                 std::uint32_t job_id, std::uint32_t step_id)
+Environment pmi_task_environment(int fd, std::uint32_t rank)
 {
-    return {{"PMI_FD", std::to_string(fd)},
-            {"PMI_RANK", std::to_string(rank)},
-            {"PMI_SIZE", std::to_string(ntasks)},
-            {"PMI_JOBID", std::to_string(job_id) + "." + std::to_string(step_id)}};
+    return {{"PMI_FD", std::to_string(fd)}, {"PMI_RANK", std::to_string(rank)}};
+}
+
+Environment pmi_step_environment(std::uint32_t ntasks, std::uint32_t job_id, std::uint32_t step_id)
+{
+    return {{"PMI_SIZE", std::to_string(ntasks)}, {"PMI_JOBID", std::to_string(job_id) + "." + std::to_string(step_id)}};
 }
 
 }  // namespace exitpolicy::spank_plugin

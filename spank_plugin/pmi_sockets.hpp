@@ -39,15 +39,19 @@ public:
     // In slurmstepd once task `local` is forked.
     void forked(std::size_t local);
     void close_all();
+    // Whether make() gave the tasks their sockets.
+    bool made() const { return !task_ends_.empty(); }
 
 private:
     std::vector<int> task_ends_;
 };
 
-// What a task is told (PMI_FD, PMI_RANK, PMI_SIZE, PMI_JOBID "JOB.STEP"):
-// MPICH's PMI-1 client reads its rank and the step's size from here.
-std::vector<std::pair<std::string, std::string>> pmi_environment(int fd, std::uint32_t rank, std::uint32_t ntasks,
-                                                                 std::uint32_t job_id, std::uint32_t step_id);
+// What a task is told: its own (PMI_FD, PMI_RANK) and what every task of
+// the step has alike (PMI_SIZE, PMI_JOBID "JOB.STEP"). MPICH's PMI-1
+// client reads its rank and the step's size from here.
+using Environment = std::vector<std::pair<std::string, std::string>>;
+Environment pmi_task_environment(int fd, std::uint32_t rank);
+Environment pmi_step_environment(std::uint32_t ntasks, std::uint32_t job_id, std::uint32_t step_id);
 
 // Which of the two a task of MPICH takes, set only where the job has not
 // set it: MPICH from 5.0 picks PMI or PMIx from the environment, and stops

@@ -238,6 +238,35 @@ bool start_daemon(spank_t sp, const LinkSetup& link, FrontEndSink& fe, std::stri
     return true;
 }
 
+void set_environment(spank_t sp, const std::vector<std::string>& env)
+{
+    for (const std::string& kv : env) {
+        const auto eq = kv.find('=');
+        if (eq != std::string::npos)
+            spank_setenv(sp, kv.substr(0, eq).c_str(), kv.c_str() + eq + 1, 1);
+    }
+}
+
+// What every task of the step is told alike goes into the job's
+// environment once, here, not into each task's: Slurm's spank_setenv
+// clears a buffer of 256 KiB per call, which a node of 1 024 tasks paid
+// about 20 times per task. MPICH's built-in PMI client (MPICH, MVAPICH,
+// Intel MPI) finds its server through PMI_FD, the task's own.
+void set_step_environment(spank_t sp)
+{
+    if (remote.pmi.made()) {
+        for (const auto& [name, value] : pmi_step_environment(remote.ntasks, remote.job_id, remote.step_id))
+            spank_setenv(sp, name.c_str(), value.c_str(), 1);
+        spank_setenv(sp, mpich_pmi_variable, mpich_pmi_choice, 0);  // the job's own choice stays
+    }
+    if (remote.planned)
+        set_environment(sp, protocol::planned_step_environment(*remote.planned,
+                                                               protocol::step_nspace(remote.job_id, remote.step_id)));
+    if (remote.recoverable)
+        for (const auto& [name, value] : run_through_environment(remote.ntasks))
+            spank_setenv(sp, name.c_str(), value.c_str(), 0);  // the job's own settings stay
+}
+
 // Batch step: sbatch's options become the job script's environment, where
 // every srun of the job finds them as its defaults.
 void forward_batch_options(spank_t sp)
@@ -359,6 +388,7 @@ int init_post_opt(spank_t sp)
         auto daemon_sink = std::make_unique<DaemonSink>(remote.daemon.control, ack_timeout, &remote.daemon.backlog);
         remote.daemon_sink = daemon_sink.get();
         remote.sinks.insert(remote.sinks.begin(), std::move(daemon_sink));
+        set_step_environment(sp);
     }
     if (!failure.empty()) {
         // A task that uses PMIx cannot run without it: the user hears of it.
@@ -373,22 +403,6 @@ int init_post_opt(spank_t sp)
     return 0;
 }
 
-// MPICH's built-in PMI client (MPICH, MVAPICH, Intel MPI) finds its
-// server through PMI_FD.
-void set_pmi_environment(spank_t sp, std::uint32_t rank)
-{
-    int local = 0;  // S_TASK_ID is an int
-    std::uint32_t ntasks = 0;
-    if (!item(sp, S_TASK_ID, local) || local < 0 || !item(sp, S_JOB_TOTAL_TASK_COUNT, ntasks))
-        return;
-    const int fd = remote.pmi.keep_for_task(static_cast<std::size_t>(local));
-    if (fd < 0)
-        return;
-    for (const auto& [name, value] : pmi_environment(fd, rank, ntasks, remote.job_id, remote.step_id))
-        spank_setenv(sp, name.c_str(), value.c_str(), 1);
-    spank_setenv(sp, mpich_pmi_variable, mpich_pmi_choice, 0);  // the job's own choice stays
-}
-
 int task_init(spank_t sp)
 {
     if (remote.daemon.pid < 0)
@@ -396,23 +410,21 @@ int task_init(spank_t sp)
     std::uint32_t rank = 0;
     if (!item(sp, S_TASK_GLOBAL_ID, rank))
         return 0;
-    set_pmi_environment(sp, rank);
-    auto env = remote.planned ? Result<std::vector<std::string>>::ok(protocol::planned_environment(
-                                    *remote.planned, protocol::step_nspace(remote.job_id, remote.step_id), rank))
-                              : request_environment(remote.daemon_dir, rank, ::getpid(), environment_timeout);
+    if (int local = 0; item(sp, S_TASK_ID, local) && local >= 0)  // S_TASK_ID is an int
+        if (const int fd = remote.pmi.keep_for_task(static_cast<std::size_t>(local)); fd >= 0)
+            for (const auto& [name, value] : pmi_task_environment(fd, rank))
+                spank_setenv(sp, name.c_str(), value.c_str(), 1);
+    if (remote.planned) {
+        spank_setenv(sp, protocol::rank_variable, std::to_string(rank).c_str(), 1);
+        return 0;
+    }
+    auto env = request_environment(remote.daemon_dir, rank, ::getpid(), environment_timeout);
     if (!env) {
         log::error("step %u.%u: rank %u gets no PMIx environment: %s", remote.job_id, remote.step_id, rank,
                    env.error().c_str());
         return 0;
     }
-    for (const std::string& kv : *env) {
-        const auto eq = kv.find('=');
-        if (eq != std::string::npos)
-            spank_setenv(sp, kv.substr(0, eq).c_str(), kv.c_str() + eq + 1, 1);
-    }
-    if (remote.recoverable)
-        for (const auto& [name, value] : run_through_environment(remote.ntasks))
-            spank_setenv(sp, name.c_str(), value.c_str(), 0);  // the job's own settings stay
+    set_environment(sp, *env);
     return 0;
 }
 

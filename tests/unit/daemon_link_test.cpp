@@ -469,9 +469,8 @@ TEST(PmiSocketsTest, EachTaskKeepsItsOwnEndAndSlurmstepdLetsGo)
         ::close(fd);
     }
     EXPECT_FALSE(sockets.make(PmiSockets::max_tasks + 1));
-    EXPECT_EQ(pmi_environment(11, 5, 8, 42, 3),
-              (std::vector<std::pair<std::string, std::string>>{
-                  {"PMI_FD", "11"}, {"PMI_RANK", "5"}, {"PMI_SIZE", "8"}, {"PMI_JOBID", "42.3"}}));
+    EXPECT_EQ(pmi_task_environment(11, 5), (Environment{{"PMI_FD", "11"}, {"PMI_RANK", "5"}}));
+    EXPECT_EQ(pmi_step_environment(8, 42, 3), (Environment{{"PMI_SIZE", "8"}, {"PMI_JOBID", "42.3"}}));
 }
 
 TEST_F(StandbyTest, ItEndsUnstartedWhenSlurmstepdClosesItsLink)
