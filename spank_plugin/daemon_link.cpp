@@ -326,7 +326,8 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     ::close(std::exchange(launched.control, -1));  // no Stop to a daemon that is not ready
     stop_daemon(launched, std::chrono::milliseconds(0));
     return R::fail(timed_out ? "the node daemon did not become ready in time"
-                             : "the node daemon exited before it was ready (see its log)");
+                             : "the node daemon exited before it was ready (its messages are in this node's syslog "
+                               "as exitpolicy-pmixd, or in plugstack.conf's log_dir)");
 }
 
 Result<bool> send_backlog(int control, protocol::Bytes& backlog, std::optional<Clock::time_point> deadline)

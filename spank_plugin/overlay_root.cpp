@@ -167,8 +167,8 @@ void OverlayRoot::route(std::uint32_t to, const protocol::Bytes& frame)
 Result<bool> OverlayRoot::enroll(const Peer& from, const protocol::Enroll& e)
 {
     if (absent[from.node] && map_sent()) {
-        user_line("%s: its node daemon started after the step's map went out without it; its tasks get no PMIx "
-                  "service",
+        user_line("%s: that node's PMIx service reached srun too late, after the other nodes had been wired up "
+                  "without it (a slow or overloaded node); its tasks get no PMIx service",
                   collector.node_name(from.node).c_str());
         return Result<bool>::fail("enrolled after the step map");
     }

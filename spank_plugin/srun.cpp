@@ -18,7 +18,9 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
 #include <memory>
 #include <string_view>
 #include <unistd.h>
@@ -52,11 +54,21 @@ std::optional<std::string> env_value(const char* name)
 
 void write_json(const std::string& path, const std::string& text)
 {
-    std::ofstream out(path, std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out)
-        user_line("warning: cannot write the JSON report to %s", path.c_str());
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    std::size_t done = 0;
+    while (fd >= 0 && done < text.size()) {
+        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        done += static_cast<std::size_t>(n);
+    }
+    const int err = errno;
+    const bool closed = fd >= 0 && ::close(fd) == 0;
+    if (fd < 0 || done < text.size() || !closed)
+        user_line("warning: cannot write the JSON report to %s: %s (srun's exit code is not affected)", path.c_str(),
+                  std::strerror(fd < 0 || done < text.size() ? err : errno));
 }
 
 }  // namespace
@@ -67,8 +79,8 @@ int init_post_opt(spank_t)
     const RawOptions env = options_from_env(env_value);
     if (st.disabled) {
         if (st.cli.any() || env.any())
-            user_line("warning: the plugin is disabled by a plugstack.conf error (see above or the Slurm log); "
-                      "--exit-* options and SLURM_EXIT_* variables are ignored");
+            user_line("warning: the plugin is disabled by a plugstack.conf error (see above or the Slurm log; "
+                      "ask your administrator); --exit-* options and SLURM_EXIT_* variables are ignored");
         return 0;
     }
     auto options = resolve_options(st.cli, env, st.config);
@@ -83,7 +95,13 @@ int init_post_opt(spank_t)
             options->policy = Policy::max;
             local.report_only = true;
         } else if (options->main_rank_given) {
-            user_line("warning: --%s has no effect without --%s", opt_main_rank.option, opt_policy.option);
+            // Named as the user gave it: on the command line or in the environment.
+            if (st.cli.main_rank)
+                user_line("warning: --%s has no effect without --%s (or %s)", opt_main_rank.option, opt_policy.option,
+                          opt_policy.env);
+            else
+                user_line("warning: %s has no effect without --%s (or %s)", opt_main_rank.env, opt_policy.option,
+                          opt_policy.env);
         }
     }
     local.options = *options;

@@ -107,7 +107,8 @@ void OverlayRoot::wake_failed(std::uint32_t node, const std::string& why)
 {
     if (enrolled[node])
         return;  // a task of its own woke it meanwhile
-    user_line("%s: cannot wake its node daemon at %s:%u (%s); its tasks get no PMIx service",
+    user_line("%s: srun cannot reach that node's PMIx service at %s:%u (%s; a firewall between srun's host and the "
+              "node may block the port); its tasks get no PMIx service",
               collector.node_name(node).c_str(), standbys[node]->address.c_str(), standbys[node]->port,
               why.c_str());
     make_absent(node);

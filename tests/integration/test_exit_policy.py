@@ -419,6 +419,7 @@ def test_json_report_unwritable_path_fails_open(cluster, workdir, exitpolicy):
     assert rc == 0, err
     warnings = [l for l in report_lines(err) if l.startswith("exitpolicy: warning:")]
     assert len(warnings) == 1 and "/root/exitpolicy-" in warnings[0], err
+    assert warnings[0].endswith(": Permission denied (srun's exit code is not affected)"), err
     assert report_lines(err)[0].startswith("exitpolicy: exit code 0 under policy main-rank: "), err
 
 
@@ -836,7 +837,21 @@ def test_disabled_plugin_warns_about_environment_policy(cluster, workdir, plugst
     assert rc == 3, err
     warnings = [l for l in report_lines(err) if l.startswith("exitpolicy: warning:")]
     assert warnings == ["exitpolicy: warning: the plugin is disabled by a plugstack.conf error (see above or the "
-                        "Slurm log); --exit-* options and SLURM_EXIT_* variables are ignored"], err
+                        "Slurm log; ask your administrator); --exit-* options and SLURM_EXIT_* variables are "
+                        "ignored"], err
+
+
+def test_a_main_rank_without_policy_is_named_as_the_user_gave_it(cluster, workdir, exitpolicy):
+    """The warning names the option or the variable that was really used."""
+    script = '[ "$SLURM_PROCID" = 1 ] && exit 3; exit 0'
+    rc, out, err = srun(cluster, workdir, "-N2", "-n2", "--exit-main-rank=1", "sh", "-c", script)
+    assert rc == 3, err
+    assert [l for l in report_lines(err) if "warning" in l] == [
+        "exitpolicy: warning: --exit-main-rank has no effect without --exit-policy (or SLURM_EXIT_POLICY)"], err
+    rc, out, err = srun(cluster, workdir, "-N2", "-n2", "sh", "-c", script, env={"SLURM_EXIT_MAIN_RANK": "1"})
+    assert rc == 3, err
+    assert [l for l in report_lines(err) if "warning" in l] == [
+        "exitpolicy: warning: SLURM_EXIT_MAIN_RANK has no effect without --exit-policy (or SLURM_EXIT_POLICY)"], err
 
 
 # --- the direct path: slurmstepd straight to srun (pmix=never, no node daemon) ------
