@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Exit policies end to end: real srun, real tasks, exitpolicy.so loaded from
-the cluster's plugstack.d (see the README's "Using it" and "Policies", and
+the cluster's plugstack.d (see the README's "Options" and "Choosing a policy", and
 contrib/slurm/plugstack.conf.example).
 
 Tasks set their outcome per rank ($SLURM_PROCID): `exit N`, `kill -SEGV $$`,

@@ -6,7 +6,7 @@ own. The same programs as the Open MPI tests (tests/clients/ep_mpi_ring.c,
 ep_mpi_fail.c), built against MPICH as ep_mpich_ring and ep_mpich_fail.
 
 Without exitpolicy every rank of such a step runs as a singleton (8 worlds
-of size 1), silently; see the README's "MPICH, MVAPICH and Intel MPI".
+of size 1), silently; see docs/mpi.md, "MPICH, MVAPICH and Intel MPI".
 """
 
 import signal

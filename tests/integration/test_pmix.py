@@ -5,7 +5,7 @@ Open MPI program, served by one exitpolicy-pmixd per node, with fanout=2 so
 that fences, direct modex, events and outcomes are relayed through daemons
 (FE -> node1, node2; node1 -> node3, node4).
 
-See docs/pmix-service.md and the README's "MPI and PMIx".
+See docs/pmix-service.md and docs/mpi.md.
 """
 
 import json
@@ -49,7 +49,7 @@ def pmix_version():
 # OpenPMIx 5.0 to 6.1: when the host fails a fence, only the first of a
 # node's participants hears it; the library tells the others PMIX_SUCCESS
 # (_mdxcbfunc packs the status, then PMIX_GDS_MARK_MODEX_COMPLETE
-# overwrites it). A library defect no host can work around; see README.md,
+# overwrites it). A library defect no host can work around; see docs/status.md,
 # "Supported versions".
 FAILED_FENCE_TOLD_TO_ONE_LOCAL_RANK = pytest.mark.xfail(
     (5, 0) <= pmix_version() < (7, 0), strict=True,

@@ -15,7 +15,7 @@ from test_pmix import CLIENTS, N4N8, OMPI_ENV, Streamed, lines, srun
 pytestmark = pytest.mark.integration
 
 # Two settings Open MPI 5.0.7's fault tolerance needs across nodes, under
-# any launcher (README, "Fault-tolerant MPI (ULFM)"):
+# any launcher (docs/mpi.md, "Fault-tolerant MPI (ULFM)"):
 # - coll/han is not fault tolerant: its first collective over a communicator
 #   with a dead member crashes in mca_coll_han_comm_create (open-mpi/ompi#13915);
 # - a peer never spoken to is not in its communicators' groups yet, and is

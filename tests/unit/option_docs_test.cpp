@@ -37,7 +37,8 @@ struct Document {
 // variables, the site's and the plugstack.conf.d file the package installs
 // the arguments.
 constexpr Document documents[] = {
-    {"README.md", srun_options | variables | site_args},
+    {"README.md", srun_options | variables},
+    {"docs/install.md", site_args},
     {"contrib/slurm/plugstack.conf.example", site_args},
     {"contrib/slurm/exitpolicy.conf.in", site_args},
     {"docs/exitpolicy.1", srun_options | variables},
@@ -187,14 +188,15 @@ std::string running_text(const std::string& roff)
     return out;
 }
 
-// The README's table of arguments gives each default in its second column.
-TEST(DocumentDefaultsTest, TheReadmeTableGivesEachDefault)
+// The site's guide's table of arguments gives each default in its second
+// column.
+TEST(DocumentDefaultsTest, TheInstallGuidesTableGivesEachDefault)
 {
-    const std::string text = read_text(std::filesystem::path(EXITPOLICY_SOURCE_DIR) / "README.md");
+    const std::string text = read_text(std::filesystem::path(EXITPOLICY_SOURCE_DIR) / "docs/install.md");
     for (const auto& a : site_arguments) {
         const std::string row = "| `" + std::string(a.name) + "=";
         const auto at = text.find("\n" + row);
-        ASSERT_NE(at, std::string::npos) << "README.md has no row " << row;
+        ASSERT_NE(at, std::string::npos) << "docs/install.md has no row " << row;
         const std::string line = text.substr(at + 1, text.find('\n', at + 1) - at - 1);
         // | `name=syntax` | default | meaning |, with | escaped in the syntax.
         auto cell_start = line.find("` |");
@@ -204,7 +206,7 @@ TEST(DocumentDefaultsTest, TheReadmeTableGivesEachDefault)
         cell.erase(0, cell.find_first_not_of(' '));
         if (cell.size() > 2 && cell.front() == '`' && cell.back() == '`')
             cell = cell.substr(1, cell.size() - 2);
-        EXPECT_EQ(cell, a.default_text) << "README.md's default of " << a.name << "=";
+        EXPECT_EQ(cell, a.default_text) << "docs/install.md's default of " << a.name << "=";
     }
 }
 

@@ -35,7 +35,7 @@ int code_under(const StepOutcomes& s, Policy policy, std::uint32_t main_rank = 0
 }
 
 // The design's reference table, verbatim (main = rank 0; the README's
-// "Policies" states the rules it follows).
+// "Choosing a policy" states the rules it follows).
 struct ReferenceRow {
     const char* name;
     std::vector<TaskOutcome> tasks;  // main first, then the others
