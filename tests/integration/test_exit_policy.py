@@ -17,6 +17,7 @@ import json
 import pathlib
 import re
 import select
+import shlex
 import subprocess
 import time
 
@@ -839,6 +840,36 @@ def test_disabled_plugin_warns_about_environment_policy(cluster, workdir, plugst
     assert warnings == ["exitpolicy: warning: the plugin is disabled by a plugstack.conf error (see above or the "
                         "Slurm log; ask your administrator); --exit-* options and SLURM_EXIT_* variables are "
                         "ignored"], err
+
+
+def readme_quick_start():
+    """The README's quick start: [(srun's arguments, the lines it prints,
+    the code `echo $?` prints)], from its one block of `$ srun ...; echo $?`."""
+    text = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text[text.index("## Quick start"):]
+    block = section[section.index("```\n") + 4:section.index("\n```", section.index("```\n") + 4)]
+    runs = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            command, echo = line[2:].rsplit("; ", 1)
+            assert echo == "echo $?", line
+            runs.append((shlex.split(command), []))
+        else:
+            runs[-1][1].append(line)
+    return [(argv, printed[:-1], int(printed[-1])) for argv, printed in runs]
+
+
+def test_the_readmes_quick_start_is_what_srun_prints(cluster, workdir, exitpolicy):
+    """Every command of the README's quick start, run as written: srun prints
+    those lines (Slurm's and the plugin's, on stderr) and ends with that code."""
+    runs = readme_quick_start()
+    assert len(runs) == 2, runs
+    for argv, printed, code in runs:
+        assert argv[0] == "srun", argv
+        rc, out, err = srun(cluster, workdir, *argv[1:])
+        assert rc == code, err
+        shown = [l for l in err.splitlines() if l.startswith(("srun: error:", "exitpolicy:"))]
+        assert shown == printed, err
 
 
 def test_a_main_rank_without_policy_is_named_as_the_user_gave_it(cluster, workdir, exitpolicy):
