@@ -99,6 +99,30 @@ def field(deb, name):
     return proc.stdout.strip()
 
 
+# What a site's machine must never get from building the package: a Slurm or
+# munge daemon, whose service Debian starts at once, or an MPI.
+NOT_ON_A_BUILD_HOST = {"slurmd", "slurmctld", "slurmdbd", "munge", "openmpi-bin", "mpich", "slurm-client"}
+
+
+def test_building_the_package_installs_no_daemon_and_starts_no_service():
+    """contrib/deb installs what `install-deps package` lists, and nothing
+    those packages depend on, however deep, is a daemon of Slurm or munge
+    (as this machine's apt sees Debian's archive)."""
+    deb_script = (REPO / "contrib/deb").read_text()
+    assert re.search(r'^bash "\$src/contrib/install-deps" package$', deb_script, re.M), deb_script
+    listed = run("bash", REPO / "contrib/install-deps", "--list", "package")
+    assert listed.returncode == 0, listed.stderr
+    packages = listed.stdout.split()
+    assert "libslurm-dev" in packages and "dpkg-dev" in packages, packages
+    assert not NOT_ON_A_BUILD_HOST & set(packages), packages
+    closure = run("apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
+                  "--no-breaks", "--no-replaces", "--no-enhances", *packages)
+    assert closure.returncode == 0, closure.stderr
+    pulled = {line.strip() for line in closure.stdout.splitlines() if not line.startswith(" ")}
+    assert len(pulled) > len(packages), closure.stdout[:2000]  # the closure was read
+    assert not NOT_ON_A_BUILD_HOST & pulled, sorted(NOT_ON_A_BUILD_HOST & pulled)
+
+
 def test_lintian_finds_no_error_or_warning(deb):
     proc = run("lintian", "--fail-on", "error,warning", deb, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
