@@ -8,9 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <random>
+#include <sstream>
 
 namespace exitpolicy::protocol {
 namespace {
@@ -493,6 +496,48 @@ TEST(EventsTest, EachEndRaisesItsOwnCodeOnce)
         EXPECT_EQ(e->origin, 3u);
         EXPECT_EQ(e->rank, 5u);
         EXPECT_EQ(e->wait_status, c.wait_status);
+    }
+}
+
+// exitpolicy(1) names, for each way a PMIx client can end, the code every
+// survivor hears: the one termination_event gives.
+TEST(EventsTest, TheUsersManualPageNamesTheCodeOfEachEnd)
+{
+    std::ifstream in(std::filesystem::path(EXITPOLICY_SOURCE_DIR) / "docs/exitpolicy.1");
+    std::ostringstream text;
+    text << in.rdbuf();
+    const std::string page = text.str();
+    ASSERT_FALSE(page.empty());
+    constexpr std::uint8_t known = Outcome::flag_finalized_known;
+    constexpr std::uint8_t finalized = Outcome::flag_finalized_known | Outcome::flag_finalized;
+    struct Row {
+        const char* condition;  // the .TP entry's first line, in roff
+        const char* name;
+        int code;
+        std::int32_t wait_status;
+        std::uint8_t flags;
+    };
+    const Row rows[] = {
+        {".B PMIx_Abort(\\fIstatus\\fP)", "PMIX_ERR_PROC_REQUESTED_ABORT", pmix::proc_requested_abort, 7 << 8,
+         known | Outcome::flag_aborted},
+        {"killed by a signal", "PMIX_ERR_PROC_ABORTED_BY_SIG", pmix::proc_aborted_by_sig, 11, known},
+        {"exited, with any code, without \\fBPMIx_Finalize\\fP", "PMIX_ERR_PROC_TERM_WO_SYNC",
+         pmix::proc_term_wo_sync, 3 << 8, known},
+        {"exited with a code other than 0 after \\fBPMIx_Finalize\\fP", "PMIX_ERR_EXIT_NONZERO_TERM",
+         pmix::exit_nonzero_term, 3 << 8, finalized},
+    };
+    for (const Row& r : rows) {
+        SCOPED_TRACE(r.condition);
+        EXPECT_NE(page.find(std::string(".TP\n") + r.condition + "\n.BR " + r.name + " ;"), std::string::npos)
+            << "docs/exitpolicy.1 does not give " << r.name << " for this end";
+        Outcome o;
+        o.rank = 1;
+        o.wait_status = r.wait_status;
+        o.flags = r.flags;
+        o.abort_status = 7;
+        const auto e = pmix::termination_event(o, 0);
+        ASSERT_TRUE(e.has_value());
+        EXPECT_EQ(e->code, r.code);
     }
 }
 
