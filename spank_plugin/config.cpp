@@ -110,11 +110,22 @@ std::string_view config_usage() noexcept
     return {usage.data(), usage.size()};
 }
 
-Result<bool> parse_switch(std::string_view text)
+namespace {
+
+// Words are read case-insensitively, as policy names are.
+std::string lowered(std::string_view text)
 {
     std::string lower(text);
     std::transform(lower.begin(), lower.end(), lower.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return lower;
+}
+
+}  // namespace
+
+Result<bool> parse_switch(std::string_view text)
+{
+    const std::string lower = lowered(text);
     if (lower == "yes" || lower == "true" || lower == "1")
         return Result<bool>::ok(true);
     if (lower == "no" || lower == "false" || lower == "0")
@@ -192,9 +203,9 @@ Result<Config> parse_config(const std::vector<std::string_view>& args)
             break;
         }
         case SiteArg::pmix:
-            if (value == "auto")
+            if (lowered(value) == "auto")
                 c.pmix = PmixMode::automatic;
-            else if (value == "never")
+            else if (lowered(value) == "never")
                 c.pmix = PmixMode::never;
             else
                 return Result<Config>::fail(bad(key, value, "expected auto or never"));
@@ -217,12 +228,15 @@ Result<Config> parse_config(const std::vector<std::string_view>& args)
                 return Result<Config>::fail(bad(key, value, "expected an absolute path"));
             (known->id == SiteArg::daemon ? c.daemon : c.log_dir) = std::string(value);
             break;
-        case SiteArg::topology:
-            if (value != "slurmd" && value != "discover" && value != "none" && (value.empty() || value.front() != '/'))
+        case SiteArg::topology: {
+            const std::string word = lowered(value);
+            const bool keyword = word == "slurmd" || word == "discover" || word == "none";
+            if (!keyword && (value.empty() || value.front() != '/'))
                 return Result<Config>::fail(
                     bad(key, value, "expected slurmd, discover, none, or the absolute path of an hwloc XML file"));
-            c.topology = std::string(value);
+            c.topology = keyword ? word : std::string(value);
             break;
+        }
         case SiteArg::recoverable: {
             auto v = parse_switch(value);
             if (!v)

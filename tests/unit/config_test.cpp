@@ -35,6 +35,20 @@ TEST(ConfigTest, DefaultsWithoutArguments)
     EXPECT_EQ(c->allowed_list(), "all policies");
 }
 
+TEST(ConfigTest, WordsAreReadInAnyCaseAsPolicyNamesAre)
+{
+    const auto c = parse({"default_policy=Main-Rank", "pmix=Never", "report=ALWAYS", "recoverable=Yes",
+                          "topology=Discover"});
+    ASSERT_TRUE(c) << c.error();
+    EXPECT_EQ(c->default_policy, Policy::main_rank);
+    EXPECT_EQ(c->pmix, PmixMode::never);
+    EXPECT_EQ(c->report, ReportMode::always);
+    EXPECT_TRUE(c->recoverable);
+    EXPECT_EQ(c->topology, "discover");
+    // A path keeps its case.
+    EXPECT_EQ(parse({"topology=/Spool/%n.xml"})->topology, "/Spool/%n.xml");
+}
+
 TEST(ConfigTest, EveryArgument)
 {
     const auto c = parse({"default_policy=rank0", "allowed_policies=main-rank,max,all-success", "report=always",
