@@ -144,8 +144,12 @@ std::string signal_name(int signal)
 
 std::string describe(const TaskOutcome& task, int lost_code)
 {
-    if (task.abort_status)
-        return "aborted with status " + std::to_string(*task.abort_status);
+    if (task.abort_status) {
+        std::string text = "aborted with status " + std::to_string(*task.abort_status);
+        if (const auto event = pmix_termination_name(*task.abort_status); !event.empty())
+            text += " (" + std::string(event) + ": on hearing of another task's end)";
+        return text;
+    }
     if (task.lost)
         return "lost (no outcome reported; counted as code " + std::to_string(lost_code) + ")";
     const WaitStatus s = task.status();

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace exitpolicy {
 
@@ -82,5 +83,24 @@ std::string signal_name(int signal);
 // status 7", "lost (no outcome reported; counted as code 1)", with
 // " without finalizing" for a PMIx or PMI client that exited unfinalized.
 std::string describe(const TaskOutcome& task, int lost_code);
+
+// The name of a PMIx event that ends a process, or "" for any other number.
+// Open MPI's default event handler aborts its rank with the status of the
+// event it heard: an abort status that is one of these is a reaction to
+// another task's end, not the program's own. protocol/events.cpp checks the
+// numbers against its own.
+constexpr std::string_view pmix_termination_name(int status) noexcept
+{
+    switch (status) {
+    case -7: return "PMIX_ERR_PROC_ABORTED";
+    case -8: return "PMIX_ERR_PROC_REQUESTED_ABORT";
+    case -200: return "PMIX_ERR_PROC_TERM_WO_SYNC";
+    case -201: return "PMIX_EVENT_PROC_TERMINATED";
+    case -231: return "PMIX_EVENT_NODE_DOWN";
+    case -402: return "PMIX_ERR_PROC_ABORTED_BY_SIG";
+    case -404: return "PMIX_ERR_EXIT_NONZERO_TERM";
+    default: return "";
+    }
+}
 
 }  // namespace exitpolicy

@@ -334,7 +334,8 @@ std::string render_summary(const StepOutcomes& step, const Settings& settings,
         }
         if (decision.first_abort) {
             const TaskOutcome& aborted = step.tasks[*decision.first_abort];
-            if (const std::string said = one_line(aborted.abort_message); !said.empty())
+            // Open MPI says "N/A" when the program gave no message.
+            if (const std::string said = one_line(aborted.abort_message); !said.empty() && said != "N/A")
                 out += pre + "rank " + std::to_string(aborted.rank) + "'s abort message: " + said + "\n";
         }
 

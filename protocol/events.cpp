@@ -6,6 +6,14 @@
 
 namespace exitpolicy::protocol::pmix {
 
+static_assert(pmix_termination_name(proc_aborted) == "PMIX_ERR_PROC_ABORTED");
+static_assert(pmix_termination_name(proc_requested_abort) == "PMIX_ERR_PROC_REQUESTED_ABORT");
+static_assert(pmix_termination_name(proc_term_wo_sync) == "PMIX_ERR_PROC_TERM_WO_SYNC");
+static_assert(pmix_termination_name(proc_terminated) == "PMIX_EVENT_PROC_TERMINATED");
+static_assert(pmix_termination_name(node_down) == "PMIX_EVENT_NODE_DOWN");
+static_assert(pmix_termination_name(proc_aborted_by_sig) == "PMIX_ERR_PROC_ABORTED_BY_SIG");
+static_assert(pmix_termination_name(exit_nonzero_term) == "PMIX_ERR_EXIT_NONZERO_TERM");
+
 std::optional<Event> termination_event(const Outcome& o, std::uint32_t origin)
 {
     const bool aborted = (o.flags & Outcome::flag_aborted) != 0;

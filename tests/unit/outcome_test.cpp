@@ -125,6 +125,11 @@ TEST(TaskOutcomeTest, Describe)
     EXPECT_EQ(describe(killed(0, SIGKILL), 1), "killed by SIGKILL");
     EXPECT_EQ(describe(killed(0, 40), 1), "killed by signal 40");
     EXPECT_EQ(describe(aborts(0, 7), 1), "aborted with status 7");
+    // Open MPI's default handler aborts with the status of the event it heard.
+    EXPECT_EQ(describe(aborts(0, -402), 1),
+              "aborted with status -402 (PMIX_ERR_PROC_ABORTED_BY_SIG: on hearing of another task's end)");
+    EXPECT_EQ(describe(aborts(0, -200), 1),
+              "aborted with status -200 (PMIX_ERR_PROC_TERM_WO_SYNC: on hearing of another task's end)");
     EXPECT_EQ(describe(lost(0), 5), "lost (no outcome reported; counted as code 5)");
 }
 

@@ -96,6 +96,26 @@ TEST(SummaryTest, AbortAndLostUnderMaxWithAnotherMainRank)
               ">   ranks 1-4 on node[1-3]: succeeded\n");
 }
 
+// Open MPI's default handler, on hearing that rank 5 was killed, aborts its
+// rank with the event's status and "N/A" for a message: the report says what
+// the status is and prints no placeholder.
+TEST(SummaryTest, AnAbortOnHearingOfAPeersDeathIsNamedAndNAIsNoMessage)
+{
+    auto reaction = aborts(0, -402).at(200);
+    reaction.o.abort_message = "N/A";
+    const StepOutcomes s = eight_on_four({reaction, ok(1), ok(2), ok(3), ok(4), killed(5, SIGSEGV).at(100), ok(6),
+                                          ok(7)});
+    const Settings settings{Policy::main_rank, 0, 1};
+    const auto d = decide(s, settings);
+    ASSERT_TRUE(d);
+    const std::string text = render_summary(s, settings, *d, "> ");
+    EXPECT_EQ(text.find("abort message"), std::string::npos) << text;
+    EXPECT_NE(text.find(">   rank 0 on node1: aborted with status -402 (PMIX_ERR_PROC_ABORTED_BY_SIG: on hearing of "
+                        "another task's end)"),
+              std::string::npos)
+        << text;
+}
+
 // Open MPI 5's MPI_Abort banner, as it passes it with PMIx_Abort.
 constexpr const char* ompi5_banner =
     "--------------------------------------------------------------------------\n"
