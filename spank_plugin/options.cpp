@@ -102,7 +102,7 @@ Result<bool> check_main_rank(const StepOptions& options, std::uint32_t ntasks)
         return Result<bool>::ok(true);
     return Result<bool>::fail("main rank " + std::to_string(options.main_rank) + " is not a task of this step: " +
                               "with " + std::to_string(ntasks) + (ntasks == 1 ? " task" : " tasks") +
-                              " give --" + opt_main_rank.option + " from 0 to " +
+                              " give --" + opt_main_rank.option + " (or " + opt_main_rank.env + ") from 0 to " +
                               std::to_string(ntasks ? ntasks - 1 : 0));
 }
 

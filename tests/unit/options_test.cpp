@@ -135,9 +135,11 @@ TEST(OptionsTest, MainRankMustBeATask)
     o.main_rank = 7;
     EXPECT_TRUE(check_main_rank(o, 8));
     EXPECT_EQ(check_main_rank(o, 4).error(),
-              "main rank 7 is not a task of this step: with 4 tasks give --exit-main-rank from 0 to 3");
+              "main rank 7 is not a task of this step: with 4 tasks give --exit-main-rank (or "
+              "SLURM_EXIT_MAIN_RANK) from 0 to 3");
     EXPECT_EQ(check_main_rank(o, 1).error(),
-              "main rank 7 is not a task of this step: with 1 task give --exit-main-rank from 0 to 0");
+              "main rank 7 is not a task of this step: with 1 task give --exit-main-rank (or "
+              "SLURM_EXIT_MAIN_RANK) from 0 to 0");
 }
 
 TEST(OptionsTest, HelpTexts)
