@@ -115,6 +115,9 @@ def test_building_the_package_installs_no_daemon_and_starts_no_service():
     packages = listed.stdout.split()
     assert "libslurm-dev" in packages and "dpkg-dev" in packages, packages
     assert not NOT_ON_A_BUILD_HOST & set(packages), packages
+    if run("apt-cache", "show", "cmake").returncode != 0:
+        pytest.skip("this machine's apt has no package lists (a root file system made without them): "
+                    "the dependency closure cannot be read")
     closure = run("apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
                   "--no-breaks", "--no-replaces", "--no-enhances", *packages)
     assert closure.returncode == 0, closure.stderr
