@@ -202,14 +202,16 @@ Result<Config> parse_config(const std::vector<std::string_view>& args)
             c.report = *m;
             break;
         }
-        case SiteArg::pmix:
-            if (lowered(value) == "auto")
+        case SiteArg::pmix: {
+            const std::string word = lowered(value);
+            if (word == "auto")
                 c.pmix = PmixMode::automatic;
-            else if (lowered(value) == "never")
+            else if (word == "never")
                 c.pmix = PmixMode::never;
             else
                 return Result<Config>::fail(bad(key, value, "expected auto or never"));
             break;
+        }
         case SiteArg::port_range: {
             const auto dash = value.find('-');
             const auto first = number<std::uint16_t>(value.substr(0, dash), 1, 65535);

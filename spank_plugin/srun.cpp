@@ -54,21 +54,22 @@ std::optional<std::string> env_value(const char* name)
 
 void write_json(const std::string& path, const std::string& text)
 {
+    int err = 0;  // the first failure's errno
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    std::size_t done = 0;
-    while (fd >= 0 && done < text.size()) {
+    if (fd < 0)
+        err = errno;
+    for (std::size_t done = 0; fd >= 0 && !err && done < text.size();) {
         const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        done += static_cast<std::size_t>(n);
+        if (n > 0)
+            done += static_cast<std::size_t>(n);
+        else if (n == 0 || errno != EINTR)
+            err = n == 0 ? EIO : errno;
     }
-    const int err = errno;
-    const bool closed = fd >= 0 && ::close(fd) == 0;
-    if (fd < 0 || done < text.size() || !closed)
+    if (fd >= 0 && ::close(fd) != 0 && !err)
+        err = errno;
+    if (err)
         user_line("warning: cannot write the JSON report to %s: %s (srun's exit code is not affected)", path.c_str(),
-                  std::strerror(fd < 0 || done < text.size() ? err : errno));
+                  std::strerror(err));
 }
 
 }  // namespace
@@ -96,12 +97,9 @@ int init_post_opt(spank_t)
             local.report_only = true;
         } else if (options->main_rank_given) {
             // Named as the user gave it: on the command line or in the environment.
-            if (st.cli.main_rank)
-                user_line("warning: --%s has no effect without --%s (or %s)", opt_main_rank.option, opt_policy.option,
-                          opt_policy.env);
-            else
-                user_line("warning: %s has no effect without --%s (or %s)", opt_main_rank.env, opt_policy.option,
-                          opt_policy.env);
+            const std::string given = st.cli.main_rank ? std::string("--") + opt_main_rank.option : opt_main_rank.env;
+            user_line("warning: %s has no effect without --%s (or %s)", given.c_str(), opt_policy.option,
+                      opt_policy.env);
         }
     }
     local.options = *options;
