@@ -41,7 +41,7 @@ import subprocess
 import sys
 import time
 
-from plugstack import configure
+from plugstack import configure, cpu_seconds
 
 plugin, clients, plugstack_d, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 nodes = 4
@@ -69,13 +69,6 @@ def srun(name, held=False):
     configure(conf, line)
     argv = ["srun", f"-N{nodes}", "-n8"] + options + (held_program if held else program)
     return subprocess.Popen(argv, env=mpi_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def cpu_seconds():
-    """The machine's busy CPU time so far: user, nice, system, irq, softirq."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / os.sysconf("SC_CLK_TCK")
 
 
 def timed(name):

@@ -17,6 +17,13 @@ slurmctld completes the job, and a step started meanwhile would pay for its
 predecessor's end (srun: "queued and waiting for resources"). That tail,
 from srun's return until the cluster is idle again, is the second figure.
 
+Then what each step cost the machine, from srun's start until the cluster
+is idle: its CPU time (/proc/stat, each configuration's mean and its ratio
+to no plugin), and the context switches and page faults it made per task
+(medians). The CPU time of one and the same step moves by a third on this
+shared machine from run to run; the counts hardly move, and show what the
+plugin adds to each task.
+
 MANY_EACH=1 prints every round's time as well.
 
 Run it inside the cluster's namespace (bench/run.sh many does):
@@ -29,7 +36,7 @@ import subprocess
 import sys
 import time
 
-from plugstack import configure, interleaved, settle
+from plugstack import configure, cpu_seconds, interleaved, kernel_counts, settle
 
 plugin, plugstack_d, tasks, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 conf = os.path.join(plugstack_d, "exitpolicy.conf")
@@ -43,18 +50,22 @@ configs = {
 
 
 tails = {name: [] for name in configs}
+cpus = {name: [] for name in configs}
+counts = {name: [] for name in configs}
 
 
 def run(name):
     line, extra = configs[name]
     configure(conf, line)
     settle()
-    t0 = time.perf_counter()
+    k0, c0, t0 = kernel_counts(), cpu_seconds(), time.perf_counter()
     proc = subprocess.run(step[:1] + extra + step[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     elapsed = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.exit(f"srun failed with {proc.returncode} under '{name}': {proc.stderr[-2000:]}")
     tails[name].append(settle())
+    cpus[name].append(cpu_seconds() - c0)
+    counts[name].append([b - a for a, b in zip(k0, kernel_counts())])
     return elapsed
 
 
@@ -64,11 +75,18 @@ configure(conf, None)
 
 base = times["no plugin"]
 print(f"srun -N1 -n{tasks} --overcommit true, {rounds} interleaved rounds")
-print(f"{'configuration':<22} {'median':>9} {'min':>9} {'median ratio vs no plugin':>27} {'cluster busy after':>21}")
+print(f"{'configuration':<22} {'median':>9} {'min':>9} {'median ratio vs no plugin':>27} {'cluster busy after':>21}"
+      f" {'CPU':>7} {'CPU ratio':>10} {'switches/task':>14} {'faults/task':>12}")
+base_cpu = statistics.fmean(cpus["no plugin"][-rounds:])
 for name in names:
     ratios = [t / b for t, b in zip(times[name], base)]
+    cpu = statistics.fmean(cpus[name][-rounds:])
     print(f"{name:<22} {statistics.median(times[name]):8.2f}s {min(times[name]):8.2f}s "
-          f"{statistics.median(ratios):27.3f} {statistics.median(tails[name][-rounds:]):20.2f}s")
+          f"{statistics.median(ratios):27.3f} {statistics.median(tails[name][-rounds:]):20.2f}s"
+          f" {cpu:6.2f}s {cpu / base_cpu:10.3f}"
+          f" {statistics.median(c[0] for c in counts[name][-rounds:]) / tasks:14.2f}"
+          f" {statistics.median(c[1] for c in counts[name][-rounds:]) / tasks:12.1f}")
 if os.environ.get("MANY_EACH"):
     for name in names:
-        print(name, " ".join(f"{t:.2f}" for t in times[name]))
+        print(name, "wall", " ".join(f"{t:.2f}" for t in times[name]))
+        print(name, "CPU ", " ".join(f"{c:.2f}" for c in cpus[name][-rounds:]))

@@ -30,6 +30,25 @@ def interleaved(names, run, rounds):
     return times
 
 
+def cpu_seconds():
+    """The machine's busy CPU time so far: user, nice, system, irq, softirq
+    (/proc/stat, in ticks of 1/USER_HZ s)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / os.sysconf("SC_CLK_TCK")
+
+
+def kernel_counts():
+    """(context switches, page faults) of the whole machine so far, from
+    /proc/stat and /proc/vmstat: counts of work, unlike times untouched by
+    how fast this shared machine runs at the moment."""
+    with open("/proc/stat") as f:
+        switches = next(int(line.split()[1]) for line in f if line.startswith("ctxt "))
+    with open("/proc/vmstat") as f:
+        faults = next(int(line.split()[1]) for line in f if line.startswith("pgfault "))
+    return switches, faults
+
+
 def node_busy():
     """Whether a slurmstepd still runs on this machine, or slurmctld has a
     job or a node that is not idle yet."""

@@ -58,6 +58,10 @@
 #include <unistd.h>
 
 #include <sys/socket.h>
+#include <time.h>
+
+/* How long a standby lets its control link gather words after reading it. */
+enum { control_pause_ns = 5 * 1000 * 1000 };
 
 enum { pid_fd = 8, go_fd = 9, max_groups = 65536, max_limits = 16 };
 
@@ -228,6 +232,13 @@ int main(int argc, char **argv)
                         _exit(0);
                     if (got2 > 0 && !write_whole(backlog, buf, (size_t)got2))
                         _exit(126);
+                    /* A node of many tasks tells of their starts about a
+                     * millisecond apart: a moment's pause lets the next
+                     * ones gather, read in one turn rather than one wake
+                     * each. A task that connects meanwhile waits that
+                     * moment; the link holds hundreds of words. */
+                    if (got2 > 0)
+                        nanosleep(&(struct timespec){.tv_nsec = control_pause_ns}, NULL);
                 } else if (fd == start_on || fd == wake_fd) {
                     woken = 1;
                 } else {
