@@ -66,14 +66,7 @@ void EventAnchor::start(std::function<void(bool)> settled)
     const Args& args = daemon_.args();
     nspace_ = nspace_of(args.job_id, args.step_id);
 
-    char* node_map = nullptr;
-    char* proc_map = nullptr;
-    if (PMIx_generate_regex(args.hostname.c_str(), &node_map) != PMIX_SUCCESS ||
-        PMIx_generate_ppn("0", &proc_map) != PMIX_SUCCESS) {
-        std::free(node_map);
-        settle(false, "cannot generate its maps");
-        return;
-    }
+    const NamespaceMaps maps = namespace_maps({args.hostname}, {0});
     const std::uint32_t one = 1;
     const pmix_rank_t leader = 0;
     const std::uint32_t node = args.node_id;
@@ -87,14 +80,12 @@ void EventAnchor::start(std::function<void(bool)> settled)
     PMIX_INFO_LOAD(&info->info[3], PMIX_LOCAL_SIZE, &one, PMIX_UINT32);
     PMIX_INFO_LOAD(&info->info[4], PMIX_LOCAL_PEERS, "0", PMIX_STRING);
     PMIX_INFO_LOAD(&info->info[5], PMIX_LOCALLDR, &leader, PMIX_PROC_RANK);
-    PMIX_INFO_LOAD(&info->info[6], PMIX_NODE_MAP, node_map, PMIX_STRING);
-    PMIX_INFO_LOAD(&info->info[7], PMIX_PROC_MAP, proc_map, PMIX_STRING);
+    PMIX_INFO_LOAD(&info->info[6], PMIX_NODE_MAP, maps.nodes.c_str(), PMIX_STRING);
+    PMIX_INFO_LOAD(&info->info[7], PMIX_PROC_MAP, maps.procs.c_str(), PMIX_STRING);
     PMIX_INFO_LOAD(&info->info[8], PMIX_HOSTNAME, args.hostname.c_str(), PMIX_STRING);
     PMIX_INFO_LOAD(&info->info[9], PMIX_NODEID, &node, PMIX_UINT32);
     if (have_nsdir)
         PMIX_INFO_LOAD(&info->info[10], PMIX_NSDIR, nsdir.c_str(), PMIX_STRING);
-    std::free(node_map);
-    std::free(proc_map);
 
     // Library callbacks run on PMIx's thread: each posts to the loop.
     struct Call {

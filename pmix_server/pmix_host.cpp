@@ -150,6 +150,16 @@ PmixHost::~PmixHost()
     set_step(nullptr);
 }
 
+NamespaceMaps namespace_maps(const std::vector<std::string>& hostnames, const std::vector<std::uint32_t>& rank_node)
+{
+    std::vector<std::string> ranks(hostnames.size());
+    for (std::uint32_t r = 0; r < rank_node.size(); ++r) {
+        auto& list = ranks.at(rank_node[r]);
+        list += (list.empty() ? "" : ",") + std::to_string(r);
+    }
+    return NamespaceMaps{join(hostnames, ","), join(ranks, ";")};
+}
+
 Result<bool> PmixHost::init(const std::string& tmpdir, const PlannedServer* planned)
 {
     // PMIX_HOSTNAME: clients look node-level data (local peers) up under
@@ -189,20 +199,7 @@ Result<bool> PmixHost::register_namespace(const protocol::StepMap& map, std::fun
         for (std::size_t i = 0; i < ranks.size(); ++i)
             local_rank[ranks[i]] = static_cast<std::uint16_t>(i);
 
-    char* node_regex = nullptr;
-    char* proc_regex = nullptr;
-    std::vector<std::string> per_node;
-    for (const auto& ranks : by_node) {
-        std::vector<std::string> r;
-        for (auto x : ranks)
-            r.push_back(std::to_string(x));
-        per_node.push_back(join(r, ","));
-    }
-    if (PMIx_generate_regex(join(map.hostnames, ",").c_str(), &node_regex) != PMIX_SUCCESS ||
-        PMIx_generate_ppn(join(per_node, ";").c_str(), &proc_regex) != PMIX_SUCCESS) {
-        std::free(node_regex);
-        return Result<bool>::fail("cannot generate the node and proc maps");
-    }
+    const NamespaceMaps maps = namespace_maps(map.hostnames, map.rank_node);
 
     const auto& mine = by_node[args.node_id];
     const std::uint32_t local_size = static_cast<std::uint32_t>(mine.size());
@@ -232,8 +229,8 @@ Result<bool> PmixHost::register_namespace(const protocol::StepMap& map, std::fun
     PMIX_INFO_LOAD(&i[2], PMIX_MAX_PROCS, &ntasks, PMIX_UINT32);
     PMIX_INFO_LOAD(&i[3], PMIX_LOCAL_SIZE, &local_size, PMIX_UINT32);
     PMIX_INFO_LOAD(&i[4], PMIX_NODE_SIZE, &local_size, PMIX_UINT32);
-    PMIX_INFO_LOAD(&i[5], PMIX_NODE_MAP, node_regex, PMIX_STRING);
-    PMIX_INFO_LOAD(&i[6], PMIX_PROC_MAP, proc_regex, PMIX_STRING);
+    PMIX_INFO_LOAD(&i[5], PMIX_NODE_MAP, maps.nodes.c_str(), PMIX_STRING);
+    PMIX_INFO_LOAD(&i[6], PMIX_PROC_MAP, maps.procs.c_str(), PMIX_STRING);
     PMIX_INFO_LOAD(&i[7], PMIX_LOCAL_PEERS, local_peers.c_str(), PMIX_STRING);
     PMIX_INFO_LOAD(&i[8], PMIX_LOCALLDR, &leader, PMIX_PROC_RANK);
     PMIX_INFO_LOAD(&i[9], PMIX_APPNUM, &appnum, PMIX_UINT32);
@@ -254,8 +251,6 @@ Result<bool> PmixHost::register_namespace(const protocol::StepMap& map, std::fun
         PMIX_INFO_LOAD(&i[next++], PMIX_NSDIR, nsdir.c_str(), PMIX_STRING);
         PMIX_INFO_LOAD(&i[next++], PMIX_TDIR_RMCLEAN, &rm_clean, PMIX_BOOL);
     }
-    std::free(node_regex);
-    std::free(proc_regex);
     for (std::uint32_t r = 0; r < ntasks; ++r) {
         pmix_data_array_t* arr = nullptr;
         PMIX_DATA_ARRAY_CREATE(arr, 5, PMIX_INFO);

@@ -87,6 +87,19 @@ std::string namespace_dir(const std::string& server_dir, const std::string& nspa
 // /tmp, as before (fail open).
 std::string make_namespace_dir(const std::string& server_dir, const std::string& nspace);
 
+// PMIX_NODE_MAP and PMIX_PROC_MAP of a step: its node names in node order,
+// comma-separated, and each node's ranks, comma-separated, node by node,
+// separated by ';'. Plain lists, which every OpenPMIx reads as they are:
+// PMIx_generate_regex and PMIx_generate_ppn may instead return a
+// compressed blob with NULs inside (OpenPMIx 7 does for a few thousand
+// bytes, e.g. 1 024 ranks on a node), which a PMIX_STRING cuts at its first
+// NUL, and the library then refuses the namespace (PMIX_ERR_BAD_PARAM).
+struct NamespaceMaps {
+    std::string nodes;
+    std::string procs;
+};
+NamespaceMaps namespace_maps(const std::vector<std::string>& hostnames, const std::vector<std::uint32_t>& rank_node);
+
 class PmixHost {
 public:
     // The upcalls serve `step` from now until this is destroyed: the

@@ -618,6 +618,52 @@ TEST(Registration, DoneRunsOnceWhenEveryLocalClientIsIn)
     EXPECT_FALSE(env->empty());
 }
 
+TEST(Registration, TheMapsArePlainLists)
+{
+    const auto maps = namespace_maps({"node0", "node1", "node2"}, {0, 0, 2, 1, 2});
+    EXPECT_EQ(maps.nodes, "node0,node1,node2");
+    EXPECT_EQ(maps.procs, "0,1;3;2,4");
+    EXPECT_EQ(namespace_maps({"node1"}, {0}).procs, "0");
+}
+
+// 1 024 ranks here and 1 024 elsewhere, on 600 nodes of long names: maps of
+// several KiB, which OpenPMIx 7's PMIx_generate_ppn and _regex compress into
+// blobs that a string cannot carry (the library refused the namespace with
+// PMIX_ERR_BAD_PARAM, and every client of such a step failed).
+TEST(Registration, AStepOfThousandsOfRanksRegisters)
+{
+    step->begin(Way::answer);
+    constexpr std::uint32_t local = 1024;
+    protocol::StepMap map;
+    map.nspace = "exitpolicy.5.3";
+    for (int n = 0; n < 600; ++n)
+        map.hostnames.push_back("compute-rack" + std::to_string(n / 40) + "-node" + std::to_string(n));
+    step->args_.ranks.clear();
+    for (std::uint32_t r = 0; r < local; ++r) {
+        map.rank_node.push_back(0);
+        step->args_.ranks.push_back(r);
+    }
+    for (std::uint32_t r = 0; r < local; ++r)
+        map.rank_node.push_back(1 + r % 599);
+    const auto maps = namespace_maps(map.hostnames, map.rank_node);
+    ASSERT_GT(maps.nodes.size(), 8192u);
+    ASSERT_GT(maps.procs.size(), 8192u);
+    int calls = 0, status = 1;
+    auto ok = server->host().register_namespace(map, [&](int st) {
+        ++calls;
+        status = st;
+    });
+    ASSERT_TRUE(ok) << ok.error();
+    ASSERT_TRUE(wait_for(calls));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    step->run();
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(status, PMIX_SUCCESS);
+    auto env = server->host().environment(local - 1);
+    ASSERT_TRUE(env) << env.error();
+    EXPECT_FALSE(env->empty());
+}
+
 // The library refuses this namespace (a node without local ranks, which
 // Slurm never starts, gives it no local peers): done runs once, with the
 // library's status, and no client is waited for.
