@@ -31,6 +31,12 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "contrib" / "slurm" / "cluster"
 NODES = 4
+# How the local cluster's nodes are networked (contrib/slurm/cluster):
+# "shared", every node on the one loopback, or "nodes", each in a network
+# namespace of its own at 10.253.0.K. Open MPI's TCP goes over what joins
+# them.
+CLUSTER_NET = os.environ.get("EXITPOLICY_CLUSTER_NET", "shared")
+MPI_NETWORK = "10.253.0.0/24" if CLUSTER_NET == "nodes" else "lo"
 NOBODY = 65534
 
 # Every cluster that may be up, so that the fallbacks can bring it down.
@@ -132,10 +138,17 @@ class Cluster:
         """Kill every process of `node` at once, as if the machine died."""
         return self.script("crash", node)
 
-    def popen(self, *cmd, cwd=None, env=None):
-        """Start CMD inside the cluster; returns the Popen (text pipes)."""
+    @staticmethod
+    def _where(on):
+        """The cluster script's words for running on node `on` (node1...),
+        or as a client (login) when it is None."""
+        return ["on", on] if on else ["exec"]
+
+    def popen(self, *cmd, cwd=None, env=None, on=None):
+        """Start CMD inside the cluster (on node `on`: in that node's
+        network namespace, as host `on`); returns the Popen (text pipes)."""
         return subprocess.Popen(
-            [str(SCRIPT), "exec", *[str(c) for c in cmd]],
+            [str(SCRIPT), *self._where(on), *[str(c) for c in cmd]],
             env={**self.env(), **(env or {})},
             cwd=cwd,
             stdin=subprocess.DEVNULL,
@@ -144,14 +157,15 @@ class Cluster:
             text=True,
         )
 
-    def exec(self, *cmd, user=None, cwd=None, input=None, timeout=60, env=None):
+    def exec(self, *cmd, user=None, cwd=None, input=None, timeout=60, env=None, on=None):
         """Run CMD inside the cluster; returns (rc, stdout, stderr).
 
         user: run as this uid (and gid) with no supplementary groups.
+        on: run it on this node (node1...), as another process of the node.
         A command killed by signal N gives rc == -N (the exec'd process is
         the command itself).
         """
-        argv = [str(SCRIPT), "exec"]
+        argv = [str(SCRIPT), *self._where(on)]
         if user is not None:
             argv += ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
         argv += [str(c) for c in cmd]
@@ -175,6 +189,20 @@ class Cluster:
             return None
         return st.st_ino if netns_mounted(self.dir) else None
 
+    def inodes(self):
+        """The inodes of the cluster's network namespaces: its own and, with
+        EXITPOLICY_CLUSTER_NET=nodes, each node's."""
+        inodes = set()
+        for path in [self.dir / "netns", *self.dir.glob("nodes/node*/netns")]:
+            if mounted(path):
+                inodes.add(os.stat(path).st_ino)
+        return inodes
+
+    def pids(self):
+        """Pids of every live process of the cluster: in its network
+        namespace, or in one of its nodes'."""
+        return ns_pids(self.inodes())
+
     @staticmethod
     def netns_mounted(directory):
         return netns_mounted(directory)
@@ -184,20 +212,25 @@ class Cluster:
         return ns_pids(inode)
 
 
-def netns_mounted(directory):
-    target = str(pathlib.Path(directory) / "netns")
+def mounted(path):
     with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == target for line in f)
+        return any(line.split()[4] == str(path) for line in f)
+
+
+def netns_mounted(directory):
+    return mounted(pathlib.Path(directory) / "netns")
 
 
 def ns_pids(inode):
-    """Pids of live processes whose network namespace has this inode."""
+    """Pids of live processes whose network namespace has this inode (or
+    one of these inodes)."""
+    inodes = inode if isinstance(inode, (set, frozenset)) else {inode}
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            if os.stat(f"/proc/{entry}/ns/net").st_ino == inode:
+            if os.stat(f"/proc/{entry}/ns/net").st_ino in inodes:
                 pids.append(int(entry))
         except OSError:
             pass  # gone, a zombie, or not ours to look at

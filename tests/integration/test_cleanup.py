@@ -54,7 +54,7 @@ def settle(cluster, before):
     """Waits until the cluster's node daemons are gone (the step's end);
     what is new since `before`."""
     def ours():
-        inside = set(cluster.ns_pids(cluster.ns_inode()))
+        inside = set(cluster.pids())
         return [pid for pid in daemons() if pid in inside]
 
     deadline = time.monotonic() + SETTLE
@@ -177,7 +177,7 @@ def test_when_srun_goes_away_the_daemons_clean_up(cluster, workdir, pmix):
     before = snapshot()
     step = Step(cluster, workdir, d, timeout="60")
     step.wait_ready()
-    inside = cluster.ns_pids(cluster.ns_inode())
+    inside = cluster.pids()
     sruns = [pid for pid in inside if open(f"/proc/{pid}/comm").read().strip() == "srun"]
     assert sruns
     for pid in sruns:
@@ -209,7 +209,7 @@ def test_a_dead_parent_daemon_leaves_only_what_it_held(cluster, workdir, pmix):
 
 def task_of(cluster, node):
     """A task of the running step on `node` (its environment says where)."""
-    for pid in cluster.ns_pids(cluster.ns_inode()):
+    for pid in cluster.pids():
         try:
             if open(f"/proc/{pid}/comm").read().strip() != "ep_cleanup":
                 continue

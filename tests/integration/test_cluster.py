@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from conftest import CLUSTER_NET
+
 pytestmark = pytest.mark.integration
 
 
@@ -109,7 +111,35 @@ def test_exec_runs_inside_the_private_network(cluster, workdir):
     lines = out.splitlines()
     assert lines[0] == "login"
     interfaces = {line.split(":")[0].strip() for line in lines[3:]}
-    assert interfaces == {"lo"}
+    if CLUSTER_NET == "nodes":  # the bridge and each node's end of its link
+        assert interfaces == {"lo", "epbr0", *(f"epv{k}" for k in range(1, cluster.nodes + 1))}, out
+    else:
+        assert interfaces == {"lo"}, out
+
+
+def test_on_runs_a_command_on_that_node(cluster, workdir):
+    rc, out, err = cluster.exec("sh", "-c", "hostname; cat /proc/net/dev", cwd=workdir, on="node2")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "node2"
+    interfaces = {line.split(":")[0].strip() for line in lines[3:]}
+    assert interfaces == ({"lo", "eth0"} if CLUSTER_NET == "nodes" else {"lo"}), out
+    rc, _, err = cluster.exec("true", cwd=workdir, on="node9")
+    assert rc != 0 and "NODE must be one of node1..node4" in err, err
+
+
+def test_each_node_has_its_own_address_when_asked(cluster, workdir):
+    """EXITPOLICY_CLUSTER_NET=nodes: every node answers from its own
+    address, as real nodes do (Open MPI 6's TCP pairs no two nodes whose
+    only interface is one shared loopback)."""
+    rc, out, err = cluster.exec("srun", "-N4", "-n4", "sh", "-c", 'echo "$(hostname) $(hostname -I)"', cwd=workdir)
+    assert rc == 0, err
+    addresses = {line.split()[0]: " ".join(line.split()[1:]) for line in out.splitlines()}
+    assert sorted(addresses) == ["node1", "node2", "node3", "node4"], out
+    if CLUSTER_NET == "nodes":
+        assert addresses == {f"node{k}": f"10.253.0.{k}" for k in range(1, 5)}, out
+    else:  # loopback only: the same (no) address everywhere
+        assert len(set(addresses.values())) == 1, out
 
 
 def test_ordinary_user(cluster, workdir):
@@ -199,6 +229,8 @@ def test_down_leaves_nothing(cluster, new_cluster, workdir):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     inode = other.ns_inode()
     assert inode is not None and inode != cluster.ns_inode()
+    inodes = other.inodes()
+    assert inode in inodes and not inodes & cluster.inodes()
 
     job = subprocess.Popen(
         [str(cluster.SCRIPT), "exec", "srun", "-N2", "-n4", "sleep", "300"],
@@ -214,7 +246,7 @@ def test_down_leaves_nothing(cluster, new_cluster, workdir):
         # wait until all 4 tasks and the stray sleep run inside the namespace
         deadline = time.monotonic() + 30
         while True:
-            pids = cluster.ns_pids(inode)
+            pids = cluster.ns_pids(inodes)
             sleeps = [p for p in pids if _comm(p) == "sleep"]
             if len(sleeps) >= 5:
                 break
@@ -237,9 +269,10 @@ def test_down_leaves_nothing(cluster, new_cluster, workdir):
 
     survivors = [p for p, t in before.items() if t is not None and _alive(p, t)]
     assert survivors == []
-    assert cluster.ns_pids(inode) == []
+    assert cluster.ns_pids(inodes) == []
     assert not cluster.netns_mounted(other.dir)
     assert not (other.dir / "netns").exists()
+    assert not list(other.dir.glob("nodes/node*/netns"))
     assert _processes_mentioning(str(other.dir) + "/") == []
 
     # idempotent, and the session's cluster is untouched

@@ -84,18 +84,19 @@ def test_another_user_claiming_the_steps_uid_cannot_join_it_nor_abort_it(cluster
     )
     script.chmod(0o755)
     victim = cluster.popen("setpriv", f"--reuid={cluster.NOBODY}", f"--regid={cluster.NOBODY}", "--clear-groups",
-                           "srun", "--mpi=none", "-N1", "-n2", "--exit-policy=first-failure", str(script), cwd=workdir)
+                           "srun", "--mpi=none", "-N1", "-wnode1", "-n2", "--exit-policy=first-failure", str(script),
+                           cwd=workdir)
     try:
         env = pmix_environment_of("ep_abort", 0)
         env["PMIX_RANK"] = "1"
         shim = pathlib.Path(client("ep_claim_uid.so"))
-        # The intruder: uid 4242 in the nodes' network namespace, the
-        # victim's PMIx environment as rank 1, claiming uid/gid 65534.
+        # The intruder: uid 4242 on node1, the victim's PMIx environment as
+        # rank 1, claiming uid/gid 65534.
         rc, out, err = cluster.exec(
             "env", "-i", "PATH=/usr/bin:/bin", f"LD_PRELOAD={shim}", f"EP_CLAIM_UID={cluster.NOBODY}",
             f"EP_CLAIM_GID={cluster.NOBODY}", *[f"{k}={v}" for k, v in env.items()],
             client("ep_abort"), "--status", "42", "--rank", "1", "--timeout", "5",
-            user=INTRUDER, cwd=workdir, timeout=30)
+            user=INTRUDER, cwd=workdir, timeout=30, on="node1")
         assert rc != 0 and "abort rank=1 status=42" not in out, f"the intruder joined the step:\n{out}\n{err}"
         victim_out, victim_err = victim.communicate(timeout=60)
     finally:
@@ -270,7 +271,8 @@ def test_another_users_flood_of_connections_never_keeps_the_steps_clients_out(cl
     )
     script.chmod(0o755)
     intruder = cluster.popen("setpriv", f"--reuid={INTRUDER}", f"--regid={INTRUDER}", "--clear-groups",
-                             "/usr/bin/python3", str(flood), str(uri), str(go), "4500", "40", cwd=workdir)
+                             "/usr/bin/python3", str(flood), str(uri), str(go), "4500", "40", cwd=workdir,
+                             on="node1")
     try:
         rc, out, err = cluster.exec("setpriv", f"--reuid={cluster.NOBODY}", f"--regid={cluster.NOBODY}",
                                     "--clear-groups", "srun", "--mpi=none", "-N1", "-wnode1", "-n2",

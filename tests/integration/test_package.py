@@ -148,10 +148,9 @@ def daemon_and_plugin_paths(cluster, srun_proc):
     and the node each serves) and every exitpolicy.so mapped by the cluster's
     processes (srun, slurmstepd). Returns (daemon files, node names, plugin
     files)."""
-    inode = cluster.ns_inode()
     daemons, nodes, plugins = set(), set(), set()
     while srun_proc.poll() is None:
-        for pid in cluster.ns_pids(inode):
+        for pid in cluster.pids():
             try:
                 exe = os.readlink(f"/proc/{pid}/exe")
                 with open(f"/proc/{pid}/cmdline", "rb") as f:

@@ -18,6 +18,8 @@ import time
 
 import pytest
 
+from conftest import MPI_NETWORK
+
 pytestmark = pytest.mark.integration
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -56,12 +58,12 @@ FAILED_FENCE_TOLD_TO_ONE_LOCAL_RANK = pytest.mark.xfail(
     reason="OpenPMIx 5 and 6 tell a failed fence to one participant per node, the others PMIX_SUCCESS "
            "(7.0.0 tells every one: seen on forky; 6.x not seen)")
 
-# Open MPI on virtual nodes of one machine: TCP over loopback only (shared
-# memory segments of different "nodes" would collide).
+# Open MPI on virtual nodes of one machine: TCP only (shared memory segments
+# of different "nodes" would collide), over what joins the nodes.
 OMPI_ENV = {
     "OMPI_MCA_btl": "self,tcp",
-    "OMPI_MCA_btl_tcp_if_include": "lo",
-    "OMPI_MCA_oob_tcp_if_include": "lo",
+    "OMPI_MCA_btl_tcp_if_include": MPI_NETWORK,
+    "OMPI_MCA_oob_tcp_if_include": MPI_NETWORK,
     "OMPI_MCA_pml": "ob1",
 }
 
@@ -741,7 +743,7 @@ def test_idle_connections_to_a_daemon_cost_it_no_descriptors(cluster, workdir, p
         script = workdir / "idle.py"
         script.write_text(IDLE)
         script.chmod(0o644)
-        holder = subprocess.Popen([str(cluster.SCRIPT), "exec", "/usr/bin/python3", str(script), str(port), "300"],
+        holder = subprocess.Popen([str(cluster.SCRIPT), "on", "node4", "/usr/bin/python3", str(script), str(port), "300"],
                                   env=cluster.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert holder.stdout.readline().strip() == "connected"
         # The daemon closes the oldest idle connections as it accepts new
