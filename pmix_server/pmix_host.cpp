@@ -412,20 +412,28 @@ void PmixHost::deliver_relayed(int code, std::uint32_t source_rank, const protoc
 
 // The source is that rank of the step, or none: the server itself. (A
 // wildcard source would match every client, and the library does not
-// notify an event's own source.) The library frees `info` when done.
+// notify an event's own source.) From OpenPMIx 6.1 on the library reads
+// the source and the infos on its own thread after the call has returned:
+// both live until its callback, which frees them.
 void PmixHost::notify(int status, std::optional<std::uint32_t> source_rank, std::unique_ptr<InfoArray> info)
 {
-    pmix_proc_t source;
+    struct Call {
+        std::unique_ptr<InfoArray> info;
+        pmix_proc_t source{};
+    };
+    auto call = std::make_unique<Call>();
+    call->info = std::move(info);
     if (source_rank)
-        PMIX_PROC_LOAD(&source, nspace_.c_str(), *source_rank);
-    InfoArray* raw = info.get();
+        PMIX_PROC_LOAD(&call->source, nspace_.c_str(), *source_rank);
+    Call* raw = call.get();
     const pmix_status_t rc =
-        PMIx_Notify_event(status, source_rank ? &source : nullptr, PMIX_RANGE_LOCAL, raw->info, raw->n,
-                          [](pmix_status_t, void* cbdata) { reclaim<InfoArray>(cbdata); }, lend(std::move(info)));
+        PMIx_Notify_event(status, source_rank ? &raw->source : nullptr, PMIX_RANGE_LOCAL, raw->info->info,
+                          raw->info->n, [](pmix_status_t, void* cbdata) { reclaim<Call>(cbdata); },
+                          lend(std::move(call)));
     if (rc != PMIX_SUCCESS) {
         if (rc != PMIX_OPERATION_SUCCEEDED)
             log::error("PMIx_Notify_event(%s): %s", PMIx_Error_string(status), PMIx_Error_string(rc));
-        reclaim<InfoArray>(raw);
+        reclaim<Call>(raw);
     }
 }
 
