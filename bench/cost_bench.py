@@ -41,14 +41,13 @@ import subprocess
 import sys
 import time
 
-from plugstack import configure, cpu_seconds
+from plugstack import configure, cpu_seconds, open_mpi_env
 
 plugin, clients, plugstack_d, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 nodes = 4
 conf = os.path.join(plugstack_d, "exitpolicy.conf")
 ring = os.path.join(clients, "ep_mpi_ring")
-mpi_env = {**os.environ, "OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": "lo",
-           "OMPI_MCA_oob_tcp_if_include": "lo", "OMPI_MCA_pml": "ob1"}
+mpi_env = {**os.environ, **open_mpi_env()}
 never = f"optional {plugin} pmix=never\n"
 auto = f"optional {plugin}\n"
 policy = ["--exit-policy=main-rank"]

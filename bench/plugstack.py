@@ -49,6 +49,21 @@ def kernel_counts():
     return switches, faults
 
 
+def open_mpi_env():
+    """Open MPI's settings on the local cluster: TCP only (shared memory
+    segments of different virtual nodes would collide), over what joins the
+    nodes: each node's own address, or the one loopback they share
+    (EXITPOLICY_CLUSTER_NET=shared)."""
+    try:
+        with open(os.path.join(os.environ.get("EXITPOLICY_CLUSTER_DIR", "/tmp/exitpolicy-cluster"), "run", "net")) as f:
+            net = f.read().strip()
+    except OSError:
+        net = "nodes"
+    network = "lo" if net == "shared" else "10.253.0.0/24"
+    return {"OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": network,
+            "OMPI_MCA_oob_tcp_if_include": network, "OMPI_MCA_pml": "ob1"}
+
+
 def node_busy():
     """Whether a slurmstepd still runs on this machine, or slurmctld has a
     job or a node that is not idle yet."""

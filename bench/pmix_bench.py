@@ -24,12 +24,13 @@ import subprocess
 import sys
 import time
 
+from plugstack import open_mpi_env
+
 plugin, clients, plugstack_d, pairs, event_runs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 fanout = int(os.environ.get("FANOUT", "32"))
 with open(os.path.join(plugstack_d, "exitpolicy.conf"), "w") as f:
     f.write(f"optional {plugin} fanout={fanout}\n")
-env = {**os.environ, "OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": "lo",
-       "OMPI_MCA_oob_tcp_if_include": "lo", "OMPI_MCA_pml": "ob1"}
+env = {**os.environ, **open_mpi_env()}
 ring = os.path.join(clients, "ep_mpi_ring")
 
 

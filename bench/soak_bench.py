@@ -51,14 +51,15 @@ import subprocess
 import sys
 import time
 
+from plugstack import open_mpi_env
+
 plugin, clients, plugstack_d = sys.argv[1], os.path.abspath(sys.argv[2]), sys.argv[3]
 steps, waves = int(sys.argv[4]), int(sys.argv[5])
 conf = os.path.join(plugstack_d, "exitpolicy.conf")
 # The daemon beside the plugin in its build tree (a plugin knows none by default).
 daemon = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(plugin))), "pmix_server", "exitpolicy-pmixd")
 enabled = f"optional {plugin} daemon={daemon}\n"
-env = {**os.environ, "OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": "lo",
-       "OMPI_MCA_oob_tcp_if_include": "lo", "OMPI_MCA_pml": "ob1"}
+env = {**os.environ, **open_mpi_env()}
 
 # The kinds: srun options under ours (after --mpi=none -N4 -n8), the command,
 # the code srun must return.

@@ -32,10 +32,10 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "contrib" / "slurm" / "cluster"
 NODES = 4
 # How the local cluster's nodes are networked (contrib/slurm/cluster):
-# "shared", every node on the one loopback, or "nodes", each in a network
-# namespace of its own at 10.253.0.K. Open MPI's TCP goes over what joins
-# them.
-CLUSTER_NET = os.environ.get("EXITPOLICY_CLUSTER_NET", "shared")
+# "nodes", each in a network namespace of its own at 10.253.0.K, or
+# "shared", every node on the one loopback. Open MPI's TCP goes over what
+# joins them.
+CLUSTER_NET = os.environ.get("EXITPOLICY_CLUSTER_NET", "nodes")
 MPI_NETWORK = "10.253.0.0/24" if CLUSTER_NET == "nodes" else "lo"
 NOBODY = 65534
 
@@ -188,6 +188,19 @@ class Cluster:
         except OSError:
             return None
         return st.st_ino if netns_mounted(self.dir) else None
+
+    def mpi_plugins(self):
+        """Slurm's own MPI plugins on this cluster (`srun --mpi=list`):
+        Debian forky's Slurm 26.05 has pmi2 and no pmix, built as it is for
+        the OpenPMIx 7 it cannot take."""
+        if not hasattr(self, "_mpi_plugins"):
+            rc, out, err = self.exec("srun", "--mpi=list")
+            self._mpi_plugins = {name for name in ("pmix", "pmi2", "cray_shasta") if name in out + err}
+        return self._mpi_plugins
+
+    def skip_without_slurms_pmix(self):
+        if "pmix" not in self.mpi_plugins():
+            pytest.skip("this Slurm has no mpi/pmix plugin (Debian forky's: none is built for OpenPMIx 7)")
 
     def inodes(self):
         """The inodes of the cluster's network namespaces: its own and, with

@@ -81,6 +81,7 @@ def test_under_slurms_own_pmix_the_root_cause_decides_over_its_teardown(cluster,
     server (unseen by exitpolicy) and exit 14 around the segfault, some of
     them on record before it. Either way the survivors' ends are collateral
     and srun's code is the segfault's."""
+    cluster.skip_without_slurms_pmix()
     rc, out, err, elapsed = srun_mpi_timed(cluster, workdir, "--mpi=pmix", "-N4", "-n8", f"--exit-policy={policy}",
                                            client("ep_mpi_fail"), "--fail", "5:segv", "--timeout", "90")
     assert "fail rank=5" in out, out + err

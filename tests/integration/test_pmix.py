@@ -597,6 +597,7 @@ def test_clients_get_job_data_by_their_socket(cluster, workdir, pmix):
 
 
 def test_steps_with_slurms_own_pmix_are_left_alone(cluster, workdir, pmix):
+    cluster.skip_without_slurms_pmix()
     rc, out, err = srun(cluster, workdir, "--mpi=pmix", "-N2", "-n2", "sh", "-c", 'echo "ns=$PMIX_NAMESPACE"')
     assert rc == 0, err
     namespaces = lines(out, "ns=")
