@@ -115,10 +115,17 @@ protected:
     static std::string held_by_sleep(pid_t pid)
     {
         const std::string proc = "/proc/" + std::to_string(pid);
+        // sleep, and asleep: the kernel names the new program before it
+        // closes the old one's close-on-exec descriptors, so a look at
+        // the first sight of "sleep" may still see one of the shell's.
         for (int i = 0; i < 500; ++i) {
             std::error_code ec;
             const auto exe = std::filesystem::read_symlink(proc + "/exe", ec);
-            if (!ec && exe.filename() == "sleep")
+            std::ifstream stat(proc + "/stat");
+            std::string line;
+            std::getline(stat, line);
+            const auto state = line.rfind(") ");
+            if (!ec && exe.filename() == "sleep" && state != std::string::npos && line.substr(state + 2, 1) == "S")
                 break;
             std::this_thread::sleep_for(10ms);
         }
