@@ -8,9 +8,14 @@
 # and always tears it down), then builds again with ASan+UBSan and runs the
 # unit tests there, and fuzzes the frame codec for 30 s (tests/fuzz/run.sh).
 # Then it does it all again on the other supported Debian release (13 on a
-# Debian 12 machine, 12 on a Debian 13 one), in a root file system made
-# with Debian's mmdebstrap and kept between runs (contrib/rootfs), without
-# the sanitizer build and the fuzzer, which run on this machine's release.
+# Debian 12 machine, 12 on a Debian 13 one) and on Debian's testing suite
+# (forky: the Slurm, OpenPMIx, Open MPI, MPICH and GCC sites run next), each
+# in a root file system made with Debian's mmdebstrap and kept between runs
+# (contrib/rootfs), without the sanitizer build and the fuzzer, which run
+# on this machine's release. Every build goes through ccache when it is
+# installed (install-deps installs it), with its cache kept between runs in
+# /var/cache/exitpolicy/ccache of each file system (EXITPOLICY_CCACHE_DIR
+# names another; EXITPOLICY_CCACHE=0 builds without it).
 # Between the two, the suite (without the sanitizer build, the fuzzer and the
 # Debian package) runs once more on this machine against SchedMD's own Slurm:
 # the newest release tarball in ../shared/upstream/ beside the source tree,
@@ -23,6 +28,8 @@
 #   EXITPOLICY_SKIP_SANITIZE=1   skip the sanitizer build
 #   EXITPOLICY_SKIP_FUZZ=1       skip the fuzzer
 #   EXITPOLICY_SKIP_OTHER_RELEASE=1  test this machine's Debian release only
+#   EXITPOLICY_ROOTFS_RELEASES="trixie forky"  the Debian suites tested in root
+#                                file systems (default: the other release, then forky)
 #   EXITPOLICY_SLURM_TARBALL=PATH    the Slurm release to test beside Debian's
 #                                (default: the newest ../shared/upstream/slurm-*.tar.*)
 #   EXITPOLICY_SKIP_UPSTREAM=1   skip the suite against a Slurm built from source
@@ -35,15 +42,24 @@ src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${EXITPOLICY_BUILD_DIR:-$src/build}
 jobs=$(nproc)
 
-step() { printf '\n== %s\n' "$*"; }
+step() { printf '\n== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 
 # Debian's major version here, and the other release tested beside it.
 release=$(cut -d. -f1 /etc/debian_version 2>/dev/null || echo unknown)
 case $release in
-  12) other=trixie other_release=13 ;;
-  13) other=bookworm other_release=12 ;;
-  *) other= other_release= ;;
+  12) other=trixie ;;
+  13) other=bookworm ;;
+  *) other= ;;
 esac
+# Debian's number of a suite, for messages.
+suite_name() {
+  case $1 in
+    bookworm) echo "Debian 12" ;;
+    trixie) echo "Debian 13" ;;
+    forky) echo "Debian forky (testing)" ;;
+    *) echo "Debian $1" ;;
+  esac
+}
 where="Debian $release"
 [ -n "${EXITPOLICY_IN_ROOTFS-}" ] && where+=" (root file system)"
 on_exit() {
@@ -57,6 +73,17 @@ on_exit() {
 
 step "dependencies"
 bash "$src/contrib/install-deps"
+
+# Every tree builds through ccache, its cache kept between runs and shared
+# by clones wherever they are (paths under the source tree are hashed
+# relative to it).
+launcher=(-DCMAKE_C_COMPILER_LAUNCHER= -DCMAKE_CXX_COMPILER_LAUNCHER=)
+if [ "${EXITPOLICY_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
+  export CCACHE_DIR=${EXITPOLICY_CCACHE_DIR:-/var/cache/exitpolicy/ccache}
+  export CCACHE_BASEDIR=$src CCACHE_NOHASHDIR=true CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-4G}
+  mkdir -p "$CCACHE_DIR"
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 
 # Whatever happens, leave no cluster behind (the pytest fixture tears its own
 # down; this catches an interrupted run).
@@ -95,7 +122,7 @@ run_upstream() {
   tree=$build-slurm-$version
   step "build against Slurm $version ($tree)"
   cmake -S "$src" -B "$tree" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXITPOLICY_WERROR=ON \
-    -DSLURM_ROOT="$prefix" >/dev/null
+    -DSLURM_ROOT="$prefix" "${launcher[@]}" >/dev/null
   cmake --build "$tree" -j "$jobs"
   step "tests against Slurm $version: unit, pmix, integration"
   ctest --test-dir "$tree" --output-on-failure -L 'unit|pmix|integration'
@@ -115,7 +142,7 @@ fi
 
 
 step "build ($build)"
-cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXITPOLICY_WERROR=ON >/dev/null
+cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXITPOLICY_WERROR=ON "${launcher[@]}" >/dev/null
 cmake --build "$build" -j "$jobs"
 
 step "tests: unit, pmix, integration"
@@ -130,7 +157,7 @@ fi
 if [ "${EXITPOLICY_SKIP_SANITIZE:-0}" != 1 ]; then
   step "unit tests under ASan+UBSan"
   cmake -S "$src" -B "$build-sanitize" -DCMAKE_BUILD_TYPE=Debug -DEXITPOLICY_WERROR=ON \
-    -DEXITPOLICY_SANITIZE=ON -DEXITPOLICY_BUILD_BENCH=OFF >/dev/null
+    -DEXITPOLICY_SANITIZE=ON -DEXITPOLICY_BUILD_BENCH=OFF "${launcher[@]}" >/dev/null
   cmake --build "$build-sanitize" -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$build-sanitize" --output-on-failure -L unit
@@ -165,15 +192,20 @@ if [ -n "${EXITPOLICY_IN_ROOTFS-}" ] || [ "${EXITPOLICY_SKIP_OTHER_RELEASE:-0}" 
   exit 0
 fi
 if [ -z "$other" ]; then
-  echo "tests/run.sh: $where is neither Debian 12 nor 13: the other release is not tested" >&2
+  echo "tests/run.sh: $where is neither Debian 12 nor 13: the other releases are not tested" >&2
   exit 1
 fi
-# The same suite on the other release, built in a tmpfs (/build) from the
-# source mounted read-only (/src); its failure is that release's.
-where="Debian $other_release (root file system, contrib/rootfs --release $other)"
-step "the whole suite again on $where"
-bash "$src/contrib/rootfs" --release "$other" run \
-  env EXITPOLICY_IN_ROOTFS=1 EXITPOLICY_SKIP_SANITIZE=1 EXITPOLICY_SKIP_FUZZ=1 \
-  bash /src/tests/run.sh
-where="Debian $release and Debian $other_release"
+# The same suite on each release in its root file system, built in a tmpfs
+# (/build) from the source mounted read-only (/src); a failure there is that
+# release's.
+tested="Debian $release"
+for suite in ${EXITPOLICY_ROOTFS_RELEASES:-$other forky}; do
+  where="$(suite_name "$suite") (root file system, contrib/rootfs --release $suite)"
+  step "the whole suite again on $where"
+  bash "$src/contrib/rootfs" --release "$suite" run \
+    env EXITPOLICY_IN_ROOTFS=1 EXITPOLICY_SKIP_SANITIZE=1 EXITPOLICY_SKIP_FUZZ=1 \
+    bash /src/tests/run.sh
+  tested+=", $(suite_name "$suite")"
+done
+where=$tested
 step "all tests passed on $where"
