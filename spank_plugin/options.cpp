@@ -115,6 +115,20 @@ std::string option_help(const OptionSpec& spec)
     return help;
 }
 
+bool asks_async(const std::vector<std::string>& argv)
+{
+    for (std::size_t i = 1; i < argv.size(); ++i) {
+        const std::string& word = argv[i];
+        // getopt_long takes a unique prefix: no other option of srun's
+        // begins with "as".
+        if (word.size() >= 4 && std::string_view("--async").starts_with(word))
+            return true;
+        if (word == "--" || word.size() < 2 || word[0] != '-')
+            return false;
+    }
+    return false;
+}
+
 std::string expand_report_path(std::string_view pattern, std::uint32_t job_id, std::uint32_t step_id)
 {
     std::string out;

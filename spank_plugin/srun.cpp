@@ -2,7 +2,7 @@
 // srun.cpp - the local context: srun.
 //
 // init_post_opt: resolve the step's options (bad ones stop srun before it
-// allocates). local_user_init: check the main rank against the task count,
+// allocates; so do options with srun --async, whose step srun never sees). local_user_init: check the main rank against the task count,
 // start the front end, hand the nodes the bootstrap variable. exit (after
 // the step, from srun's atexit): collect the outcomes, decide, report, and
 // end srun with the policy's code. Any trouble of our own: one warning, and
@@ -21,9 +21,11 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <fstream>
 #include <memory>
 #include <string_view>
 #include <unistd.h>
+#include <vector>
 
 namespace exitpolicy::spank_plugin::srun {
 namespace {
@@ -72,6 +74,16 @@ void write_json(const std::string& path, const std::string& text)
                   std::strerror(err));
 }
 
+// srun's own command line (/proc/self/cmdline); empty if unreadable.
+std::vector<std::string> srun_argv()
+{
+    std::vector<std::string> argv;
+    std::ifstream in("/proc/self/cmdline", std::ios::binary);
+    for (std::string word; std::getline(in, word, '\0');)
+        argv.push_back(word);
+    return argv;
+}
+
 }  // namespace
 
 int init_post_opt(spank_t)
@@ -88,6 +100,25 @@ int init_post_opt(spank_t)
     if (!options) {
         log::error("%s", options.error().c_str());
         return -1;
+    }
+    // srun --async: the step manager launches the step and srun returns at
+    // once; no task's end, and no code but 0, ever reaches srun. Asked for
+    // on the command line, that is refused before anything is submitted;
+    // from the environment (a batch script's policy for its every step),
+    // the step runs as if none was asked, with one line that says so; a
+    // site's default, silently.
+    if (asks_async(srun_argv())) {
+        constexpr const char* why = "srun --async returns before the step runs, so no task's end reaches it; "
+                                    "its exit code is in sacct (-o ExitCode,DerivedExitCode)";
+        if (st.cli.any()) {
+            log::error("--exit-* options do not apply to srun --async: %s. Run the step without --async to "
+                       "use them",
+                       why);
+            return -1;
+        }
+        if (env.any())
+            user_line("warning: SLURM_EXIT_* variables are ignored for this step: %s", why);
+        return 0;
     }
     if (!options->policy) {
         const bool report_asked = !options->report_json.empty() ||

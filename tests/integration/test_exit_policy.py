@@ -23,6 +23,8 @@ import time
 
 import pytest
 
+from conftest import Plugstack
+
 pytestmark = pytest.mark.integration
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -901,3 +903,42 @@ def test_direct_path_without_node_daemons(cluster, workdir, plugstack, policy, c
     validate_report(doc)
     assert doc["exit_code"] == code and doc["counts"]["tasks"] == 8 and doc["counts"]["lost"] == 0
     assert [t["node"] for t in doc["tasks"]] == [f"node{r // 2 + 1}" for r in range(8)]
+
+
+# --- srun --async (Slurm 26.05): the step manager launches the step, srun waits for none of it ---
+
+def test_async_steps_refuse_a_policy_asked_for_and_run_without_one_from_the_environment(new_cluster, exitpolicy_so,
+                                                                                       workdir):
+    """srun --async returns once slurmctld has the step: no task's end, and
+    no code but 0, ever reaches it. A policy asked for on srun's command
+    line is refused before anything is submitted; one from the environment
+    (a batch script's, for its every step) lets the step run as Slurm runs
+    it, with one line that says so; a program's own --async argument is
+    not srun's."""
+    c = new_cluster(1, slurm_conf_extra="PrologFlags=contain\nSlurmctldParameters=enable_stepmgr")
+    proc = c.up()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rc, out, err = c.exec("srun", "--help", cwd=workdir)
+    if "--async" not in out + err:
+        pytest.skip("this Slurm has no srun --async (26.05 and later)")
+    Plugstack(c, exitpolicy_so).enable("grace_ms=3000")
+    ran = workdir / f"async-ran-{time.time_ns()}"
+    script = (
+        f"srun --async --exit-policy=main-rank -N1 -n1 touch {ran}; echo asked=$?; "
+        f"SLURM_EXIT_POLICY=main-rank srun --async -N1 -n1 sh -c 'touch {ran}; exit 3'; echo env=$?; "
+        "srun --exit-policy=main-rank -N1 -n1 sh -c 'exit 4' --async; echo program=$?")
+    rc, out, err = c.exec("salloc", "-N1", "--stepmgr", "sh", "-c", script, cwd=workdir, timeout=90)
+    assert rc == 0, out + err
+    assert "asked=1" in out, out + err
+    refusals = [l for l in err.splitlines() if "do not apply to srun --async" in l]
+    assert len(refusals) == 1 and "sacct" in refusals[0], err
+    assert out.count("Submitted step") == 1, out + err  # the refused one was never submitted
+    assert "env=0" in out, out + err
+    assert [l for l in report_lines(err) if "warning" in l] == [
+        "exitpolicy: warning: SLURM_EXIT_* variables are ignored for this step: srun --async returns before the "
+        "step runs, so no task's end reaches it; its exit code is in sacct (-o ExitCode,DerivedExitCode)"], err
+    assert "program=4" in out, out + err  # the policy applied: sh's $0 was "--async"
+    deadline = time.time() + 30
+    while not ran.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert ran.exists(), "the async step from the environment's policy never ran"

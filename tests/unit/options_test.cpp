@@ -199,5 +199,25 @@ TEST(OptionsTest, ReportPathExpansion)
     EXPECT_EQ(expand_report_path("plain.json", 1, 2), "plain.json");
 }
 
+TEST(OptionsTest, AsyncIsSrunsOwnOptionNotTheProgramsArgument)
+{
+    using V = std::vector<std::string>;
+    EXPECT_TRUE(asks_async(V{"srun", "--async", "true"}));
+    EXPECT_TRUE(asks_async(V{"srun", "-N2", "--mpi=none", "--async", "--exit-policy=max", "true"}));
+    // The program's arguments, and what follows "--", are not srun's.
+    EXPECT_FALSE(asks_async(V{"srun", "-n2", "./app", "--async"}));
+    EXPECT_FALSE(asks_async(V{"srun", "--", "./app", "--async"}));
+    EXPECT_FALSE(asks_async(V{"srun", "true"}));
+    EXPECT_FALSE(asks_async(V{"srun"}));
+    EXPECT_FALSE(asks_async(V{}));
+    // A value in a word of its own cannot be told from the program: the
+    // look ends there.
+    EXPECT_FALSE(asks_async(V{"srun", "-n", "2", "--async", "true"}));
+    // getopt_long takes a unique prefix ("--a" is not one: --account...).
+    EXPECT_TRUE(asks_async(V{"srun", "--asyn", "true"}));
+    EXPECT_FALSE(asks_async(V{"srun", "--a", "true"}));
+    EXPECT_FALSE(asks_async(V{"srun", "--asyncx", "true"}));
+}
+
 }  // namespace
 }  // namespace exitpolicy::spank_plugin
