@@ -12,7 +12,8 @@
 # (forky: the Slurm, OpenPMIx, Open MPI, MPICH and GCC sites run next), each
 # in a root file system made with Debian's mmdebstrap and kept between runs
 # (contrib/rootfs), without the sanitizer build and the fuzzer, which run
-# on this machine's release. Every build goes through ccache when it is
+# on this machine's release; on Debian 13 everything is built with Clang
+# too, warnings as errors. Every build goes through ccache when it is
 # installed (install-deps installs it), with its cache kept between runs in
 # /var/cache/exitpolicy/ccache of each file system (EXITPOLICY_CCACHE_DIR
 # names another; EXITPOLICY_CCACHE=0 builds without it).
@@ -27,6 +28,7 @@
 #   bash tests/run.sh            everything
 #   EXITPOLICY_SKIP_SANITIZE=1   skip the sanitizer build
 #   EXITPOLICY_SKIP_FUZZ=1       skip the fuzzer
+#   EXITPOLICY_SKIP_CLANG=1      skip the build with Clang (on Debian 13)
 #   EXITPOLICY_SKIP_OTHER_RELEASE=1  test this machine's Debian release only
 #   EXITPOLICY_ROOTFS_RELEASES="trixie forky"  the Debian suites tested in root
 #                                file systems (default: the other release, then forky)
@@ -152,6 +154,16 @@ unlabelled=$(ctest --test-dir "$build" -N -LE 'unit|pmix|integration' | sed -n '
 if [ "${unlabelled:-0}" != 0 ]; then
   echo "tests/run.sh: $unlabelled test(s) carry none of the labels unit, pmix, integration" >&2
   exit 1
+fi
+
+# Clang as well as GCC, with warnings as errors: Debian 13's (19), the
+# newest Clang of the releases tested. A build, no second test run.
+if [ "$release" = 13 ] && [ "${EXITPOLICY_SKIP_CLANG:-0}" != 1 ]; then
+  step "build with Clang, warnings as errors ($build-clang)"
+  bash "$src/contrib/install-deps" fuzz
+  CC=clang CXX=clang++ cmake -S "$src" -B "$build-clang" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXITPOLICY_WERROR=ON \
+    "${launcher[@]}" >/dev/null
+  cmake --build "$build-clang" -j "$jobs"
 fi
 
 if [ "${EXITPOLICY_SKIP_SANITIZE:-0}" != 1 ]; then
