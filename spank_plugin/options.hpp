@@ -63,11 +63,11 @@ Result<bool> check_main_rank(const StepOptions& options, std::uint32_t ntasks);
 std::vector<std::pair<std::string, std::string>> run_through_environment(std::uint32_t ntasks);
 
 // Whether srun's own options (argv[1..], up to the first word that is no
-// option: the program and its arguments) ask for --async (Slurm 26.05; or a
-// prefix of it, as getopt_long takes): the
-// step manager launches such a step and srun returns at once, waiting for
-// none of it. An option whose value is a separate word (--ntasks 4) ends
-// the look there too: what cannot be told apart counts as not asked.
+// option: the program and its arguments) ask for --async (Slurm 26.05), or
+// a prefix of it, as getopt_long takes: the step manager launches such a
+// step and srun returns at once, waiting for none of it. An option whose
+// value is a separate word (--ntasks 4) ends the look there too: what
+// cannot be told apart counts as not asked.
 bool asks_async(const std::vector<std::string>& argv);
 
 // An option's text for srun --help.

@@ -2,8 +2,9 @@
 // srun.cpp - the local context: srun.
 //
 // init_post_opt: resolve the step's options (bad ones stop srun before it
-// allocates; so do options with srun --async, whose step srun never sees). local_user_init: check the main rank against the task count,
-// start the front end, hand the nodes the bootstrap variable. exit (after
+// allocates; so do options with srun --async, whose step srun never sees).
+// local_user_init: check the main rank against the task count, start the
+// front end, hand the nodes the bootstrap variable. exit (after
 // the step, from srun's atexit): collect the outcomes, decide, report, and
 // end srun with the policy's code. Any trouble of our own: one warning, and
 // srun keeps Slurm's exit code.
