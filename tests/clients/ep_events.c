@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ep_events --victim R (--exit CODE | --signal SIG | --hang) [--delay S] [--expect K]
  *           [--timeout S] [--no-finalize-victim | --finalize-victim] [--fence-survivors]
- *           [--register all|default|aborted] [--no-fence]
+ *           [--register all|default|aborted|anchor] [--no-fence]
  *
  * Every rank registers one event handler per failure code (--register all,
  * the default), or one default (code-less) handler as Open MPI 4.1 does
  * (--register default), or a handler for PMIX_ERR_PROC_ABORTED alone as
- * OpenPMIx's examples/fault.c does (--register aborted); it
+ * OpenPMIx's examples/fault.c does (--register aborted), or one for
+ * PMIX_MAX_ERR_CONSTANT alone, as exitpolicy's event anchor does
+ * (pmix_server/event_anchor.hpp: OpenPMIx 4.2 and 5.0 keep a client's
+ * default handler only once some client registered that code; such a
+ * rank hears no failure itself) (--register anchor); it
  * waits for the registrations to complete, and fences, so that every handler
  * is in place before anyone dies (with --no-fence it does not: the victim is
  * then a task that never uses PMIx and may be gone before the others start,
@@ -33,11 +37,13 @@
  * stdout:
  *   victim rank=R t_us=T
  *   event rank=<me> code=<PMIx_Error_string, blanks as '_'> status=<int> affected=<ns>:<rank>|-
+ *         source=<ns>:<rank>|<ns>:wildcard|- (the process the event names as its source)
  *         exit_code=<int>|- term_status=<int>|- host=<PMIX_HOSTNAME>|- t_us=<handler entry, CLOCK_REALTIME us>
  *   survivor fence rank=R n=N
  *   survivor done rank=R events=E */
 #include "ep_pmix.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -52,7 +58,7 @@ static _Noreturn void usage(const char *why) {
   ep_die(EP_EXIT_USAGE,
          "%s\nusage: ep_events --victim R (--exit CODE | --signal SIG | --hang) [--delay S] "
          "[--expect K] [--timeout S] [--no-finalize-victim | --finalize-victim] [--fence-survivors] "
-         "[--register all|default|aborted] [--no-fence]",
+         "[--register all|default|aborted|anchor] [--no-fence]",
          why);
 }
 
@@ -92,11 +98,15 @@ static struct reg regs[] = {
 #define NREGS (sizeof regs / sizeof regs[0])
 /* --register default: one code-less (default) handler, as Open MPI 4.1 has. */
 static struct reg default_reg = {0, "default", false, PMIX_SUCCESS, 0};
+/* --register anchor: PMIX_MAX_ERR_CONSTANT, which lives in OpenPMIx's
+ * private pmix_globals.h (INT_MIN in 4.2 and 5.0). */
+static struct reg anchor_reg = {INT_MIN, "PMIX_MAX_ERR_CONSTANT", false, PMIX_SUCCESS, 0};
 
 /* An event as the handler saw it. */
 struct ev {
   pmix_status_t status;
   char affected[1024];
+  char source[PMIX_MAX_NSLEN + 32];
   bool about_victim;
   bool has_exit;
   long long exit_code;
@@ -157,13 +167,25 @@ static void handler(size_t ref, pmix_status_t status, const pmix_proc_t *source,
                     pmix_info_t info[], size_t ninfo, pmix_info_t *results, size_t nresults,
                     pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata) {
   (void)ref;
-  (void)source;
   (void)results;
   (void)nresults;
   struct ev e;
   memset(&e, 0, sizeof e);
   e.t_us = ep_now_us();
   e.status = status;
+  strcpy(e.source, "-");
+  if (source != NULL) {
+    if (source->rank == PMIX_RANK_WILDCARD) {
+      snprintf(e.source, sizeof e.source, "%.*s:wildcard", PMIX_MAX_NSLEN, source->nspace);
+    } else {
+      snprintf(e.source, sizeof e.source, "%.*s:%u", PMIX_MAX_NSLEN, source->nspace, source->rank);
+    }
+    for (char *c = e.source; *c != '\0'; c++) {
+      if (!isgraph((unsigned char)*c)) {
+        *c = '?'; /* one token, whatever a source gone bad held */
+      }
+    }
+  }
   pthread_mutex_lock(&mu);
   for (size_t i = 0; i < ninfo; i++) {
     const pmix_info_t *in = &info[i];
@@ -235,8 +257,8 @@ static void print_event(uint32_t me, const struct ev *e) {
   if (e->has_term) {
     snprintf(term, sizeof term, "%lld", e->term_status);
   }
-  ep_out("event rank=%u code=%s status=%d affected=%s exit_code=%s term_status=%s host=%s t_us=%lld",
-         me, name, e->status, e->affected, exit_code, term, e->host, (long long)e->t_us);
+  ep_out("event rank=%u code=%s status=%d affected=%s source=%s exit_code=%s term_status=%s host=%s t_us=%lld",
+         me, name, e->status, e->affected, e->source, exit_code, term, e->host, (long long)e->t_us);
 }
 
 static _Noreturn void die_as_victim(uint32_t me, bool finalize, long exit_code, long sig, bool hang) {
@@ -334,8 +356,9 @@ int main(int argc, char **argv) {
     case 'F': fence_survivors = true; break;
     case 'N': no_fence = true; break;
     case 'r':
-      if (strcmp(optarg, "all") != 0 && strcmp(optarg, "default") != 0 && strcmp(optarg, "aborted") != 0) {
-        usage("bad --register (all, default or aborted)");
+      if (strcmp(optarg, "all") != 0 && strcmp(optarg, "default") != 0 && strcmp(optarg, "aborted") != 0 &&
+          strcmp(optarg, "anchor") != 0) {
+        usage("bad --register (all, default, aborted or anchor)");
       }
       which = optarg;
       break;
@@ -372,8 +395,9 @@ int main(int argc, char **argv) {
   pthread_mutex_unlock(&mu);
 
   /* The registrations --register asks for: one per code (all), one
-   * code-less default handler, or PMIX_ERR_PROC_ABORTED alone (what
-   * OpenPMIx's examples/fault.c registers). */
+   * code-less default handler, PMIX_ERR_PROC_ABORTED alone (what
+   * OpenPMIx's examples/fault.c registers), or PMIX_MAX_ERR_CONSTANT alone
+   * (the event anchor's). */
   struct reg *chosen[NREGS + 1];
   size_t nchosen = 0;
   for (size_t i = 0; i < NREGS; i++) {
@@ -384,6 +408,9 @@ int main(int argc, char **argv) {
   }
   if (strcmp(which, "default") == 0) {
     chosen[nchosen++] = &default_reg;
+  }
+  if (strcmp(which, "anchor") == 0) {
+    chosen[nchosen++] = &anchor_reg;
   }
   if (nchosen == 0) {
     ep_die(EP_EXIT_USAGE, "--register %s: no such code in this PMIx", which);
