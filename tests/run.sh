@@ -29,6 +29,7 @@
 #   EXITPOLICY_SKIP_SANITIZE=1   skip the sanitizer build
 #   EXITPOLICY_SKIP_FUZZ=1       skip the fuzzer
 #   EXITPOLICY_SKIP_CLANG=1      skip the build with Clang (on Debian 13)
+#   EXITPOLICY_SKIP_GCC15=1      skip the build with GCC 15 (on Debian forky)
 #   EXITPOLICY_SKIP_OTHER_RELEASE=1  test this machine's Debian release only
 #   EXITPOLICY_ROOTFS_RELEASES="trixie forky"  the Debian suites tested in root
 #                                file systems (default: the other release, then forky)
@@ -164,6 +165,17 @@ if [ "$release" = 13 ] && [ "${EXITPOLICY_SKIP_CLANG:-0}" != 1 ]; then
   CC=clang CXX=clang++ cmake -S "$src" -B "$build-clang" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXITPOLICY_WERROR=ON \
     "${launcher[@]}" >/dev/null
   cmake --build "$build-clang" -j "$jobs"
+fi
+
+# GCC 15 as well as forky's own GCC (16 in the archive's snapshot here):
+# the GCC that Debian 14's release is planned with. A build, no second
+# test run.
+if [[ $release == forky* ]] && [ "${EXITPOLICY_SKIP_GCC15:-0}" != 1 ]; then
+  step "build with GCC 15, warnings as errors ($build-gcc15)"
+  bash "$src/contrib/install-deps" gcc15
+  CC=gcc-15 CXX=g++-15 cmake -S "$src" -B "$build-gcc15" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXITPOLICY_WERROR=ON \
+    "${launcher[@]}" >/dev/null
+  cmake --build "$build-gcc15" -j "$jobs"
 fi
 
 if [ "${EXITPOLICY_SKIP_SANITIZE:-0}" != 1 ]; then

@@ -104,16 +104,19 @@ def field(deb, name):
 NOT_ON_A_BUILD_HOST = {"slurmd", "slurmctld", "slurmdbd", "munge", "openmpi-bin", "mpich", "slurm-client"}
 
 
-def test_building_the_package_installs_no_daemon_and_starts_no_service():
-    """contrib/deb installs what `install-deps package` lists, and nothing
-    those packages depend on, however deep, is a daemon of Slurm or munge
-    (as this machine's apt sees Debian's archive)."""
-    deb_script = (REPO / "contrib/deb").read_text()
-    assert re.search(r'^bash "\$src/contrib/install-deps" package$', deb_script, re.M), deb_script
-    listed = run("bash", REPO / "contrib/install-deps", "--list", "package")
+@pytest.mark.parametrize("script,mode,tool", [("contrib/deb", "package", "dpkg-dev"),
+                                              ("contrib/rpm/build", "rpm", "rpm")])
+def test_building_the_package_installs_no_daemon_and_starts_no_service(script, mode, tool):
+    """contrib/deb (contrib/rpm/build) installs what `install-deps package`
+    (`rpm`) lists, and nothing those packages depend on, however deep, is a
+    daemon of Slurm or munge (as this machine's apt sees Debian's archive)."""
+    build_script = (REPO / script).read_text()
+    assert re.search(rf'^\s*bash "\$src/contrib/install-deps" {mode}( >&2)?$', build_script, re.M), build_script
+    assert len(re.findall(r"contrib/install-deps\"", build_script)) == 1, build_script
+    listed = run("bash", REPO / "contrib/install-deps", "--list", mode)
     assert listed.returncode == 0, listed.stderr
     packages = listed.stdout.split()
-    assert "libslurm-dev" in packages and "dpkg-dev" in packages, packages
+    assert "libslurm-dev" in packages and tool in packages, packages
     assert not NOT_ON_A_BUILD_HOST & set(packages), packages
     if run("apt-cache", "show", "cmake").returncode != 0:
         pytest.skip("this machine's apt has no package lists (a root file system made without them): "

@@ -103,6 +103,58 @@ def test_the_rpm_follows_slurm_specs_layout(rpm):
         re.search(r"project\(exitpolicy VERSION ([0-9.]+)", (REPO / "CMakeLists.txt").read_text()).group(1)]
 
 
+def test_rpmlint_says_nothing_its_config_does_not_explain(rpm):
+    """rpmlint on the spec and the RPM: every finding left is one that
+    contrib/rpm/rpmlint.toml gives a reason for."""
+    proc = run("rpmlint", "-c", REPO / "contrib" / "rpm" / "rpmlint.toml",
+               REPO / "contrib" / "rpm" / "exitpolicy.spec", rpm)
+    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    assert re.search(r"1 packages and 1 specfiles checked; 0 errors, 0 warnings", summary), \
+        proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def spec_query(what, *defines):
+    argv = ["rpmspec", "-q", what, "--define", f"slurm_root {PREFIX}"]
+    for d in defines:
+        argv += ["--define", d]
+    proc = run(*argv, REPO / "contrib" / "rpm" / "exitpolicy.spec")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def test_a_slurm_installed_without_rpms_is_required_by_no_rpm():
+    """--slurm-package "" (a Slurm in a prefix, not from RPMs): the spec then
+    asks for no slurm-devel to build and the RPM for no Slurm RPM; by default
+    both name Slurm's own RPMs."""
+    if not PREFIX:
+        pytest.fail("EXITPOLICY_SLURM_PREFIX is not set", pytrace=False)
+    major, minor = slurm_release()
+    assert "slurm-devel" in spec_query("--buildrequires")
+    assert f"slurm >= {major}.{minor:02d}" in spec_query("--requires")
+    assert not [r for r in spec_query("--buildrequires", "slurm_package %{nil}") if r.startswith("slurm")]
+    assert not [r for r in spec_query("--requires", "slurm_package %{nil}") if r.startswith("slurm")]
+    assert "slurm-site-devel" in spec_query("--buildrequires", "slurm_package slurm-site")
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--slurm-package", "slurm; rm -rf /"], "is no RPM name"),
+    (["--slurm-package"], "needs the name of Slurm's RPM"),
+    (["--slurm-root", "/nonexistent/slurm"], "no such directory"),
+    (["--slurm-root", "/tmp"], "no /tmp/include/slurm/spank.h"),
+    (["--slurmroot", "/usr"], "unknown option --slurmroot"),
+    (["out1", "out2"], "one output directory at most"),
+])
+def test_the_rpm_build_refuses_what_it_cannot_use_and_says_why(argv, says):
+    """Bad arguments stop contrib/rpm/build before it installs or builds
+    anything, with what to do."""
+    proc = run("bash", REPO / "contrib" / "rpm" / "build", *argv, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert says in proc.stderr, proc.stderr
+    assert "usage:" in proc.stderr or "spank.h" in proc.stderr, proc.stderr
+    assert "install-deps" not in proc.stdout + proc.stderr
+
+
 @pytest.fixture(scope="module")
 def unpacked(rpm):
     """The RPM's files under a fresh directory, as rpm2cpio | cpio unpack them."""
