@@ -207,6 +207,7 @@ if [ -z "${EXITPOLICY_IN_ROOTFS-}" ] && [ "${EXITPOLICY_SKIP_UPSTREAM:-0}" != 1 
   tarball=$(upstream_tarball)
   if [ -n "$tarball" ]; then
     run_upstream "$tarball"
+    upstream_tested="SchedMD's $(basename "$tarball" | sed 's/\.tar\..*$//')"
   else
     echo "tests/run.sh: no Slurm source tarball in $(realpath -m "$src/../shared/upstream") (or EXITPOLICY_SLURM_TARBALL): the suite against SchedMD's Slurm is skipped"
   fi
@@ -222,7 +223,7 @@ fi
 # The same suite on each release in its root file system, built in a tmpfs
 # (/build) from the source mounted read-only (/src); a failure there is that
 # release's.
-tested="Debian $release"
+tested="Debian $release${upstream_tested:+, $upstream_tested}"
 for suite in ${EXITPOLICY_ROOTFS_RELEASES:-$other forky}; do
   where="$(suite_name "$suite") (root file system, contrib/rootfs --release $suite)"
   step "the whole suite again on $where"
