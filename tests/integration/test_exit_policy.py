@@ -879,6 +879,50 @@ def test_the_readmes_quick_start_is_what_srun_prints(cluster, workdir, exitpolic
                 f"{line!r} not in\n{err}"
 
 
+def readme_usage_lines():
+    """Every command line of the README's "Options" section (its sh blocks),
+    without its comment."""
+    text = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text[text.index("## Options"):text.index("## Install")]
+    lines = []
+    for block in section.split("```sh\n")[1:]:
+        for line in block[:block.index("```")].splitlines():
+            command = re.sub(r"\s+#.*$", "", line).strip()
+            if command:
+                lines.append(command)
+    return lines
+
+
+def test_the_readmes_usage_lines_run_as_written(cluster, workdir, exitpolicy):
+    """Each command the README shows under "Options" runs as written, in a
+    directory where ./app, ./mpi_app and job.sh are programs that succeed:
+    srun and sbatch accept every option and value as the README spells
+    them, and each step ends with 0."""
+    lines = readme_usage_lines()
+    assert len(lines) >= 7, lines
+    for name in ("app", "mpi_app", "job.sh"):
+        program = workdir / name
+        program.write_text("#!/bin/sh\nexit 0\n")
+        program.chmod(0o755)
+    for line in lines:
+        argv = shlex.split(line)
+        assert argv[0] in ("srun", "sbatch"), line
+        rc, out, err = cluster.exec(*argv, cwd=workdir, timeout=60)
+        assert rc == 0, f"{line}: {err}"
+        assert "warning" not in err and "error" not in err, f"{line}: {err}"
+        if argv[0] == "sbatch":
+            job = re.search(r"Submitted batch job (\d+)", out)
+            assert job, out
+            for _ in range(300):
+                rc, state, _ = cluster.exec("squeue", "-h", "-j", job.group(1), timeout=30)
+                if rc != 0 or not state.strip():  # gone (an unknown id is an error)
+                    break
+                time.sleep(0.1)
+            else:
+                pytest.fail(f"{line}: job {job.group(1)} still queued or running after 30 s")
+    assert list(workdir.glob("exit-*.json")), "the JSON report was not written"
+
+
 def test_a_main_rank_without_policy_is_named_as_the_user_gave_it(cluster, workdir, exitpolicy):
     """The warning names the option or the variable that was really used."""
     script = '[ "$SLURM_PROCID" = 1 ] && exit 3; exit 0'
