@@ -12,6 +12,7 @@
 #pragma once
 
 #include "agent.hpp"
+#include "exitpolicy/node_failures.hpp"
 #include "args.hpp"
 #include "step_services.hpp"
 #include "pmi_server.hpp"
@@ -79,11 +80,12 @@ private:
     // Once both the step map and the PMIx server are there (in either
     // order): the namespace is registered, and the agent serves.
     void serve();
-    // This node learned that `rank` ended abnormally (or called abort):
-    // a PMIx client that fails here after it is collateral. An own end is
-    // an exit or a signal of the task's own, not an abort or a tear-down
-    // kill.
+    // This node learned that `rank` ended abnormally: a PMIx client that
+    // fails here after it is collateral (exitpolicy/node_failures.hpp). An
+    // own end is an exit or a signal of the task's own, not an abort or a
+    // tear-down kill.
     void failure_known(std::uint32_t rank, bool by_itself);
+    // The facts of a local end, for failures_ to judge.
     bool collateral(std::uint32_t rank, std::int64_t when_us, bool by_itself) const;
     void outcome(const protocol::Outcome& o);
     // Teardown: SIGTERM to every local task still running, SIGKILL to
@@ -172,18 +174,9 @@ private:
     std::map<std::uint32_t, std::unique_ptr<Task>> tasks_;
     void watch_exit(Task& task);
     static bool exited(Task& task);
-    // The first abnormal end this node learned of (its own tasks' or, by
-    // an event, another node's), and when, on this node's clock.
-    struct KnownFailure {
-        std::uint32_t rank = 0;
-        std::int64_t at_us = 0;
-        bool by_itself = false;  // an end of its own (exitpolicy::ended_by_itself)
-        // An application's own MPI_Abort, known here first: the local
-        // tasks still running then (neither ended nor exiting), whose
-        // failures cannot be what it reacted to.
-        std::set<std::uint32_t> running_at_abort;
-    };
-    std::optional<KnownFailure> first_known_;
+    // The failures this node knows of, and its judgement of its tasks'
+    // ends against them, on this node's clock.
+    exitpolicy::NodeFailures failures_;
     std::set<std::uint32_t> torn_down_;  // local ranks our teardown signalled
     struct AbortCall {
         int status = 0;

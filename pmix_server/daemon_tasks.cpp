@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // daemon_tasks.cpp - the node's tasks: their clients' abort, log and
-// finalization, failures known here and elsewhere (and what is collateral
-// to them), the local teardown, each task's exit watched through its pidfd,
-// and the outcomes passed on. See daemon.hpp.
+// finalization, failures known here and elsewhere (the facts: which end is
+// collateral to them is exitpolicy/node_failures.hpp's judgement), the
+// local teardown, each task's exit watched through its pidfd, and the
+// outcomes passed on. See daemon.hpp.
 #include "daemon.hpp"
 
 #include "event_anchor.hpp"
 #include "exitpolicy/outcome.hpp"
-#include "exitpolicy/policy.hpp"
 #include "pmix_server/log.hpp"
 #include "pmi_encoding.hpp"
 #include "pmix_host.hpp"
@@ -63,18 +63,20 @@ void Daemon::abort(std::uint32_t rank, int status, std::string message)
 {
     // The first call is the failure's moment: Open MPI's MPI_Abort calls
     // PMIx_Abort twice (its peers, then everyone), the teardown in between.
-    aborts_.try_emplace(rank, AbortCall{status, now_us()});
-    const bool first = !first_known_;
-    failure_known(rank, false);
+    const std::int64_t at_us = aborts_.try_emplace(rank, AbortCall{status, now_us()}).first->second.when_us;
+    if (pmi_)
+        pmi_->failed(rank);
     // MPICH 4.2 does not wait to be ended after its abort: a node-mate can
     // fail over the aborting rank a few milliseconds later (MPI_Finalize's
-    // flush to it, say), too soon for the abort to be taken as anything
-    // but a possible reaction to that end (reaction_window_us). A task
-    // the kernel still runs now cannot be what the application reacted to.
-    if (first && application_abort(message))
+    // flush to it, say). A task the kernel still runs now cannot be what
+    // the application reacted to.
+    failures_.abort_called(rank, at_us, application_abort(message), [this] {
+        std::set<std::uint32_t> running;
         for (auto& [r, task] : tasks_)
-            if (r != rank && !ended_.count(r) && !exited(*task))
-                first_known_->running_at_abort.insert(r);
+            if (!ended_.count(r) && !exited(*task))
+                running.insert(r);
+        return running;
+    });
     log::info("rank %u called abort with status %d: %s", rank, status, message.c_str());
     agent_->to_root(protocol::Abort{rank, status, protocol::clipped(message)}.encode());
 }
@@ -131,29 +133,19 @@ void Daemon::failure_known(std::uint32_t rank, bool by_itself)
 {
     if (pmi_)
         pmi_->failed(rank);
-    if (!first_known_)
-        first_known_ = KnownFailure{rank, now_us(), by_itself, {}};
+    failures_.known(rank, now_us(), by_itself);
 }
 
-// Signalled by our own teardown, or a PMIx client (which can have been
-// told) that ended or aborted at `when_us`, after this node knew of another
-// task's failure. A task that never used PMIx heard of nothing: its failure
-// is its own.
 bool Daemon::collateral(std::uint32_t rank, std::int64_t when_us, bool by_itself) const
 {
-    // A task that called abort failed by itself when it did: the teardown
-    // that abort started may still find it running.
-    if (torn_down_.count(rank) && !aborts_.count(rank))
-        return true;
-    if (!connected_.count(rank) || !first_known_ || first_known_->rank == rank)
-        return false;
-    if (first_known_->running_at_abort.count(rank))
-        return true;
-    // An abort, and the teardown it starts, can be a reaction to this
-    // task's own end, whose sockets closed before the end was seen: then
-    // the root cause decides (reaction_window_us in policy.hpp).
-    const std::int64_t margin = by_itself && !first_known_->by_itself ? reaction_window_us : 0;
-    return when_us > first_known_->at_us + margin;
+    exitpolicy::NodeFailures::End end;
+    end.rank = rank;
+    end.when_us = when_us;
+    end.by_itself = by_itself;
+    end.client = connected_.count(rank) != 0;
+    end.torn_down = torn_down_.count(rank) != 0;
+    end.aborted = aborts_.count(rank) != 0;
+    return failures_.collateral(end);
 }
 
 void Daemon::terminate_local(const std::string& why, std::uint32_t kill_after_ms)
