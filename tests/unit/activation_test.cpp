@@ -61,12 +61,7 @@ struct Node {
 
     explicit Node(std::string server_dir) : dir(std::move(server_dir))
     {
-        overlay.args_.job_id = 7;
-        overlay.args_.node_id = 0;
-        overlay.args_.hostname = "node0";
-        overlay.args_.topology = "none";
-        overlay.args_.ranks = {0, 1};
-        overlay.args_.dir = dir;
+        overlay.as_node0(dir, {0, 1});
         auto r = protocol::listen_loopback();
         if (!r)
             fail(r.error());

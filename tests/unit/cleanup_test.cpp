@@ -45,13 +45,7 @@ struct Ending {
 {
     const auto fail = one_node::server_fails;
     OneNode overlay;
-    overlay.args_.job_id = 7;
-    overlay.args_.step_id = 0;
-    overlay.args_.node_id = 0;
-    overlay.args_.hostname = "node0";
-    overlay.args_.topology = "none";
-    overlay.args_.ranks = {0, 1};
-    overlay.args_.dir = server_dir;
+    overlay.as_node0(server_dir, {0, 1});
     {
         PmixHost host(overlay);
         if (auto ok = host.init(server_dir); !ok)

@@ -119,13 +119,7 @@ pid_t start_client(PmixHost& host, OneNode& overlay, const std::string& dir, std
 [[noreturn]] void serve(const std::string& dir)
 {
     OneNode overlay;
-    overlay.args_.job_id = 7;
-    overlay.args_.step_id = 0;
-    overlay.args_.node_id = 0;
-    overlay.args_.hostname = "node0";
-    overlay.args_.topology = "none";
-    overlay.args_.ranks = {survivor, victim, anchor};
-    overlay.args_.dir = dir;
+    overlay.as_node0(dir, {survivor, victim, anchor});
     std::vector<pid_t> clients;
     {
         PmixHost host(overlay);

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace exitpolicy::pmix_server::one_node {
@@ -34,6 +35,19 @@ public:
     void client_connected(std::uint32_t rank) override { connected.push_back(rank); }
     void client_finalized(std::uint32_t) override {}
     const Args& args() const noexcept override { return args_; }
+
+    // Node 0 ("node0") of job 7, step 0, serving `ranks` from `dir`: the
+    // place every such test gives its server.
+    void as_node0(const std::string& dir, std::vector<std::uint32_t> ranks)
+    {
+        args_.job_id = 7;
+        args_.step_id = 0;
+        args_.node_id = 0;
+        args_.hostname = "node0";
+        args_.topology = "none";
+        args_.ranks = std::move(ranks);
+        args_.dir = dir;
+    }
 };
 
 // The server process gives up: what went wrong on stderr, exit status 10.
