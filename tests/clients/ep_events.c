@@ -415,19 +415,21 @@ int main(int argc, char **argv) {
   if (nchosen == 0) {
     ep_die(EP_EXIT_USAGE, "--register %s: no such code in this PMIx", which);
   }
-  /* Non-blocking; then wait for all of them. */
+  /* Non-blocking; then wait for all of them. The library reads each
+   * registration's code and info on its own thread after the call has
+   * returned: they live until every callback came. */
   ep_wait_begin("register");
+  pmix_info_t infos[NREGS + 1];
+  pmix_status_t codes[NREGS + 1];
   for (size_t i = 0; i < nchosen; i++) {
-    pmix_info_t info;
     char name[64];
     snprintf(name, sizeof name, "ep_events:%s", chosen[i]->name);
-    PMIX_INFO_CONSTRUCT(&info);
-    PMIx_Info_load(&info, PMIX_EVENT_HDLR_NAME, name, PMIX_STRING);
-    pmix_status_t code = chosen[i]->code;
+    PMIX_INFO_CONSTRUCT(&infos[i]);
+    PMIx_Info_load(&infos[i], PMIX_EVENT_HDLR_NAME, name, PMIX_STRING);
+    codes[i] = chosen[i]->code;
     bool is_default = chosen[i] == &default_reg;
-    pmix_status_t rc = PMIx_Register_event_handler(is_default ? NULL : &code, is_default ? 0 : 1, &info, 1,
-                                                   handler, regcb, chosen[i]);
-    PMIX_INFO_DESTRUCT(&info);
+    pmix_status_t rc = PMIx_Register_event_handler(is_default ? NULL : &codes[i], is_default ? 0 : 1, &infos[i],
+                                                   1, handler, regcb, chosen[i]);
     if (rc != PMIX_SUCCESS) {
       ep_pmix_fail(chosen[i]->name, rc);
     }
@@ -437,6 +439,9 @@ int main(int argc, char **argv) {
     pthread_cond_wait(&cv, &mu);
   }
   pthread_mutex_unlock(&mu);
+  for (size_t i = 0; i < nchosen; i++) {
+    PMIX_INFO_DESTRUCT(&infos[i]);
+  }
   ep_wait_end();
   int failed = 0;
   for (size_t i = 0; i < nchosen; i++) {

@@ -78,8 +78,12 @@ int main(int argc, char **argv)
         ep_pmix_fail("PMIx_Register_event_handler", registered);
     ep_fence(&me, false);  /* everyone listens before rank 0 speaks */
 
+    /* The library may read the event's source and info on its own thread
+     * after PMIx_Notify_event returned (OpenPMIx 6.1 on): they live until
+     * the end. */
+    pmix_info_t info;
+    PMIX_INFO_CONSTRUCT(&info);
     if (me.rank == 0) {
-        pmix_info_t info;
         char text[64];
         snprintf(text, sizeof text, "from-%u", me.rank);
         PMIX_INFO_LOAD(&info, "ep.note", text, PMIX_STRING);
@@ -98,6 +102,7 @@ int main(int argc, char **argv)
     }
     ep_fence(&me, false);
     ep_pmix_finalize();
+    PMIX_INFO_DESTRUCT(&info);
     ep_out("notify ok rank=%u", me.rank);
     return 0;
 }
