@@ -17,7 +17,7 @@ void NodeFailures::abort_called(std::uint32_t rank, std::int64_t at_us, bool app
 {
     if (first_)
         return;
-    first_ = First{rank, at_us, false, {}};
+    known(rank, at_us, false);
     if (application && running) {
         first_->running_at_abort = running();
         first_->running_at_abort.erase(rank);

@@ -64,8 +64,6 @@ void Daemon::abort(std::uint32_t rank, int status, std::string message)
     // The first call is the failure's moment: Open MPI's MPI_Abort calls
     // PMIx_Abort twice (its peers, then everyone), the teardown in between.
     const std::int64_t at_us = aborts_.try_emplace(rank, AbortCall{status, now_us()}).first->second.when_us;
-    if (pmi_)
-        pmi_->failed(rank);
     // MPICH 4.2 does not wait to be ended after its abort: a node-mate can
     // fail over the aborting rank a few milliseconds later (MPI_Finalize's
     // flush to it, say). A task the kernel still runs now cannot be what
@@ -77,6 +75,7 @@ void Daemon::abort(std::uint32_t rank, int status, std::string message)
                 running.insert(r);
         return running;
     });
+    failure_known(rank, false);  // the PMI service's clients hear of it; the first failure is set above
     log::info("rank %u called abort with status %d: %s", rank, status, message.c_str());
     agent_->to_root(protocol::Abort{rank, status, protocol::clipped(message)}.encode());
 }
