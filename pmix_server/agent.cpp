@@ -33,8 +33,7 @@ Agent::~Agent()
     up_.reset();
     fe_.reset();
     child_backoff_.reset();
-    if (child_listener_)
-        evconnlistener_free(child_listener_);
+    child_listener_.reset();
 }
 
 void Agent::start()

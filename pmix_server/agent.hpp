@@ -23,6 +23,7 @@
 #include "exitpolicy/result.hpp"
 #include "protocol/channel.hpp"
 #include "protocol/fences.hpp"
+#include "protocol/handles.hpp"
 #include "protocol/tree.hpp"
 #include "protocol/wire.hpp"
 
@@ -197,7 +198,7 @@ private:
     std::unique_ptr<protocol::Channel> up_;     // the parent daemon, when there is one
     std::optional<std::uint32_t> up_node_;  // whom up_ leads to (none: the FE, after a run-through)
     std::vector<std::unique_ptr<protocol::Channel>> children_;
-    evconnlistener* child_listener_ = nullptr;
+    protocol::ListenerHandle child_listener_;
     std::unique_ptr<protocol::AcceptBackoff> child_backoff_;
     bool told_over_cap_ = false;
     std::uint16_t child_port_ = 0;

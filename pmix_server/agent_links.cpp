@@ -66,12 +66,11 @@ bool Agent::listen_children()
     sockaddr_in sin{};
     sin.sin_family = AF_INET;
     sin.sin_addr.s_addr = htonl(INADDR_ANY);
-    child_listener_ = evconnlistener_new_bind(
+    child_listener_.reset(evconnlistener_new_bind(
         base_,
         [](evconnlistener*, evutil_socket_t fd, sockaddr*, int, void* arg) {
             auto* d = static_cast<Agent*>(arg);
-            // No exception leaves a libevent callback.
-            try {
+            guarded("accepting a child's connection", [&] {
                 d->child_backoff_->accepted();
                 d->make_room_for_child(fd);
                 auto h = d->overlay_handlers();
@@ -96,29 +95,25 @@ bool Agent::listen_children()
                 };
                 if (auto c = protocol::Channel::accept(d->base_, fd, d->secret_, d->setup_.job_id, d->setup_.step_id, h))
                     d->children_.push_back(std::move(c));
-            } catch (const std::exception& e) {
-                log::error("could not accept a child's connection: %s", e.what());
-            } catch (...) {
-                log::error("could not accept a child's connection");
-            }
+            });
         },
         // Its children connect at once, and the orphans of one that left:
         // up to twice the fan-out (2 to 1024), before the map says which.
         this, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE, 2048,
-        reinterpret_cast<sockaddr*>(&sin), sizeof(sin));
+        reinterpret_cast<sockaddr*>(&sin), sizeof(sin)));
     if (!child_listener_) {
         log::error("cannot listen for child daemons: %s", std::strerror(errno));
         return false;
     }
     child_backoff_ = std::make_unique<protocol::AcceptBackoff>(
-        child_listener_, [](const std::string& line) { log::error("child listener: %s", line.c_str()); },
+        child_listener_.get(), [](const std::string& line) { log::error("child listener: %s", line.c_str()); },
         [this] { return close_oldest_waiting_child(); });
-    evconnlistener_set_error_cb(child_listener_, [](evconnlistener*, void* arg) {
+    evconnlistener_set_error_cb(child_listener_.get(), [](evconnlistener*, void* arg) {
         static_cast<Agent*>(arg)->child_backoff_->failed(EVUTIL_SOCKET_ERROR());
     });
     sockaddr_in bound{};
     socklen_t len = sizeof(bound);
-    getsockname(evconnlistener_get_fd(child_listener_), reinterpret_cast<sockaddr*>(&bound), &len);
+    getsockname(evconnlistener_get_fd(child_listener_.get()), reinterpret_cast<sockaddr*>(&bound), &len);
     child_port_ = ntohs(bound.sin_port);
     return true;
 }

@@ -46,14 +46,6 @@ namespace exitpolicy::pmix_server {
 
 Daemon::Daemon(Args args, protocol::Secret secret) : args_(std::move(args)), secret_(secret) {}
 
-Daemon::Task::~Task()
-{
-    if (exit_watch)
-        event_free(exit_watch);
-    if (pidfd >= 0)
-        ::close(pidfd);
-}
-
 Daemon::~Daemon()
 {
     // The links first: a child whose parent stops reroutes what it has not
@@ -68,28 +60,24 @@ Daemon::~Daemon()
     pmix_.reset();
     timers_.reset();
     if (local_listener_) {
-        evconnlistener_free(local_listener_);
+        local_listener_.reset();
         // An empty directory is all slurmstepd has to remove (rmdir) when
         // no client used the PMIx server.
         ::unlink((args_.dir + "/daemon.sock").c_str());
     }
-    if (first_client_)
-        event_free(first_client_);
+    first_client_.reset();
     if (reserved_.fd >= 0)
         ::close(reserved_.fd);
-    if (wake_)
-        event_free(wake_);
-    for (event* e : signals_)
-        event_free(e);
-    tasks_.clear();  // their exit watches
-    if (base_)
-        event_base_free(base_);
+    wake_.reset();
+    signals_.clear();
+    tasks_.reset();  // their exit watches
+    base_.reset();
 }
 
 void Daemon::post(std::function<void()> fn)
 {
     if (posted_.push(std::move(fn)))
-        event_active(wake_, EV_READ, 0);
+        event_active(wake_.get(), EV_READ, 0);
 }
 
 int Daemon::run()
@@ -105,17 +93,21 @@ int Daemon::run()
                        static_cast<unsigned long long>(lim.rlim_max));
     }
     evthread_use_pthreads();
-    base_ = event_base_new();
+    base_.reset(event_base_new());
     if (!base_)
         return 1;
     // Two priorities: a task's exit (0) is seen before anything else that
     // became ready with it (1, the default), such as another node's news.
-    event_base_priority_init(base_, 2);
-    wake_ = event_new(
-        base_, -1, EV_PERSIST,
+    event_base_priority_init(base_.get(), 2);
+    wake_.reset(event_new(
+        base_.get(), -1, EV_PERSIST,
         [](evutil_socket_t, short, void* arg) { static_cast<Daemon*>(arg)->posted_.run(); },
-        this);
-    timers_ = std::make_unique<Timers>(base_);
+        this));
+    timers_ = std::make_unique<Timers>(base_.get());
+    tasks_ = std::make_unique<LocalTasks>(base_.get(), *timers_, [this] {
+        if (pmi_)
+            pmi_->read_pending();
+    });
     AgentSetup setup;
     setup.job_id = args_.job_id;
     setup.step_id = args_.step_id;
@@ -124,20 +116,20 @@ int Daemon::run()
     setup.ranks = args_.ranks;
     setup.fe_host = args_.fe_host;
     setup.fe_port = args_.fe_port;
-    agent_ = std::make_unique<Agent>(base_, std::move(setup), secret_, static_cast<Agent::Node&>(*this));
+    agent_ = std::make_unique<Agent>(base_.get(), std::move(setup), secret_, static_cast<Agent::Node&>(*this));
     pmix_ = std::make_unique<PmixHost>(*this);
     anchor_ = std::make_unique<EventAnchor>(*this);
     adopt_pmi_sockets();
     plan_server();
     if (planned_) {
-        first_client_ = event_new(
-            base_, reserved_.fd, EV_READ,
+        first_client_.reset(event_new(
+            base_.get(), reserved_.fd, EV_READ,
             [](evutil_socket_t, short, void* arg) {
                 log::debug("a PMIx client connects: the PMIx server starts");
-                static_cast<Daemon*>(arg)->start_pmix();
+                guarded("starting the PMIx server", [arg] { static_cast<Daemon*>(arg)->start_pmix(); });
             },
-            this);
-        if (!first_client_ || event_add(first_client_, nullptr) != 0)
+            this));
+        if (!first_client_ || event_add(first_client_.get(), nullptr) != 0)
             start_pmix();
     } else {
         start_pmix();
@@ -145,24 +137,22 @@ int Daemon::run()
     // Told to end (by hand, or by a process tracker that reaches us): the
     // same way out as at the step's end, so that the clients' cleanup runs.
     for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
-        event* e = evsignal_new(
-            base_, sig,
+        protocol::EventHandle e(evsignal_new(
+            base_.get(), sig,
             [](evutil_socket_t signo, short, void* arg) {
                 auto* d = static_cast<Daemon*>(arg);
                 log::info("%s: stopping", strsignal(static_cast<int>(signo)));
-                d->agent_->drain();
+                guarded("stopping", [d] { d->agent_->drain(); });
             },
-            this);
-        if (e && event_add(e, nullptr) == 0)
-            signals_.push_back(e);
-        else if (e)
-            event_free(e);
+            this));
+        if (e && event_add(e.get(), nullptr) == 0)
+            signals_.push_back(std::move(e));
     }
     listen_local();
     if (planned_)
         ready();  // the tasks may start: their server's socket is there
     agent_->start();
-    event_base_loop(base_, EVLOOP_NO_EXIT_ON_EMPTY);
+    event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY);
     if (pmix_init_.joinable())
         pmix_init_.join();
     return exit_code_;
@@ -215,10 +205,7 @@ void Daemon::start_pmix()
     if (pmix_started_ || stopping_)
         return;
     pmix_started_ = true;
-    if (first_client_) {
-        event_free(first_client_);
-        first_client_ = nullptr;
-    }
+    first_client_.reset();
     pmix_->discover_topology();
     // Before the library listens: another user's process never gets a
     // byte of it, whatever uid its client claims (OpenPMIx's native
@@ -297,7 +284,7 @@ void Daemon::adopt_pmi_sockets()
         // Above what the PMIx library select()s on (process::move_above).
         sockets.push_back(protocol::process::move_above(fd, FD_SETSIZE));
     }
-    pmi_ = std::make_unique<PmiServer>(base_, *this);
+    pmi_ = std::make_unique<PmiServer>(base_.get(), *this);
     pmi_->adopt(args_.ranks, sockets);
 }
 
@@ -442,7 +429,7 @@ void Daemon::stop(int code)
         args_.ready_fd = -1;
     }
     if (!told) {
-        event_base_loopexit(base_, nullptr);
+        event_base_loopexit(base_.get(), nullptr);
         return;
     }
     // The loop ends once the control link has taken what slurmstepd is
@@ -453,10 +440,10 @@ void Daemon::stop(int code)
             if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
                 event_base_loopexit(static_cast<event_base*>(arg), nullptr);
         },
-        [](bufferevent*, short, void* arg) { event_base_loopexit(static_cast<event_base*>(arg), nullptr); }, base_);
+        [](bufferevent*, short, void* arg) { event_base_loopexit(static_cast<event_base*>(arg), nullptr); }, base_.get());
     bufferevent_enable(told->bev, EV_WRITE);
     const timeval bound{0, 500'000};
-    event_base_loopexit(base_, &bound);
+    event_base_loopexit(base_.get(), &bound);
 }
 
 // slurmstepd's last word from us: which of its outcomes srun has. It sends

@@ -14,6 +14,7 @@
 #include "agent.hpp"
 #include "exitpolicy/node_failures.hpp"
 #include "args.hpp"
+#include "local_tasks.hpp"
 #include "step_services.hpp"
 #include "pmi_server.hpp"
 #include "pmix_host.hpp"
@@ -59,7 +60,7 @@ public:
     void client_connected(std::uint32_t rank) override;
     void client_finalized(std::uint32_t rank) override;
     const Args& args() const noexcept override { return args_; }
-    event_base* base() const noexcept { return base_; }
+    event_base* base() const noexcept { return base_.get(); }
     // Runs fn on the loop after `ms` milliseconds.
     void after_ms(std::uint32_t ms, std::function<void()> fn);
 
@@ -91,7 +92,6 @@ private:
     // Teardown: SIGTERM to every local task still running, SIGKILL to
     // those left after kill_after_ms.
     void terminate_local(const std::string& why, std::uint32_t kill_after_ms);
-    void signal_local(int sig, const std::set<std::uint32_t>& ranks);
     void listen_local();
     // The PMIx server's socket reserved and the tasks' environment planned
     // (socket_activation.hpp), when this library allows it; else the
@@ -118,21 +118,21 @@ private:
 
     Args args_;
     protocol::Secret secret_;
-    event_base* base_ = nullptr;
-    event* wake_ = nullptr;
-    std::vector<event*> signals_;  // SIGTERM, SIGINT, SIGHUP: stop as at the step's end
+    protocol::EventBaseHandle base_;
+    protocol::EventHandle wake_;
+    std::vector<protocol::EventHandle> signals_;  // SIGTERM, SIGINT, SIGHUP: stop as at the step's end
     WorkQueue posted_;
     std::unique_ptr<Timers> timers_;
     std::unique_ptr<Agent> agent_;
 
-    evconnlistener* local_listener_ = nullptr;
+    protocol::ListenerHandle local_listener_;
     std::vector<std::unique_ptr<Local>> locals_;
 
     std::unique_ptr<PmixHost> pmix_;
     std::unique_ptr<PmiServer> pmi_;
     std::optional<PlannedServer> planned_;
     activation::Reserved reserved_;
-    event* first_client_ = nullptr;  // the reserved socket turns readable
+    protocol::EventHandle first_client_;  // the reserved socket turns readable
     bool pmix_started_ = false;
     bool pmix_served_ = false;
     std::vector<std::function<void()>> until_served_;
@@ -157,27 +157,11 @@ private:
     // The local tasks, as their env requests came (the kernel's word for
     // the pid: SO_PEERCRED): a pidfd, so that a signal never reaches a
     // process that reused a pid.
-    struct Task {
-        pid_t pid = -1;
-        int pidfd = -1;
-        // The pidfd turns readable the moment the process exits, before
-        // slurmstepd reaps it and reports its outcome: that moment is its
-        // end (a peer's runtime may react to it before the report comes).
-        event* exit_watch = nullptr;
-        std::int64_t exited_at_us = 0;
-        Daemon* daemon = nullptr;  // whose loop watches it
-        Task() = default;
-        Task(const Task&) = delete;
-        Task& operator=(const Task&) = delete;
-        ~Task();
-    };
-    std::map<std::uint32_t, std::unique_ptr<Task>> tasks_;
-    void watch_exit(Task& task);
-    static bool exited(Task& task);
+    // The local tasks as processes; made with the loop.
+    std::unique_ptr<LocalTasks> tasks_;
     // The failures this node knows of, and its judgement of its tasks'
     // ends against them, on this node's clock.
     exitpolicy::NodeFailures failures_;
-    std::set<std::uint32_t> torn_down_;  // local ranks our teardown signalled
     struct AbortCall {
         int status = 0;
         std::int64_t when_us = 0;  // the failure's moment: the kill comes later
@@ -185,7 +169,6 @@ private:
     std::map<std::uint32_t, AbortCall> aborts_;
     std::set<std::uint32_t> connected_;
     std::set<std::uint32_t> finalized_;
-    std::set<std::uint32_t> ended_;  // local ranks whose outcome arrived
     std::set<std::uint32_t> notified_;     // ranks whose end our clients heard of
 };
 

@@ -110,7 +110,7 @@ void Daemon::add_local(int fd, uid_t uid, pid_t pid, bool control)
     l->uid = uid;
     l->pid = pid;
     l->control = control;
-    l->bev = bufferevent_socket_new(base_, fd, BEV_OPT_CLOSE_ON_FREE);
+    l->bev = bufferevent_socket_new(base_.get(), fd, BEV_OPT_CLOSE_ON_FREE);
     bufferevent_setcb(
         l->bev, [](bufferevent*, void* arg) noexcept { static_cast<Local*>(arg)->read_frames(); },
         nullptr,
@@ -143,8 +143,8 @@ void Daemon::listen_local()
     }
     std::strcpy(sun.sun_path, path.c_str());
     ::unlink(path.c_str());
-    local_listener_ = evconnlistener_new_bind(
-        base_,
+    local_listener_.reset(evconnlistener_new_bind(
+        base_.get(),
         [](evconnlistener*, evutil_socket_t fd, sockaddr*, int, void* arg) {
             auto* d = static_cast<Daemon*>(arg);
             ucred cred{};
@@ -154,9 +154,10 @@ void Daemon::listen_local()
                 ::close(fd);
                 return;
             }
-            d->add_local(fd, cred.uid, cred.pid, false);
+            if (!guarded("a local connection", [&] { d->add_local(fd, cred.uid, cred.pid, false); }))
+                ::close(fd);
         },
-        this, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 64, reinterpret_cast<sockaddr*>(&sun), sizeof(sun));
+        this, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 64, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)));
     if (!local_listener_)
         log::error("cannot listen on %s: %s", path.c_str(), std::strerror(errno));
     // slurmstepd's control link, which no other process holds.
@@ -218,11 +219,8 @@ void Daemon::on_local_frame(Local& l, protocol::Type type, std::span<const std::
             out.error = env.error();
         } else {
             // The task itself asks, before exec: its pid is the peer's.
-            auto task = std::make_unique<Task>();
-            task->pid = l.pid;
-            task->pidfd = protocol::process::move_above(protocol::process::open_pidfd(l.pid), FD_SETSIZE);
-            watch_exit(*task);
-            tasks_[r->rank] = std::move(task);
+            tasks_->add(r->rank, l.pid,
+                        protocol::Fd(protocol::process::move_above(protocol::process::open_pidfd(l.pid), FD_SETSIZE)));
             out.env = std::move(*env);
         }
         auto frame = out.encode();
@@ -248,21 +246,17 @@ void Daemon::on_local_frame(Local& l, protocol::Type type, std::span<const std::
                        t ? ("rank " + std::to_string(t->rank)).c_str() : t.error().c_str());
             return;
         }
-        if (tasks_.count(t->rank))
+        if (tasks_->known(t->rank))
             return;
         const pid_t pid = static_cast<pid_t>(t->pid);
         // Above the descriptors the PMIx library select()s on (a node of
         // a thousand tasks holds a thousand pidfds).
-        const int pidfd = protocol::process::move_above(protocol::process::open_pidfd_of(pid, t->start_time), FD_SETSIZE);
-        if (pidfd < 0 && errno == ESRCH) {
+        protocol::Fd pidfd(protocol::process::move_above(protocol::process::open_pidfd_of(pid, t->start_time), FD_SETSIZE));
+        if (!pidfd && errno == ESRCH) {
             log::debug("rank %u (pid %d) ended before this daemon heard it start", t->rank, static_cast<int>(pid));
             return;  // nothing to signal: its pid may be another's now
         }
-        auto task = std::make_unique<Task>();
-        task->pid = pid;
-        task->pidfd = pidfd;
-        watch_exit(*task);
-        tasks_[t->rank] = std::move(task);
+        tasks_->add(t->rank, pid, std::move(pidfd));
         return;
     }
     case protocol::Type::outcome: {

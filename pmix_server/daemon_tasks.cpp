@@ -32,13 +32,6 @@
 namespace exitpolicy::pmix_server {
 namespace {
 
-std::int64_t now_us()
-{
-    timespec now{};
-    ::clock_gettime(CLOCK_REALTIME, &now);
-    return std::int64_t{now.tv_sec} * 1'000'000 + now.tv_nsec / 1000;
-}
-
 bool ended_by_itself(int wait_status, bool aborted)
 {
     TaskOutcome t;
@@ -63,18 +56,12 @@ void Daemon::abort(std::uint32_t rank, int status, std::string message)
 {
     // The first call is the failure's moment: Open MPI's MPI_Abort calls
     // PMIx_Abort twice (its peers, then everyone), the teardown in between.
-    const std::int64_t at_us = aborts_.try_emplace(rank, AbortCall{status, now_us()}).first->second.when_us;
+    const std::int64_t at_us = aborts_.try_emplace(rank, AbortCall{status, protocol::process::realtime_us()}).first->second.when_us;
     // MPICH 4.2 does not wait to be ended after its abort: a node-mate can
     // fail over the aborting rank a few milliseconds later (MPI_Finalize's
     // flush to it, say). A task the kernel still runs now cannot be what
     // the application reacted to.
-    failures_.abort_called(rank, at_us, application_abort(message), [this] {
-        std::set<std::uint32_t> running;
-        for (auto& [r, task] : tasks_)
-            if (!ended_.count(r) && !exited(*task))
-                running.insert(r);
-        return running;
-    });
+    failures_.abort_called(rank, at_us, application_abort(message), [this] { return tasks_->running(); });
     failure_known(rank, false);  // the PMI service's clients hear of it; the first failure is set above
     log::info("rank %u called abort with status %d: %s", rank, status, message.c_str());
     agent_->to_root(protocol::Abort{rank, status, protocol::clipped(message)}.encode());
@@ -132,7 +119,7 @@ void Daemon::failure_known(std::uint32_t rank, bool by_itself)
 {
     if (pmi_)
         pmi_->failed(rank);
-    failures_.known(rank, now_us(), by_itself);
+    failures_.known(rank, protocol::process::realtime_us(), by_itself);
 }
 
 bool Daemon::collateral(std::uint32_t rank, std::int64_t when_us, bool by_itself) const
@@ -142,92 +129,19 @@ bool Daemon::collateral(std::uint32_t rank, std::int64_t when_us, bool by_itself
     end.when_us = when_us;
     end.by_itself = by_itself;
     end.client = connected_.count(rank) != 0;
-    end.torn_down = torn_down_.count(rank) != 0;
+    end.torn_down = tasks_->torn_down(rank);
     end.aborted = aborts_.count(rank) != 0;
     return failures_.collateral(end);
 }
 
 void Daemon::terminate_local(const std::string& why, std::uint32_t kill_after_ms)
 {
-    if (!torn_down_.empty())
+    if (tasks_->tearing_down())
         return;  // a teardown is under way here already
-    std::set<std::uint32_t> running;
-    for (const auto& [rank, task] : tasks_)
-        if (!ended_.count(rank) && !exited(*task))
-            running.insert(rank);
+    const auto running = tasks_->running();
     log::info("terminating %zu local tasks: %s", running.size(), why.c_str());
-    if (running.empty())
-        return;
-    torn_down_ = running;
-    signal_local(SIGTERM, running);
-    signal_local(SIGCONT, running);  // a stopped task must see its SIGTERM
-    after_ms(kill_after_ms, [this] {
-        std::set<std::uint32_t> left;
-        for (std::uint32_t rank : torn_down_)
-            if (!ended_.count(rank))
-                left.insert(rank);
-        if (left.empty())
-            return;
-        log::info("%zu local tasks outlived SIGTERM: SIGKILL", left.size());
-        signal_local(SIGKILL, left);
-    });
-}
-
-// Asks the kernel, not the loop: an exit whose event is still queued
-// behind the one being handled counts, and so does one under way.
-bool Daemon::exited(Task& task)
-{
-    if (task.exited_at_us == 0 && task.pidfd >= 0) {
-        // Should the pid be gone and taken by another process between the
-        // two looks, the task has exited all the same.
-        if (protocol::process::ended(task.pidfd) || protocol::process::exiting(task.pid))
-            task.exited_at_us = now_us();
-    }
-    return task.exited_at_us != 0;
-}
-
-void Daemon::watch_exit(Task& task)
-{
-    if (task.pidfd < 0)
-        return;  // no pidfds on this kernel: the outcome's own time stands
-    task.daemon = this;
-    task.exit_watch = event_new(
-        base_, task.pidfd, EV_READ,
-        [](evutil_socket_t, short, void* arg) {
-            auto* t = static_cast<Task*>(arg);
-            // What a task wrote on its PMI socket before this exit came
-            // first (an MPICH rank's abort, then its exit, then a peer's
-            // end over it): read now, not after this event of higher
-            // priority.
-            if (t->daemon->pmi_)
-                t->daemon->pmi_->read_pending();
-            if (t->exited_at_us == 0)
-                t->exited_at_us = now_us();
-        },
-        &task);
-    if (!task.exit_watch)
-        return;
-    event_priority_set(task.exit_watch, 0);
-    if (event_add(task.exit_watch, nullptr) != 0) {
-        event_free(task.exit_watch);
-        task.exit_watch = nullptr;
-    }
-}
-
-void Daemon::signal_local(int sig, const std::set<std::uint32_t>& ranks)
-{
-    for (std::uint32_t rank : ranks) {
-        auto it = tasks_.find(rank);
-        if (it == tasks_.end() || ended_.count(rank))
-            continue;
-        const Task& t = *it->second;
-        if (t.pidfd >= 0) {
-            if (!protocol::process::signal(t.pidfd, sig) && errno != ESRCH)
-                log::error("cannot signal rank %u: %s", rank, std::strerror(errno));
-        } else if (t.pid > 0) {
-            ::kill(t.pid, sig);  // no pidfds on this kernel
-        }
-    }
+    if (!running.empty())
+        tasks_->terminate(running, kill_after_ms);
 }
 
 // ---- outcomes ----------------------------------------------------------------------
@@ -237,9 +151,9 @@ void Daemon::outcome(const protocol::Outcome& in)
     protocol::Outcome o = in;
     log::debug("rank %u ended: wait status %d, at %lld us", o.rank, o.wait_status,
                static_cast<long long>(o.end_time_us));
-    ended_.insert(o.rank);
-    if (const auto task = tasks_.find(o.rank); task != tasks_.end() && task->second->exited_at_us > 0)
-        o.end_time_us = std::min(o.end_time_us, task->second->exited_at_us);
+    tasks_->ended(o.rank);
+    if (const std::int64_t exited_at = tasks_->exited_at_us(o.rank); exited_at > 0)
+        o.end_time_us = std::min(o.end_time_us, exited_at);
     const auto aborted = aborts_.find(o.rank);
     if (aborted != aborts_.end()) {
         o.flags |= protocol::Outcome::flag_aborted;

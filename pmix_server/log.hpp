@@ -3,6 +3,10 @@
 // to a file in log_dir when given, else syslog.
 #pragma once
 
+#include "protocol/guard.hpp"
+
+#include <utility>
+
 namespace exitpolicy::pmix_server::log {
 
 // To <log_dir>/exitpolicy-pmixd.<tag>.log when log_dir is given and that
@@ -19,3 +23,17 @@ void info(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 void debug(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 
 }  // namespace exitpolicy::pmix_server::log
+
+namespace exitpolicy::pmix_server {
+
+// Every libevent callback's body runs through this guard
+// (protocol/guard.hpp): an exception is logged as "internal error in
+// WHAT: why" and goes no further. false when the body threw.
+template <typename Body>
+bool guarded(const char* what, Body&& body) noexcept
+{
+    return protocol::guarded(std::forward<Body>(body),
+                             [what](const char* why) { log::error("internal error in %s: %s", what, why); });
+}
+
+}  // namespace exitpolicy::pmix_server

@@ -14,13 +14,7 @@ namespace {
 
 void call(const std::function<void()>& fn) noexcept
 {
-    try {
-        fn();
-    } catch (const std::exception& e) {
-        log::error("internal error: %s", e.what());
-    } catch (...) {
-        log::error("internal error");
-    }
+    guarded("a timer", fn);
 }
 
 }  // namespace

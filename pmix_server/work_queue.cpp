@@ -30,15 +30,9 @@ void WorkQueue::run() noexcept
         work.swap(queue_);
     }
     while (!work.empty()) {
-        try {
-            auto fn = std::move(work.front());
-            work.pop_front();
-            fn();
-        } catch (const std::exception& e) {
-            log::error("internal error in posted work: %s", e.what());
-        } catch (...) {
-            log::error("internal error in posted work: an unknown exception");
-        }
+        auto fn = std::move(work.front());
+        work.pop_front();
+        guarded("posted work", fn);
     }
 }
 

@@ -3,6 +3,7 @@
 #include "protocol/process.hpp"
 
 #include <cerrno>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <poll.h>
@@ -11,6 +12,13 @@
 #include <unistd.h>
 
 namespace exitpolicy::protocol::process {
+
+std::int64_t realtime_us() noexcept
+{
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    return std::int64_t{now.tv_sec} * 1'000'000 + now.tv_nsec / 1000;
+}
 
 int open_pidfd(pid_t pid) noexcept
 {

@@ -11,6 +11,9 @@
 
 namespace exitpolicy::protocol::process {
 
+// The wall clock in microseconds since the epoch: the moments of tasks'
+// ends and aborts, compared across a node's processes.
+std::int64_t realtime_us() noexcept;
 // A pidfd for `pid` (pidfd_open, Linux 5.3); -1 with errno set otherwise.
 int open_pidfd(pid_t pid) noexcept;
 // Sends `sig` through the pidfd; false with errno set (ESRCH: it is gone).
