@@ -3,6 +3,7 @@
 #include "daemon_link.hpp"
 
 #include "blocking_io.hpp"
+#include "protocol/fd.hpp"
 #include "protocol/process.hpp"
 
 #include <algorithm>
@@ -139,27 +140,57 @@ std::string unsafe_for_root(const std::string& path)
     return unsafe_below(path, 16);
 }
 
-Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
-{
-    using R = Result<LaunchedDaemon>;
-    for (const std::string* exe : {&launch.path, &launch.helper})
-        if (::access(exe->c_str(), X_OK) != 0)
-            return R::fail("cannot execute " + *exe + ": " + std::strerror(errno));
-    int secret_pipe[2], ready_pipe[2];
-    if (::pipe2(secret_pipe, O_CLOEXEC) != 0)
-        return R::fail(std::string("pipe: ") + std::strerror(errno));
-    if (::pipe2(ready_pipe, O_CLOEXEC) != 0) {
-        ::close(secret_pipe[0]);
-        ::close(secret_pipe[1]);
-        return R::fail(std::string("pipe: ") + std::strerror(errno));
-    }
-    // The secret waits in the pipe: 64 bytes fit its buffer.
-    [[maybe_unused]] auto w = ::write(secret_pipe[1], launch.secret_hex.data(), launch.secret_hex.size());
-    ::close(secret_pipe[1]);
+namespace {
 
-    // exitpolicy-detach (pmix_server/detach.c) takes the daemon's place in
-    // a session of its own, with its descriptors; it forks the daemon,
-    // hands up its pid and exits, and the daemon waits for "go".
+// The descriptors a launch makes: each end the helper gets, and the ones
+// slurmstepd keeps. Whatever is left when a launch fails closes with it.
+struct LaunchEnds {
+    protocol::Fd secret_read;  // the secret waits in it (3)
+    protocol::Fd ready_read, ready_write;  // the daemon's "ready" (4)
+    protocol::Fd null;  // stdin, stdout, stderr (0-2)
+    protocol::Fd control_ours, control_its;  // the control link (5)
+    protocol::Fd pid_read, pid_write;  // the helper hands up the daemon's pid (8)
+    protocol::Fd go_read, go_write;  // the daemon waits for "go" (9)
+};
+
+Result<bool> make_pipe(protocol::Fd& read_end, protocol::Fd& write_end)
+{
+    int ends[2];
+    if (::pipe2(ends, O_CLOEXEC) != 0)
+        return Result<bool>::fail(std::string("pipe: ") + std::strerror(errno));
+    read_end.reset(ends[0]);
+    write_end.reset(ends[1]);
+    return Result<bool>::ok(true);
+}
+
+Result<LaunchEnds> make_ends(const std::string& secret_hex)
+{
+    using R = Result<LaunchEnds>;
+    LaunchEnds e;
+    protocol::Fd secret_write;
+    if (auto made = make_pipe(e.secret_read, secret_write); !made)
+        return R::fail(made.error());
+    // The secret waits in the pipe: 64 bytes fit its buffer.
+    [[maybe_unused]] auto w = ::write(secret_write.get(), secret_hex.data(), secret_hex.size());
+    secret_write.reset();
+    for (auto [r, wr] : {std::pair{&e.ready_read, &e.ready_write}, std::pair{&e.pid_read, &e.pid_write},
+                         std::pair{&e.go_read, &e.go_write}})
+        if (auto made = make_pipe(*r, *wr); !made)
+            return R::fail(made.error());
+    e.null.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
+    int control[2] = {-1, -1};
+    if (!e.null || ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) != 0)
+        return R::fail(std::string("pipe: ") + std::strerror(errno));
+    e.control_ours.reset(control[0]);
+    e.control_its.reset(control[1]);
+    return R::ok(std::move(e));
+}
+
+// exitpolicy-detach's command line, then the daemon's: the descriptors at
+// the places spawn_helper() puts them.
+constexpr int first_pmi = 10;
+std::vector<std::string> helper_words(const DaemonLaunch& launch, bool standby)
+{
     std::vector<std::string> words{launch.helper, "--uid", std::to_string(launch.uid), "--gid",
                                    std::to_string(launch.gid)};
     if (!launch.groups.empty()) {
@@ -170,8 +201,6 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     }
     for (const SoftLimit& l : launch.limits)
         words.insert(words.end(), {"--limit", std::to_string(l.resource) + "=" + std::to_string(l.value)});
-    const bool standby = launch.reserved_fd >= 0 && launch.wake_fd >= 0;
-    const int first_pmi = 10;
     const int npmi = static_cast<int>(launch.pmi_fds.size());
     if (standby)
         words.insert(words.end(), {"--start-on", "6", "--wake-fd", "7", "--unless-hangup", "5"});
@@ -185,29 +214,27 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
         words.insert(words.end(), {"--reserved-fd", "6"});
     if (npmi > 0)
         words.insert(words.end(), {"--pmi-fd", std::to_string(first_pmi)});
-    std::vector<char*> argv;
-    for (auto& word : words)
-        argv.push_back(word.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env = daemon_environment(environ);
-    std::vector<char*> envp;
-    for (auto& kv : env)
-        envp.push_back(kv.data());
-    envp.push_back(nullptr);
-    const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-    int pid_pipe[2] = {-1, -1};
-    int go_pipe[2] = {-1, -1};
-    int control[2] = {-1, -1};
-    if (null_fd < 0 || ::pipe2(pid_pipe, O_CLOEXEC) != 0 || ::pipe2(go_pipe, O_CLOEXEC) != 0 ||
-        ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) != 0) {
-        const int err = errno;
-        for (int fd : {secret_pipe[0], ready_pipe[0], ready_pipe[1], null_fd, pid_pipe[0], pid_pipe[1], go_pipe[0],
-                       go_pipe[1]})
-            if (fd >= 0)
-                ::close(fd);
-        return R::fail(std::string("pipe: ") + std::strerror(err));
-    }
+    return words;
+}
 
+std::vector<char*> pointers(std::vector<std::string>& words)
+{
+    std::vector<char*> out;
+    for (auto& word : words)
+        out.push_back(word.data());
+    out.push_back(nullptr);
+    return out;
+}
+
+// Starts the helper in a session of its own, with each descriptor at its
+// place and no other: 0 or an errno.
+int spawn_helper(const DaemonLaunch& launch, const LaunchEnds& e, bool standby, pid_t& child)
+{
+    const int npmi = static_cast<int>(launch.pmi_fds.size());
+    auto words = helper_words(launch, standby);
+    auto argv = pointers(words);
+    auto env = daemon_environment(environ);
+    auto envp = pointers(env);
     // Each descriptor to its place through a copy above every source and
     // every place (a source may be another's place, and slurmstepd of many
     // tasks has sources high up); the rest are closed.
@@ -215,9 +242,11 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     posix_spawnattr_t attr;
     posix_spawn_file_actions_init(&actions);
     posix_spawnattr_init(&attr);
-    std::vector<std::pair<int, int>> places = {{null_fd, 0}, {null_fd, 1}, {null_fd, 2}, {secret_pipe[0], 3},
-                                               {ready_pipe[1], 4}, {control[1], 5}, {launch.reserved_fd, 6},
-                                               {standby ? launch.wake_fd : -1, 7}, {pid_pipe[1], 8}, {go_pipe[0], 9}};
+    std::vector<std::pair<int, int>> places = {
+        {e.null.get(), 0},         {e.null.get(), 1},        {e.null.get(), 2},
+        {e.secret_read.get(), 3},  {e.ready_write.get(), 4}, {e.control_its.get(), 5},
+        {launch.reserved_fd, 6},   {standby ? launch.wake_fd : -1, 7},
+        {e.pid_write.get(), 8},    {e.go_read.get(), 9}};
     for (int i = 0; i < npmi; ++i)
         places.emplace_back(launch.pmi_fds[static_cast<std::size_t>(i)], first_pmi + i);
     int high = first_pmi + npmi;
@@ -241,53 +270,95 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     planned |= posix_spawnattr_setsigmask(&attr, &none);
     planned |= posix_spawnattr_setsigdefault(&attr, &all);
     planned |= posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    pid_t child = -1;
-    const int spawned = planned != 0 ? ENOMEM
-                                     : ::posix_spawn(&child, launch.helper.c_str(), &actions, &attr, argv.data(),
-                                                     envp.data());
+    const int spawned =
+        planned != 0 ? ENOMEM
+                     : ::posix_spawn(&child, launch.helper.c_str(), &actions, &attr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
-    if (spawned != 0) {
-        for (int fd : {secret_pipe[0], ready_pipe[0], ready_pipe[1], null_fd, pid_pipe[0], pid_pipe[1], go_pipe[0],
-                       go_pipe[1], control[0], control[1]})
-            ::close(fd);
-        return R::fail("cannot start " + launch.helper + ": " + std::strerror(spawned));
+    return spawned;
+}
+
+// The helper has exited: the daemon's pid is in the pipe, or nothing is
+// (never a wait: the daemon's process holds the pipe's other end).
+Result<pid_t> daemon_pid(const DaemonLaunch& launch, const protocol::Fd& pid_read, int helper_status)
+{
+    ::fcntl(pid_read.get(), F_SETFL, O_NONBLOCK);
+    pid_t pid = -1;
+    if (::read(pid_read.get(), &pid, sizeof(pid)) == sizeof(pid) && pid > 0)
+        return Result<pid_t>::ok(pid);
+    if (WIFEXITED(helper_status) && WEXITSTATUS(helper_status) == 126)
+        return Result<pid_t>::fail(launch.helper + " refused to start the node daemon (its arguments: the job's uid, " +
+                                   std::to_string(launch.groups.size()) + " groups, limits)");
+    return Result<pid_t>::fail("the node daemon could not be started (fork failed)");
+}
+
+// "ready ...\n" (what follows "ready" is not read), or EOF if it could not
+// start: at most 64 bytes, within the bound.
+Result<bool> await_ready(const protocol::Fd& ready_read, Clock::time_point deadline)
+{
+    std::string line;
+    char buf[64];
+    while (line.find('\n') == std::string::npos && line.size() < sizeof(buf)) {
+        if (!wait_fd(ready_read.get(), POLLIN, deadline))
+            return Result<bool>::fail("the node daemon did not become ready in time");
+        const ssize_t n = ::read(ready_read.get(), buf, sizeof(buf) - line.size());
+        if (n <= 0)
+            break;
+        line.append(buf, static_cast<std::size_t>(n));
     }
-    for (int fd : {secret_pipe[0], ready_pipe[1], null_fd, pid_pipe[1], go_pipe[0], control[1]})
-        ::close(fd);
+    if (line.rfind("ready", 0) == 0 && line.find('\n') != std::string::npos)
+        return Result<bool>::ok(true);
+    return Result<bool>::fail("the node daemon exited before it was ready (its messages are in this node's syslog "
+                              "as exitpolicy-pmixd, or in plugstack.conf's log_dir)");
+}
+
+void set_nonblocking(int fd)
+{
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+}  // namespace
+
+Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
+{
+    using R = Result<LaunchedDaemon>;
+    for (const std::string* exe : {&launch.path, &launch.helper})
+        if (::access(exe->c_str(), X_OK) != 0)
+            return R::fail("cannot execute " + *exe + ": " + std::strerror(errno));
+    auto ends = make_ends(launch.secret_hex);
+    if (!ends)
+        return R::fail(ends.error());
+    LaunchEnds& e = *ends;
+    // exitpolicy-detach (pmix_server/detach.c) takes the daemon's place in
+    // a session of its own, with its descriptors; it forks the daemon,
+    // hands up its pid and exits, and the daemon waits for "go".
+    const bool standby = launch.reserved_fd >= 0 && launch.wake_fd >= 0;
+    pid_t child = -1;
+    if (const int spawned = spawn_helper(launch, e, standby, child); spawned != 0)
+        return R::fail("cannot start " + launch.helper + ": " + std::strerror(spawned));
+    for (auto* its : {&e.secret_read, &e.ready_write, &e.null, &e.pid_write, &e.go_read, &e.control_its})
+        its->reset();
     int status = 0;
     while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
     }
-    // The helper has exited: the daemon's pid is in the pipe, or nothing is
-    // (never a wait: the daemon's process holds the pipe's other end).
-    ::fcntl(pid_pipe[0], F_SETFL, O_NONBLOCK);
-    LaunchedDaemon launched;
-    if (::read(pid_pipe[0], &launched.pid, sizeof(launched.pid)) != sizeof(launched.pid) || launched.pid <= 0) {
-        for (int fd : {pid_pipe[0], go_pipe[1], ready_pipe[0], control[0]})
-            ::close(fd);
-        if (WIFEXITED(status) && WEXITSTATUS(status) == 126)
-            return R::fail(launch.helper + " refused to start the node daemon (its arguments: the job's uid, " +
-                           std::to_string(launch.groups.size()) + " groups, limits)");
-        return R::fail("the node daemon could not be started (fork failed)");
-    }
-    ::close(pid_pipe[0]);
-    // The daemon waits for this before it becomes the job's user: its pid
-    // is still its own.
-    launched.pidfd = protocol::process::open_pidfd(launched.pid);
-    const int pidfd_errno = errno;
-    if (launched.pidfd < 0 || ::write(go_pipe[1], "g", 1) != 1) {
-        ::close(go_pipe[1]);  // it reads EOF and exits without running anything
-        for (int fd : {ready_pipe[0], control[0], launched.pidfd})
-            if (fd >= 0)
-                ::close(fd);
-        if (launched.pidfd < 0)
-            return R::fail(std::string("no node daemon without pidfds (pidfd_open: ") + std::strerror(pidfd_errno) +
-                           "; Linux 5.3 or newer has them): root never signals a bare pid, which may be reused");
+    auto pid = daemon_pid(launch, e.pid_read, status);
+    if (!pid)
+        return R::fail(pid.error());
+    // The daemon waits for "go" before it becomes the job's user: its pid
+    // is still its own. Without it (go_write closed) it reads EOF and exits
+    // without running anything.
+    protocol::Fd pidfd(protocol::process::open_pidfd(*pid));
+    if (!pidfd)
+        return R::fail(std::string("no node daemon without pidfds (pidfd_open: ") + std::strerror(errno) +
+                       "; Linux 5.3 or newer has them): root never signals a bare pid, which may be reused");
+    if (::write(e.go_write.get(), "g", 1) != 1)
         return R::fail(std::string("cannot let the node daemon start: ") + std::strerror(errno));
-    }
-    ::close(go_pipe[1]);
-    launched.control = control[0];
-    ::fcntl(launched.control, F_SETFL, ::fcntl(launched.control, F_GETFL) | O_NONBLOCK);
+    e.go_write.reset();
+    LaunchedDaemon launched;
+    launched.pid = *pid;
+    launched.pidfd = pidfd.release();
+    launched.control = e.control_ours.release();
+    set_nonblocking(launched.control);
     if (launch.reserved_fd >= 0) {
         // The tasks start at once: whatever the daemon has to say on its
         // way up goes to its log; if it never comes up, its control link
@@ -296,38 +367,17 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
         // "ready" says when it has become the daemon.
         if (standby) {
             launched.standby = true;
-            launched.ready = ready_pipe[0];
-            ::fcntl(launched.ready, F_SETFL, ::fcntl(launched.ready, F_GETFL) | O_NONBLOCK);
-        } else {
-            ::close(ready_pipe[0]);
+            launched.ready = e.ready_read.release();
+            set_nonblocking(launched.ready);
         }
         return R::ok(launched);
     }
-
-    // "ready ...\n" (what follows "ready" is not read), or EOF if it could
-    // not start: at most 64 bytes, within the bound.
-    const auto deadline = Clock::now() + launch.ready_timeout;
-    std::string line;
-    char buf[64];
-    bool timed_out = false;
-    while (line.find('\n') == std::string::npos && line.size() < sizeof(buf)) {
-        if (!wait_fd(ready_pipe[0], POLLIN, deadline)) {
-            timed_out = true;
-            break;
-        }
-        const ssize_t n = ::read(ready_pipe[0], buf, sizeof(buf) - line.size());
-        if (n <= 0)
-            break;
-        line.append(buf, static_cast<std::size_t>(n));
+    if (auto ready = await_ready(e.ready_read, Clock::now() + launch.ready_timeout); !ready) {
+        ::close(std::exchange(launched.control, -1));  // no Stop to a daemon that is not ready
+        stop_daemon(launched, std::chrono::milliseconds(0));
+        return R::fail(ready.error());
     }
-    ::close(ready_pipe[0]);
-    if (line.rfind("ready", 0) == 0 && line.find('\n') != std::string::npos)
-        return R::ok(launched);
-    ::close(std::exchange(launched.control, -1));  // no Stop to a daemon that is not ready
-    stop_daemon(launched, std::chrono::milliseconds(0));
-    return R::fail(timed_out ? "the node daemon did not become ready in time"
-                             : "the node daemon exited before it was ready (its messages are in this node's syslog "
-                               "as exitpolicy-pmixd, or in plugstack.conf's log_dir)");
+    return R::ok(launched);
 }
 
 Result<bool> send_backlog(int control, protocol::Bytes& backlog, std::optional<Clock::time_point> deadline)
