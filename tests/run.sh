@@ -30,6 +30,8 @@
 #   EXITPOLICY_SKIP_FUZZ=1       skip the fuzzer
 #   EXITPOLICY_SKIP_CLANG=1      skip the build with Clang (on Debian 13)
 #   EXITPOLICY_SKIP_GCC15=1      skip the build with GCC 15 (on Debian forky)
+#   EXITPOLICY_SKIP_DEMO=1       skip the README's demo (bash contrib/demo, run on
+#                                this machine's release only, in a tree of its own)
 #   EXITPOLICY_SKIP_OTHER_RELEASE=1  test this machine's Debian release only
 #   EXITPOLICY_ROOTFS_RELEASES="trixie forky"  the Debian suites tested in root
 #                                file systems (default: the other release, then forky)
@@ -149,7 +151,13 @@ cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXITPOLICY_WERRO
 cmake --build "$build" -j "$jobs"
 
 step "tests: unit, pmix, integration"
-ctest --test-dir "$build" --output-on-failure -L 'unit|pmix|integration'
+# The README's demo runs on this machine's release, where its instructions
+# hold (tests/integration/test_demo.py).
+demo=0
+if [ -z "${EXITPOLICY_IN_ROOTFS-}" ] && [ "${EXITPOLICY_SKIP_DEMO:-0}" != 1 ]; then
+  demo=1
+fi
+EXITPOLICY_RUN_DEMO=$demo ctest --test-dir "$build" --output-on-failure -L 'unit|pmix|integration'
 # Every test carries a label: nothing may run unlabelled, nothing is left out.
 unlabelled=$(ctest --test-dir "$build" -N -LE 'unit|pmix|integration' | sed -n 's/^Total Tests: //p')
 if [ "${unlabelled:-0}" != 0 ]; then

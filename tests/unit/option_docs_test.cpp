@@ -33,11 +33,11 @@ struct Document {
 };
 
 // The documents that name the entries of the tables (roff's \- and
-// \fB...\fR are read as plain text): the user's manual page the options and
-// variables, the site's and the plugstack.conf.d file the package installs
-// the arguments.
+// \fB...\fR are read as plain text): the README the options, the user's
+// manual page the options and variables, the site's and the
+// plugstack.conf.d file the package installs the arguments.
 constexpr Document documents[] = {
-    {"README.md", srun_options | variables},
+    {"README.md", srun_options},  // the table itself is the manual page's alone
     {"docs/install.md", site_args},
     {"contrib/slurm/plugstack.conf.example", site_args},
     {"contrib/slurm/exitpolicy.conf.in", site_args},
