@@ -24,6 +24,7 @@
 #include "protocol/channel.hpp"
 #include "protocol/fences.hpp"
 #include "protocol/handles.hpp"
+#include "protocol/timeouts.hpp"
 #include "protocol/tree.hpp"
 #include "protocol/wire.hpp"
 
@@ -83,9 +84,10 @@ public:
 
     // Requests to other nodes fail with PMIX_ERR_TIMEOUT after the caller's
     // timeout, or after this many seconds when it gave none.
-    static constexpr int default_timeout_s = 30;
-    // Under slurmstepd's wait for the daemon's end (protocol::daemon_stop_wait).
-    static constexpr std::chrono::milliseconds drain_limit = protocol::daemon_drain_limit;
+    static constexpr int default_timeout_s =
+        static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(protocol::timeouts::request_default).count());
+    // Under slurmstepd's wait for the daemon's end (protocol/timeouts.hpp).
+    static constexpr std::chrono::milliseconds drain_limit = protocol::timeouts::daemon_drain_limit;
 
     Agent(event_base* base, AgentSetup setup, protocol::Secret secret, Node& node);
     // Closes every link: a child reroutes what it has not had confirmed as

@@ -13,6 +13,7 @@
 #include "pmix_host.hpp"
 #include "protocol/events.hpp"
 #include "protocol/process.hpp"
+#include "protocol/timeouts.hpp"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -442,7 +443,8 @@ void Daemon::stop(int code)
         },
         [](bufferevent*, short, void* arg) { event_base_loopexit(static_cast<event_base*>(arg), nullptr); }, base_.get());
     bufferevent_enable(told->bev, EV_WRITE);
-    const timeval bound{0, 500'000};
+    constexpr auto last_word = protocol::timeouts::daemon_last_word;
+    const timeval bound{last_word.count() / 1000, last_word.count() % 1000 * 1000};
     event_base_loopexit(base_.get(), &bound);
 }
 

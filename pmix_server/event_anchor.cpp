@@ -7,6 +7,7 @@
 #include "info_array.hpp"
 #include "pmix_server/log.hpp"
 #include "pmix_host.hpp"
+#include "protocol/timeouts.hpp"
 
 #include <event2/event.h>
 #include <pmix.h>
@@ -37,7 +38,7 @@ namespace {
 // lives in OpenPMIx's private pmix_globals.h (INT_MIN in 4.2 and 5.0).
 constexpr pmix_status_t default_handlers_code = INT_MIN;
 
-constexpr int settle_bound_s = 5;
+constexpr auto settle_bound = protocol::timeouts::event_anchor_settle;
 constexpr const char* registered_line = "registered\n";
 
 long long now_us()
@@ -223,7 +224,7 @@ void EventAnchor::spawn()
         },
         this);
     event_add(reading_, nullptr);
-    daemon_.after_ms(settle_bound_s * 1000, [this] { settle(false, "it did not register in time"); });
+    daemon_.after_ms(static_cast<std::uint32_t>(settle_bound.count()), [this] { settle(false, "it did not register in time"); });
 }
 
 void EventAnchor::settle(bool ok, const char* why)
@@ -306,7 +307,7 @@ int run_event_anchor()
     bool registered = false;
     {
         std::unique_lock lock(reg.mu);
-        registered = reg.cv.wait_for(lock, std::chrono::seconds(settle_bound_s), [&] { return reg.done; }) &&
+        registered = reg.cv.wait_for(lock, settle_bound, [&] { return reg.done; }) &&
                      reg.status == PMIX_SUCCESS;
     }
     if (registered) {

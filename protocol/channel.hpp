@@ -41,6 +41,7 @@
 
 #include "auth.hpp"
 #include "sockets.hpp"
+#include "timeouts.hpp"
 #include "wire.hpp"
 
 #include <chrono>
@@ -74,7 +75,7 @@ public:
     };
 
     // How long a channel has from accept() or connect() to become ready.
-    static constexpr std::chrono::milliseconds default_handshake_deadline{10000};
+    static constexpr std::chrono::milliseconds default_handshake_deadline = timeouts::handshake;
     // For tests: the deadline of the channels made from now on (any thread).
     static void set_handshake_deadline(std::chrono::milliseconds deadline) noexcept;
     static std::chrono::milliseconds handshake_deadline() noexcept;

@@ -2,6 +2,8 @@
 // sockets.cpp - see sockets.hpp.
 #include "sockets.hpp"
 
+#include "timeouts.hpp"
+
 #include <event2/event.h>
 #include <event2/listener.h>
 
@@ -208,7 +210,7 @@ void tune_socket(int fd) noexcept
     // every 5 s, 3 times; give up on data unacknowledged for 30 s. The link
     // then closes like any other, and the loss is handled as a departure.
     const int idle = 10, interval = 5, count = 3;
-    const unsigned user_timeout_ms = 30000;
+    const auto user_timeout_ms = static_cast<unsigned>(timeouts::unacknowledged_data.count());
     ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
     ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
     ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));

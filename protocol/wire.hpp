@@ -29,12 +29,6 @@ namespace exitpolicy::protocol {
 // A fence key names its participants (runs of ranks, as few as they come).
 inline constexpr std::size_t max_fence_key = 1u << 20;
 inline constexpr std::size_t max_fence_ranks = 1u << 22;
-// The node daemon's end: it drains (waits for srun's step_done and for what
-// it passed on to be acknowledged) at most daemon_drain_limit; slurmstepd,
-// which asks it to stop at the step's end, waits daemon_stop_wait for it,
-// the drain and a margin, before it kills it.
-inline constexpr std::chrono::milliseconds daemon_drain_limit{2000};
-inline constexpr std::chrono::milliseconds daemon_stop_wait = daemon_drain_limit + std::chrono::milliseconds{1000};
 
 // Calls f with consecutive pieces of v of at most n elements each: a list
 // cut into frames.

@@ -13,6 +13,7 @@
 #include "exitpolicy/result.hpp"
 #include "outcome_sink.hpp"
 #include "step_dir.hpp"
+#include "protocol/timeouts.hpp"
 #include "protocol/wire.hpp"
 
 #include <charconv>
@@ -48,7 +49,7 @@ struct DaemonLaunch {
     uid_t uid = 0;
     gid_t gid = 0;
     std::vector<gid_t> groups;
-    std::chrono::milliseconds ready_timeout{20000};
+    std::chrono::milliseconds ready_timeout{protocol::timeouts::daemon_ready};
     std::vector<SoftLimit> limits;     // applied in the child, each lowered only
     // The PMIx server's socket, reserved by slurmstepd (protocol::listen_loopback), which
     // the tasks' planned environment names: the daemon gets it as fd 6

@@ -22,6 +22,7 @@
 #include "config.hpp"
 #include "exitpolicy/policy.hpp"
 #include "exitpolicy/result.hpp"
+#include "protocol/timeouts.hpp"
 #include "protocol/auth.hpp"
 
 #include <chrono>
@@ -48,7 +49,7 @@ struct FrontEndSetup {
     // recoverable (run-through). An abort tears it down at once.
     bool recoverable = false;
     std::chrono::milliseconds teardown_grace{site_default<std::int64_t>(SiteArg::teardown_grace_ms)};
-    std::chrono::milliseconds kill_after{2000};
+    std::chrono::milliseconds kill_after{protocol::timeouts::teardown_kill_after};
 };
 
 // What finish() hands over.

@@ -9,6 +9,7 @@
 
 #include "exitpolicy/result.hpp"
 #include "protocol/auth.hpp"
+#include "protocol/timeouts.hpp"
 #include "protocol/wire.hpp"
 
 #include <chrono>
@@ -58,7 +59,7 @@ public:
     // connection is closed.
     Result<std::vector<protocol::Ack>> read_acks(std::size_t want, std::chrono::milliseconds wait);
     // How long a frame that has begun to arrive may take to complete.
-    static constexpr std::chrono::milliseconds frame_completion{1000};
+    static constexpr std::chrono::milliseconds frame_completion = protocol::timeouts::frame_completion;
 
     void close() noexcept;
 

@@ -3,14 +3,14 @@
 // See outcome_collector.hpp.
 #include "outcome_collector.hpp"
 
+#include "protocol/timeouts.hpp"
+
 #include <algorithm>
 
 namespace exitpolicy::spank_plugin {
 namespace {
 
-// How long finish() still waits for outcomes once every link has closed,
-// in a step with node daemons (one may be rerouting to us).
-constexpr std::chrono::milliseconds settle_after_close{500};
+using protocol::timeouts::settle_after_close;
 
 }  // namespace
 

@@ -16,6 +16,7 @@
 #include "pmix_server/args.hpp"
 #include "protocol/planned_environment.hpp"
 #include "protocol/process.hpp"
+#include "protocol/timeouts.hpp"
 #include "protocol/sockets.hpp"
 #include "options.hpp"
 #include "outcome_sink.hpp"
@@ -41,13 +42,11 @@
 namespace exitpolicy::spank_plugin::slurmstepd {
 namespace {
 
-constexpr std::chrono::milliseconds connect_timeout{5000};
-constexpr std::chrono::milliseconds ack_timeout{2000};
-constexpr std::chrono::milliseconds remove_timeout{2000};
-// A task's PMIx environment: the daemon gives it once its PMIx server is up
-// and the step's namespace registered; the task starts without it after
-// this long.
-constexpr std::chrono::milliseconds environment_timeout{10000};
+// What slurmstepd waits for (protocol/timeouts.hpp).
+constexpr auto connect_timeout = protocol::timeouts::stepd_connect;
+constexpr auto ack_timeout = protocol::timeouts::stepd_ack;
+constexpr auto remove_timeout = protocol::timeouts::step_dir_removal;
+constexpr auto environment_timeout = protocol::timeouts::task_environment;
 // A step directory unchanged this long whose daemon does not listen is a
 // dead step's.
 constexpr std::chrono::seconds stale_step_dir_age{300};
@@ -502,7 +501,7 @@ int exit(spank_t)
     const bool had_daemon = remote.daemon.pid > 0;
     std::vector<protocol::Ack> confirmed;
     if (had_daemon)
-        confirmed = stop_daemon(remote.daemon, protocol::daemon_stop_wait, remote.local_tasks);
+        confirmed = stop_daemon(remote.daemon, protocol::timeouts::daemon_stop_wait, remote.local_tasks);
     if (remote.daemon_sink && remote.fe_sink) {
         const auto resend = remote.daemon_sink->unconfirmed(confirmed);
         if (!resend.empty())

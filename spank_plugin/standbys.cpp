@@ -17,6 +17,7 @@
 // children link to the next ancestor). See overlay_root.hpp.
 #include "overlay_root.hpp"
 #include "user_line.hpp"
+#include "protocol/timeouts.hpp"
 
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -30,7 +31,8 @@ namespace exitpolicy::spank_plugin {
 namespace {
 
 // How long the FE tries to reach a standby's port.
-constexpr timeval wake_timeout{5, 0};
+constexpr timeval wake_timeout{protocol::timeouts::standby_wake.count() / 1000,
+                               protocol::timeouts::standby_wake.count() % 1000 * 1000};
 
 }  // namespace
 
