@@ -119,7 +119,8 @@ int Daemon::run()
     setup.fe_port = args_.fe_port;
     agent_ = std::make_unique<Agent>(base_.get(), std::move(setup), secret_, static_cast<Agent::Node&>(*this));
     pmix_ = std::make_unique<PmixHost>(*this);
-    anchor_ = std::make_unique<EventAnchor>(*this);
+    anchor_ = std::make_unique<EventAnchor>(EventAnchor::Services{
+        args_, base_.get(), *timers_, [this](std::function<void()> fn) { post(std::move(fn)); }});
     adopt_pmi_sockets();
     plan_server();
     if (planned_) {
@@ -436,13 +437,13 @@ void Daemon::stop(int code)
     // The loop ends once the control link has taken what slurmstepd is
     // told (or broke), within a bound: libevent writes it, not us.
     bufferevent_setcb(
-        told->bev, nullptr,
+        told->bev.get(), nullptr,
         [](bufferevent* bev, void* arg) {
             if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
                 event_base_loopexit(static_cast<event_base*>(arg), nullptr);
         },
         [](bufferevent*, short, void* arg) { event_base_loopexit(static_cast<event_base*>(arg), nullptr); }, base_.get());
-    bufferevent_enable(told->bev, EV_WRITE);
+    bufferevent_enable(told->bev.get(), EV_WRITE);
     constexpr auto last_word = protocol::timeouts::daemon_last_word;
     const timeval bound{last_word.count() / 1000, last_word.count() % 1000 * 1000};
     event_base_loopexit(base_.get(), &bound);

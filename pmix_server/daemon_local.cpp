@@ -57,7 +57,7 @@ Daemon::Local* Daemon::confirm_to_slurmstepd()
         confirmed, protocol::acks_per_frame,
         [&](std::vector<protocol::Ack> part) {
             const protocol::Bytes frame = protocol::Acks{std::move(part)}.encode();
-            bufferevent_write((*control)->bev, frame.data(), frame.size());
+            bufferevent_write((*control)->bev.get(), frame.data(), frame.size());
         });
     return control->get();
 }
@@ -67,37 +67,37 @@ Daemon::Local* Daemon::confirm_to_slurmstepd()
 void Daemon::Local::read_frames() noexcept
 {
     Local* l = this;
-    try {
-        evbuffer* in = bufferevent_get_input(bev);
-        while (evbuffer_get_length(in) >= protocol::header_size) {
-            std::array<std::uint8_t, protocol::header_size> head{};
-            evbuffer_copyout(in, head.data(), head.size());
-            auto h = protocol::decode_header(head);
-            if (!h || (h->type != protocol::Type::env_request && h->type != protocol::Type::outcome &&
-                       h->type != protocol::Type::stop && h->type != protocol::Type::task_started)) {
-                // Bad magic, version, type or length: nothing more of it is read.
-                const std::string why = h ? "a " + std::string(protocol::type_name(h->type)) +
-                                                " frame is no local request"
-                                          : h.error();
-                log::info("closed a local connection of pid %d: %s", static_cast<int>(l->pid),
-                          why.c_str());
-                l->drop();
-                return;
-            }
-            if (evbuffer_get_length(in) < protocol::header_size + h->length)
-                return;  // the rest is on its way
-            evbuffer_drain(in, protocol::header_size);
-            protocol::Bytes body(h->length);
-            evbuffer_remove(in, body.data(), body.size());
-            try {
-                l->d->on_local_frame(*l, h->type, body);
-            } catch (const std::exception& e) {
-                log::error("local request: %s", e.what());
-            }
-        }
-    } catch (...) {
+    if (!guarded("a local connection", [l] { l->serve_frames(); })) {
         log::error("closed a local connection of pid %d: internal error", static_cast<int>(l->pid));
         l->drop();
+    }
+}
+
+void Daemon::Local::serve_frames()
+{
+    Local* l = this;
+    evbuffer* in = bufferevent_get_input(bev.get());
+    while (evbuffer_get_length(in) >= protocol::header_size) {
+        std::array<std::uint8_t, protocol::header_size> head{};
+        evbuffer_copyout(in, head.data(), head.size());
+        auto h = protocol::decode_header(head);
+        if (!h || (h->type != protocol::Type::env_request && h->type != protocol::Type::outcome &&
+                   h->type != protocol::Type::stop && h->type != protocol::Type::task_started)) {
+            // Bad magic, version, type or length: nothing more of it is read.
+            const std::string why = h ? "a " + std::string(protocol::type_name(h->type)) +
+                                            " frame is no local request"
+                                      : h.error();
+            log::info("closed a local connection of pid %d: %s", static_cast<int>(l->pid),
+                      why.c_str());
+            l->drop();
+            return;
+        }
+        if (evbuffer_get_length(in) < protocol::header_size + h->length)
+            return;  // the rest is on its way
+        evbuffer_drain(in, protocol::header_size);
+        protocol::Bytes body(h->length);
+        evbuffer_remove(in, body.data(), body.size());
+        guarded("a local request", [&] { l->d->on_local_frame(*l, h->type, body); });
     }
 }
 
@@ -110,9 +110,9 @@ void Daemon::add_local(int fd, uid_t uid, pid_t pid, bool control)
     l->uid = uid;
     l->pid = pid;
     l->control = control;
-    l->bev = bufferevent_socket_new(base_.get(), fd, BEV_OPT_CLOSE_ON_FREE);
+    l->bev.reset(bufferevent_socket_new(base_.get(), fd, BEV_OPT_CLOSE_ON_FREE));
     bufferevent_setcb(
-        l->bev, [](bufferevent*, void* arg) noexcept { static_cast<Local*>(arg)->read_frames(); },
+        l->bev.get(), [](bufferevent*, void* arg) noexcept { static_cast<Local*>(arg)->read_frames(); },
         nullptr,
         [](bufferevent*, short, void* arg) {
             auto* l = static_cast<Local*>(arg);
@@ -124,11 +124,11 @@ void Daemon::add_local(int fd, uid_t uid, pid_t pid, bool control)
             // end (drained within its bound). It never outlives root.
             if (control) {
                 log::info("slurmstepd's control link closed: stopping");
-                d->agent_->drain();
+                guarded("stopping", [d] { d->agent_->drain(); });
             }
         },
         l.get());
-    bufferevent_enable(l->bev, EV_READ | EV_WRITE);
+    bufferevent_enable(l->bev.get(), EV_READ | EV_WRITE);
     locals_.push_back(std::move(l));
 }
 
@@ -175,7 +175,7 @@ void Daemon::listen_local()
 void Daemon::read_control_backlog(Local& control)
 {
     const int fd = std::exchange(args_.control_backlog_fd, -1);
-    evbuffer* in = bufferevent_get_input(control.bev);
+    evbuffer* in = bufferevent_get_input(control.bev.get());
     std::size_t total = 0;
     // A bufferevent's input takes data only from its socket (its end is
     // frozen): opened for this once.
@@ -195,7 +195,7 @@ void Daemon::read_control_backlog(Local& control)
 
 void Daemon::on_local_frame(Local& l, protocol::Type type, std::span<const std::uint8_t> body)
 {
-    auto reply = [&](const protocol::Bytes& frame) { bufferevent_write(l.bev, frame.data(), frame.size()); };
+    auto reply = [&](const protocol::Bytes& frame) { bufferevent_write(l.bev.get(), frame.data(), frame.size()); };
     switch (type) {
     case protocol::Type::env_request: {
         // A task starts once the event anchor is in place: its default

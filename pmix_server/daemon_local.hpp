@@ -4,6 +4,8 @@
 // daemon.cpp, which owns them, and daemon_local.cpp, which serves them.
 #pragma once
 
+#include "protocol/handles.hpp"
+
 #include "daemon.hpp"
 
 #include <event2/bufferevent.h>
@@ -15,18 +17,14 @@ namespace exitpolicy::pmix_server {
 
 struct Daemon::Local {
     Daemon* d = nullptr;
-    bufferevent* bev = nullptr;
+    protocol::BufferEventHandle bev;
     uid_t uid = static_cast<uid_t>(-1);
     pid_t pid = -1;  // the peer, as the kernel says
     bool control = false;  // slurmstepd's control link
     // Serves every whole frame in the input, in order (the rest waits for
     // more); may drop this Local.
     void read_frames() noexcept;
-    ~Local()
-    {
-        if (bev)
-            bufferevent_free(bev);
-    }
+    void serve_frames();
     // Closes the connection and frees this Local, with any request of it
     // still waiting (a later Local may get its address). The caller, maybe
     // its own callback, returns at once.

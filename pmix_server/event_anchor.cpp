@@ -3,7 +3,6 @@
 #include "event_anchor.hpp"
 #include "socket_activation.hpp"
 
-#include "daemon.hpp"
 #include "info_array.hpp"
 #include "pmix_server/log.hpp"
 #include "pmix_host.hpp"
@@ -50,7 +49,7 @@ long long now_us()
 
 }  // namespace
 
-EventAnchor::EventAnchor(Daemon& daemon) : daemon_(daemon) {}
+EventAnchor::EventAnchor(Services services) : services_(std::move(services)) {}
 
 EventAnchor::~EventAnchor()
 {
@@ -64,7 +63,7 @@ void EventAnchor::start(std::function<void(bool)> settled)
 {
     settled_ = std::move(settled);
     started_us_ = now_us();
-    const Args& args = daemon_.args();
+    const Args& args = services_.args;
     nspace_ = nspace_of(args.job_id, args.step_id);
 
     const NamespaceMaps maps = namespace_maps({args.hostname}, {0});
@@ -98,30 +97,36 @@ void EventAnchor::start(std::function<void(bool)> settled)
         nspace_.c_str(), 1, info->info, info->n,
         [](pmix_status_t status, void* cbdata) {
             auto* call = static_cast<Call*>(cbdata);
-            call->self->daemon_.post([call, status] {
-                EventAnchor* self = call->self;
-                delete call->info;
-                delete call;
-                if (status != PMIX_SUCCESS) {
-                    self->settle(false, "its namespace was refused");
-                    return;
-                }
-                pmix_proc_t proc;
-                PMIX_PROC_LOAD(&proc, self->nspace_.c_str(), 0);
-                const pmix_status_t rc = PMIx_server_register_client(
-                    &proc, ::getuid(), ::getgid(), nullptr,
-                    [](pmix_status_t st, void* cbdata) {
-                        auto* self = static_cast<EventAnchor*>(cbdata);
-                        self->daemon_.post([self, st] {
-                            if (st != PMIX_SUCCESS)
-                                self->settle(false, "its client was refused");
-                            else
-                                self->spawn();
-                        });
-                    },
-                    self);
-                if (rc != PMIX_SUCCESS)
-                    self->settle(false, "its client was refused");
+            // No exception into the library: a post that cannot be made
+            // leaves the anchor unsettled, and the daemon goes on without.
+            guarded("the event anchor's namespace", [call, status] {
+                call->self->services_.post([call, status] {
+                    EventAnchor* self = call->self;
+                    delete call->info;
+                    delete call;
+                    if (status != PMIX_SUCCESS) {
+                        self->settle(false, "its namespace was refused");
+                        return;
+                    }
+                    pmix_proc_t proc;
+                    PMIX_PROC_LOAD(&proc, self->nspace_.c_str(), 0);
+                    const pmix_status_t rc = PMIx_server_register_client(
+                        &proc, ::getuid(), ::getgid(), nullptr,
+                        [](pmix_status_t st, void* cbdata) {
+                            auto* self = static_cast<EventAnchor*>(cbdata);
+                            guarded("the event anchor's client", [self, st] {
+                                self->services_.post([self, st] {
+                                    if (st != PMIX_SUCCESS)
+                                        self->settle(false, "its client was refused");
+                                    else
+                                        self->spawn();
+                                });
+                            });
+                        },
+                        self);
+                    if (rc != PMIX_SUCCESS)
+                        self->settle(false, "its client was refused");
+                });
             });
         },
         call);
@@ -163,21 +168,21 @@ void EventAnchor::spawn()
         envp.push_back(kv.data());
     envp.push_back(nullptr);
 
-    int in[2], out[2];
-    if (::pipe2(in, O_CLOEXEC) != 0) {
+    int in_ends[2], out_ends[2];
+    if (::pipe2(in_ends, O_CLOEXEC) != 0) {
         settle(false, std::strerror(errno));
         return;
     }
-    if (::pipe2(out, O_CLOEXEC) != 0) {
-        ::close(in[0]);
-        ::close(in[1]);
+    protocol::Fd in[2] = {protocol::Fd(in_ends[0]), protocol::Fd(in_ends[1])};
+    if (::pipe2(out_ends, O_CLOEXEC) != 0) {
         settle(false, std::strerror(errno));
         return;
     }
+    protocol::Fd out[2] = {protocol::Fd(out_ends[0]), protocol::Fd(out_ends[1])};
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, in[0], 0);
-    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, in[0].get(), 0);
+    posix_spawn_file_actions_adddup2(&actions, out[1].get(), 1);
     // Nothing else of the daemon's: its links, its listeners, its clients'
     // connections stay its own, and close when it closes them.
     posix_spawn_file_actions_addclosefrom_np(&actions, 3);
@@ -197,10 +202,8 @@ void EventAnchor::spawn()
     const int rc = posix_spawn(&pid_, self_exe, &actions, &attr, argv, envp.data());
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
-    ::close(in[0]);
-    ::close(out[1]);
-    to_child_ = in[1];
-    from_child_ = out[0];
+    to_child_ = std::move(in[1]);
+    from_child_ = std::move(out[0]);
     if (rc != 0) {
         pid_ = -1;
         settle(false, std::strerror(rc));
@@ -208,23 +211,24 @@ void EventAnchor::spawn()
     }
     // Through the gate that holds the step's clients until it registered.
     activation::let_through(pid_);
-    reading_ = event_new(
-        daemon_.base(), from_child_, EV_READ | EV_PERSIST,
+    reading_.reset(event_new(
+        services_.base, from_child_.get(), EV_READ | EV_PERSIST,
         [](evutil_socket_t fd, short, void* arg) {
             auto* self = static_cast<EventAnchor*>(arg);
             char buf[64];
             const ssize_t n = ::read(fd, buf, sizeof(buf));
             if (n < 0 && errno == EINTR)
                 return;
-            event_del(self->reading_);
-            if (n > 0 && std::string_view(buf, static_cast<std::size_t>(n)).starts_with(registered_line))
-                self->settle(true, nullptr);
-            else
-                self->settle(false, "it ended before it registered");
+            event_del(self->reading_.get());
+            const bool registered =
+                n > 0 && std::string_view(buf, static_cast<std::size_t>(n)).starts_with(registered_line);
+            guarded("the event anchor's word", [self, registered] {
+                self->settle(registered, registered ? nullptr : "it ended before it registered");
+            });
         },
-        this);
-    event_add(reading_, nullptr);
-    daemon_.after_ms(static_cast<std::uint32_t>(settle_bound.count()), [this] { settle(false, "it did not register in time"); });
+        this));
+    event_add(reading_.get(), nullptr);
+    services_.timers.after_ms(static_cast<std::uint32_t>(settle_bound.count()), [this] { settle(false, "it did not register in time"); });
 }
 
 void EventAnchor::settle(bool ok, const char* why)
@@ -243,18 +247,9 @@ void EventAnchor::settle(bool ok, const char* why)
 void EventAnchor::release()
 {
     settled_ = nullptr;
-    if (reading_) {
-        event_free(reading_);
-        reading_ = nullptr;
-    }
-    if (to_child_ >= 0) {
-        ::close(to_child_);  // the anchor finalizes and exits
-        to_child_ = -1;
-    }
-    if (from_child_ >= 0) {
-        ::close(from_child_);
-        from_child_ = -1;
-    }
+    reading_.reset();
+    to_child_.reset();  // the anchor finalizes and exits
+    from_child_.reset();
 }
 
 void EventAnchor::reap()

@@ -27,6 +27,10 @@
 // library's callbacks post back to it.
 #pragma once
 
+#include "args.hpp"
+#include "protocol/handles.hpp"
+#include "timers.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -36,11 +40,18 @@ struct event;
 
 namespace exitpolicy::pmix_server {
 
-class Daemon;
-
 class EventAnchor {
 public:
-    explicit EventAnchor(Daemon& daemon);
+    // What the anchor uses of its daemon: the step it serves, the loop it
+    // watches the anchor's process on, its timers, and how a callback of
+    // the PMIx library (any thread) hands work to that loop.
+    struct Services {
+        const Args& args;
+        event_base* base;
+        Timers& timers;
+        std::function<void(std::function<void()>)> post;
+    };
+    explicit EventAnchor(Services services);
     ~EventAnchor();
     EventAnchor(const EventAnchor&) = delete;
     EventAnchor& operator=(const EventAnchor&) = delete;
@@ -65,13 +76,13 @@ private:
     void spawn();
     void settle(bool ok, const char* why);
 
-    Daemon& daemon_;
+    Services services_;
     std::string nspace_;
     std::function<void(bool)> settled_;
     pid_t pid_ = -1;
-    int to_child_ = -1;    // the anchor's stdin: it ends when this closes
-    int from_child_ = -1;  // the anchor's stdout: "registered\n"
-    event* reading_ = nullptr;
+    protocol::Fd to_child_;    // the anchor's stdin: it ends when this closes
+    protocol::Fd from_child_;  // the anchor's stdout: "registered\n"
+    protocol::EventHandle reading_;
     long long started_us_ = 0;
     bool registered_ = false;  // its namespace: deregistered at the end
 };

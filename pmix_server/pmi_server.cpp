@@ -6,6 +6,7 @@
 #include "pmi_encoding.hpp"
 
 #include "pmix_server/log.hpp"
+#include "protocol/handles.hpp"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -44,18 +45,13 @@ std::optional<long> integer(const std::string* text)
 struct PmiServer::Conn {
     PmiServer* server = nullptr;
     std::uint32_t rank = 0;
-    bufferevent* bev = nullptr;
+    protocol::BufferEventHandle bev;
     pmi::Parser parser;
     bool initialized = false;
     bool finalized = false;
     bool done = false;  // aborted, or broke the protocol: nothing more is read
     int spawn_blocks = 0;
     std::string barrier_thrid;  // PMI-2: what its kvs-fence's reply echoes
-    ~Conn()
-    {
-        if (bev)
-            bufferevent_free(bev);
-    }
 };
 
 PmiServer::PmiServer(event_base* base, StepServices& step) : base_(base), step_(step) {}
@@ -69,23 +65,23 @@ void PmiServer::adopt(const std::vector<std::uint32_t>& ranks, const std::vector
         c->server = this;
         c->rank = ranks[i];
         evutil_make_socket_nonblocking(sockets[i]);
-        c->bev = bufferevent_socket_new(base_, sockets[i], BEV_OPT_CLOSE_ON_FREE);
+        c->bev.reset(bufferevent_socket_new(base_, sockets[i], BEV_OPT_CLOSE_ON_FREE));
         if (!c->bev) {
             ::close(sockets[i]);
             log::error("rank %u gets no PMI service: no memory for its connection", ranks[i]);
             continue;
         }
         bufferevent_setcb(
-            c->bev,
+            c->bev.get(),
             [](bufferevent*, void* arg) noexcept {
                 auto* conn = static_cast<Conn*>(arg);
-                conn->server->on_read(*conn);
+                guarded("a PMI request", [conn] { conn->server->on_read(*conn); });
             },
             nullptr,
             [](bufferevent*, short what, void* arg) noexcept {
                 if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
                     auto* conn = static_cast<Conn*>(arg);
-                    conn->server->on_closed(*conn);
+                    guarded("a PMI connection's end", [conn] { conn->server->on_closed(*conn); });
                 }
             },
             c.get());
@@ -104,7 +100,7 @@ void PmiServer::serve(const protocol::StepMap& map)
         attributes_["PMI_process_mapping"] = mapping;
     attributes_["universeSize"] = std::to_string(a.ntasks);
     for (auto& c : conns_)
-        bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+        bufferevent_enable(c->bev.get(), EV_READ | EV_WRITE);
     log::debug("PMI: serving %zu local tasks of %s", conns_.size(), kvsname_.c_str());
 }
 
@@ -135,7 +131,7 @@ void PmiServer::read_pending()
         std::string bytes;
         char buf[4096];
         ssize_t n = 0;
-        while (!c->done && (n = ::recv(bufferevent_getfd(c->bev), buf, sizeof buf, MSG_DONTWAIT)) > 0)
+        while (!c->done && (n = ::recv(bufferevent_getfd(c->bev.get()), buf, sizeof buf, MSG_DONTWAIT)) > 0)
             bytes.append(buf, static_cast<std::size_t>(n));
         if (!bytes.empty())
             take(*c, bytes);
@@ -144,7 +140,7 @@ void PmiServer::read_pending()
 
 void PmiServer::on_read(Conn& c)
 {
-    evbuffer* in = bufferevent_get_input(c.bev);
+    evbuffer* in = bufferevent_get_input(c.bev.get());
     std::string bytes(evbuffer_get_length(in), '\0');
     evbuffer_remove(in, bytes.data(), bytes.size());
     take(c, bytes);
@@ -152,7 +148,7 @@ void PmiServer::on_read(Conn& c)
 
 void PmiServer::take(Conn& c, const std::string& bytes)
 {
-    evbuffer* in = bufferevent_get_input(c.bev);
+    evbuffer* in = bufferevent_get_input(c.bev.get());
     if (evbuffer_get_length(in) > 0) {  // read by the bufferevent before: first
         std::string earlier(evbuffer_get_length(in), '\0');
         evbuffer_remove(in, earlier.data(), earlier.size());
@@ -165,7 +161,7 @@ void PmiServer::take(Conn& c, const std::string& bytes)
         auto next = c.parser.next();
         if (!next) {
             log::error("PMI: rank %u: %s; its PMI connection is closed", c.rank, next.error().c_str());
-            ::shutdown(bufferevent_getfd(c.bev), SHUT_RDWR);
+            ::shutdown(bufferevent_getfd(c.bev.get()), SHUT_RDWR);
             on_closed(c);
             return;
         }
@@ -187,7 +183,7 @@ void PmiServer::on_closed(Conn& c)
     c.done = true;
     in_barrier_.erase(&c);
     std::erase_if(attr_waiting_, [&](const auto& w) { return w.conn == &c; });
-    bufferevent_disable(c.bev, EV_READ | EV_WRITE);
+    bufferevent_disable(c.bev.get(), EV_READ | EV_WRITE);
     // The others' barrier may be complete without it (and then fails over it).
     check_barrier();
 }
@@ -198,7 +194,7 @@ void PmiServer::send(Conn& c, std::string_view cmd, Pairs args, const std::strin
     if (!thrid.empty())
         args.emplace_back("thrid", thrid);
     const std::string text = pmi::reply(c.parser.version(), cmd, args);
-    bufferevent_write(c.bev, text.data(), text.size());
+    bufferevent_write(c.bev.get(), text.data(), text.size());
 }
 
 const std::string* PmiServer::lookup(const std::string& key)
@@ -235,7 +231,7 @@ bool PmiServer::handle(Conn& c, const pmi::Request& r)
                                             {{"pmi_version", std::to_string(*version)},
                                              {"pmi_subversion", std::to_string(sub.value_or(0))},
                                              {"rc", "0"}});
-        bufferevent_write(c.bev, text.data(), text.size());
+        bufferevent_write(c.bev.get(), text.data(), text.size());
         if (!c.initialized) {
             c.initialized = true;
             step_.client_connected(c.rank);

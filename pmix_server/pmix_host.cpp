@@ -291,11 +291,7 @@ void PmixHost::Registration::nspace_in(pmix_status_t status, void* cbdata) noexc
 {
     std::shared_ptr<Registration> self = reclaim<Registration>(cbdata);
     StepServices* step = self->step;
-    try {
-        step->post([self, status] { self->register_clients(status); });
-    } catch (...) {
-        log::error("namespace registration: out of memory");
-    }
+    guarded("namespace registration", [&] { step->post([self, status] { self->register_clients(status); }); });
 }
 
 // Loop thread. Every client registered is counted, and only those: one the
@@ -332,12 +328,10 @@ void PmixHost::Registration::register_clients(pmix_status_t nspace_status)
 void PmixHost::Registration::client_in(pmix_status_t status, void* cbdata) noexcept
 {
     auto self = reclaim<std::shared_ptr<Registration>>(cbdata);
-    try {
+    guarded("client registration", [&] {
         StepServices* step = (*self)->step;
         step->post([self = *self, status] { self->client_done(status); });
-    } catch (...) {
-        log::error("client registration: out of memory");
-    }
+    });
 }
 
 void PmixHost::Registration::client_done(pmix_status_t status)
@@ -386,14 +380,12 @@ void PmixHost::dmodex(std::uint32_t rank, std::function<void(int status, protoco
         &proc,
         [](pmix_status_t status, char* data, size_t size, void* cbdata) {
             std::shared_ptr<Request> request = reclaim<Request>(cbdata);
-            try {
+            guarded("direct modex for a peer", [&] {
                 protocol::Bytes bytes(data, data + size);
                 request->step->post([request, status, bytes = std::move(bytes)]() mutable {
                     request->done(status, std::move(bytes));
                 });
-            } catch (...) {
-                log::error("direct modex for a peer: out of memory");
-            }
+            });
         },
         lend(std::move(request)));
     if (rc != PMIX_SUCCESS)

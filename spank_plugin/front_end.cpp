@@ -13,6 +13,7 @@
 #include "overlay_root.hpp"
 
 #include "protocol/channel.hpp"
+#include "protocol/guard.hpp"
 #include "protocol/wire.hpp"
 
 #include <event2/buffer.h>
@@ -39,13 +40,6 @@
 namespace exitpolicy::spank_plugin {
 namespace {
 
-struct BaseDeleter {
-    void operator()(event_base* b) const noexcept { event_base_free(b); }
-};
-struct ListenerDeleter {
-    void operator()(evconnlistener* l) const noexcept { evconnlistener_free(l); }
-};
-
 }  // namespace
 
 struct FrontEnd::Impl final : OverlayRoot::Links {
@@ -64,8 +58,8 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
 
     FrontEndSetup setup;
     protocol::Secret secret{};
-    std::unique_ptr<event_base, BaseDeleter> base;
-    std::unique_ptr<evconnlistener, ListenerDeleter> listener;
+    protocol::EventBaseHandle base;
+    protocol::ListenerHandle listener;
     std::uint16_t port = 0;
     std::thread thread;
     std::map<protocol::Channel*, std::unique_ptr<Conn>> conns;  // FE thread only
@@ -258,36 +252,37 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
     static void on_accept(evconnlistener*, evutil_socket_t fd, sockaddr* addr, int, void* arg) noexcept
     {
         auto* fe = static_cast<Impl*>(arg);
-        try {
-            fe->accept_backoff->accepted();
-            fe->make_room(fd);
-            auto c = std::make_unique<Conn>();
-            Conn* raw = c.get();
-            char text[INET6_ADDRSTRLEN] = {};
-            if (addr && addr->sa_family == AF_INET)
-                inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(addr)->sin_addr, text, sizeof(text));
-            c->peer_address = text;
-            protocol::Channel::Handlers h;
-            h.ready = [fe, raw](protocol::Channel&) { fe->on_ready(raw); };
-            h.frame = [fe, raw](protocol::Channel&, protocol::Type type, std::span<const std::uint8_t> body) {
-                return fe->on_frame(raw, type, body);
-            };
-            h.closed = [fe, raw](protocol::Channel&, protocol::Channel::Reason reason, const std::string& why) {
-                fe->drop(raw, reason, why);
-            };
-            c->channel = protocol::Channel::accept(fe->base.get(), fd, fe->secret, fe->setup.job_id,
-                                               fe->setup.step_id, std::move(h));
-            if (!c->channel) {
-                fe->collector.problem("could not accept a connection");
-                return;
-            }
-            protocol::Channel* channel = c->channel.get();
-            fe->conns.emplace(channel, std::move(c));
-            fe->pending.push_back(raw);
-            raw->pending_at = std::prev(fe->pending.end());
-        } catch (...) {
-            fe->collector.problem("could not accept a connection");
+        protocol::guarded([&] { fe->accept(fd, addr); },
+                          [fe](const char*) { fe->collector.problem("could not accept a connection"); });
+    }
+
+    void accept(evutil_socket_t fd, sockaddr* addr)
+    {
+        accept_backoff->accepted();
+        make_room(fd);
+        auto c = std::make_unique<Conn>();
+        Conn* raw = c.get();
+        char text[INET6_ADDRSTRLEN] = {};
+        if (addr && addr->sa_family == AF_INET)
+            inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(addr)->sin_addr, text, sizeof(text));
+        c->peer_address = text;
+        protocol::Channel::Handlers h;
+        h.ready = [this, raw](protocol::Channel&) { on_ready(raw); };
+        h.frame = [this, raw](protocol::Channel&, protocol::Type type, std::span<const std::uint8_t> body) {
+            return on_frame(raw, type, body);
+        };
+        h.closed = [this, raw](protocol::Channel&, protocol::Channel::Reason reason, const std::string& why) {
+            drop(raw, reason, why);
+        };
+        c->channel = protocol::Channel::accept(base.get(), fd, secret, setup.job_id, setup.step_id, std::move(h));
+        if (!c->channel) {
+            collector.problem("could not accept a connection");
+            return;
         }
+        protocol::Channel* channel = c->channel.get();
+        conns.emplace(channel, std::move(c));
+        pending.push_back(raw);
+        raw->pending_at = std::prev(pending.end());
     }
 
     Result<bool> listen()

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// guard.hpp - no exception crosses into Slurm's C frames.
+// guard.hpp - no exception crosses into Slurm's C frames: each SPANK entry
+// point runs its hook through protocol::guarded() (protocol/guard.hpp),
+// logged in Slurm's log.
 #pragma once
 
+#include "protocol/guard.hpp"
 #include "spank_plugin/log.hpp"
-
-#include <exception>
 
 namespace exitpolicy::spank_plugin {
 
@@ -13,14 +14,12 @@ namespace exitpolicy::spank_plugin {
 template <typename Fn>
 int guarded(const char* hook, int fallback, Fn&& fn) noexcept
 {
-    try {
-        return fn();
-    } catch (const std::exception& e) {
-        log::error("%s: internal error: %s; leaving the step to Slurm", hook, e.what());
-    } catch (...) {
-        log::error("%s: internal error; leaving the step to Slurm", hook);
-    }
-    return fallback;
+    int rc = fallback;
+    protocol::guarded([&] { rc = fn(); },
+                      [hook](const char* why) {
+                          log::error("%s: internal error: %s; leaving the step to Slurm", hook, why);
+                      });
+    return rc;
 }
 
 }  // namespace exitpolicy::spank_plugin

@@ -8,6 +8,7 @@
 
 #include "exitpolicy/report.hpp"
 #include "protocol/events.hpp"
+#include "protocol/guard.hpp"
 
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -33,11 +34,6 @@ std::string how_it_ended(const protocol::Event& e)
 
 }  // namespace
 
-void OverlayRoot::EventDeleter::operator()(::event* e) const noexcept
-{
-    event_free(e);
-}
-
 OverlayRoot::OverlayRoot(const FrontEndSetup& step, event_base* loop, Links& fe_links, OutcomeCollector& collected)
     : setup(step),
       base(loop),
@@ -54,8 +50,7 @@ OverlayRoot::OverlayRoot(const FrontEndSetup& step, event_base* loop, Links& fe_
 
 OverlayRoot::~OverlayRoot()
 {
-    for (const auto& [bev, waking] : wakes)
-        bufferevent_free(bev);
+    wakes.clear();  // their connections, while the loop is there
 }
 
 // ---- what the links tell ----
@@ -132,11 +127,8 @@ void OverlayRoot::failure(const std::string& what)
         base,
         [](evutil_socket_t, short, void* arg) {
             auto* root = static_cast<OverlayRoot*>(arg);
-            try {
-                root->teardown_after(root->teardown_reason);
-            } catch (...) {
-                root->collector.problem("the teardown could not be sent");
-            }
+            protocol::guarded([root] { root->teardown_after(root->teardown_reason); },
+                              [root](const char*) { root->collector.problem("the teardown could not be sent"); });
         },
         this));
     const auto ms = setup.teardown_grace.count();

@@ -24,6 +24,7 @@
 
 #include "exitpolicy/result.hpp"
 #include "protocol/fences.hpp"
+#include "protocol/handles.hpp"
 #include "protocol/tree.hpp"
 #include "protocol/wire.hpp"
 
@@ -103,9 +104,6 @@ public:
     void outcome_recorded();
 
 private:
-    struct EventDeleter {
-        void operator()(::event* e) const noexcept;
-    };
     // A node's daemon that stands by, and where it is woken (standbys.cpp).
     struct Standby {
         std::string address;
@@ -115,6 +113,7 @@ private:
     struct Waking {
         OverlayRoot* root;
         std::uint32_t node;
+        protocol::BufferEventHandle bev;  // its connection to the wake port
     };
 
     bool map_sent() const noexcept { return tree.has_value(); }
@@ -174,7 +173,7 @@ private:
     bool teardown_scheduled = false;
     bool teardown_sent = false;
     std::string teardown_reason;
-    std::unique_ptr<::event, EventDeleter> teardown_timer;  // the grace
+    protocol::EventHandle teardown_timer;  // the grace
 };
 
 }  // namespace exitpolicy::spank_plugin

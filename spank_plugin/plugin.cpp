@@ -3,6 +3,7 @@
 // register the options.
 #include "plugin.hpp"
 
+#include "guard.hpp"
 #include "spank_plugin/log.hpp"
 
 #include <cstdlib>
@@ -28,7 +29,7 @@ const OptionSpec* spec_of(int val) noexcept
 // (remote = 1). A bad value stops srun before it allocates anything.
 int on_option(int val, const char* optarg, int remote) noexcept
 {
-    try {
+    return guarded("an option", 0, [&] {
         const OptionSpec* spec = spec_of(val);
         if (!spec)
             return 0;
@@ -45,9 +46,7 @@ int on_option(int val, const char* optarg, int remote) noexcept
         }
         the_state.cli.*spec->value = value;
         return 0;
-    } catch (...) {
-        return 0;
-    }
+    });
 }
 
 // Built from option_table in init. Slurm keeps pointers to these for the

@@ -17,6 +17,7 @@
 // children link to the next ancestor). See overlay_root.hpp.
 #include "overlay_root.hpp"
 #include "user_line.hpp"
+#include "protocol/guard.hpp"
 #include "protocol/timeouts.hpp"
 
 #include <event2/bufferevent.h>
@@ -68,13 +69,14 @@ void OverlayRoot::wake(std::uint32_t node)
     sockaddr_in sin{};
     sin.sin_family = AF_INET;
     sin.sin_port = htons(slot->port);
-    bufferevent* bev = nullptr;
+    protocol::BufferEventHandle owned;
     if (inet_pton(AF_INET, slot->address.c_str(), &sin.sin_addr) != 1 ||
-        !(bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE))) {
+        !(owned = protocol::BufferEventHandle(bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE)))) {
         wake_failed(node, "no socket for " + slot->address);
         return;
     }
-    auto* waking = wakes.emplace(bev, std::make_unique<Waking>(Waking{this, node})).first->second.get();
+    bufferevent* bev = owned.get();
+    auto* waking = wakes.emplace(bev, std::make_unique<Waking>(Waking{this, node, std::move(owned)})).first->second.get();
     bufferevent_setcb(
         bev, nullptr, nullptr,
         [](bufferevent* b, short what, void* arg) {
@@ -82,25 +84,21 @@ void OverlayRoot::wake(std::uint32_t node)
             OverlayRoot* root = w->root;
             const std::uint32_t n = w->node;
             const int error = EVUTIL_SOCKET_ERROR();
-            root->wakes.erase(b);  // frees w
-            bufferevent_free(b);
+            root->wakes.erase(b);  // frees w and b
             // Queued on the standby's socket: it starts the daemon. Refused:
             // it has closed that socket, as it does once a task of its own
             // woke it (its daemon enrolls) or at its node's end (its
             // slurmstepd's link closes: absent).
             if ((what & BEV_EVENT_CONNECTED) || (!(what & BEV_EVENT_TIMEOUT) && (error == ECONNREFUSED || error == ECONNRESET)))
                 return;
-            try {
-                root->wake_failed(n, what & BEV_EVENT_TIMEOUT ? "no answer" : std::strerror(error));
-            } catch (...) {
-                root->collector.problem("a node daemon could not be woken");
-            }
+            protocol::guarded(
+                [&] { root->wake_failed(n, what & BEV_EVENT_TIMEOUT ? "no answer" : std::strerror(error)); },
+                [root](const char*) { root->collector.problem("a node daemon could not be woken"); });
         },
         waking);
     bufferevent_set_timeouts(bev, nullptr, &wake_timeout);
     if (bufferevent_socket_connect(bev, reinterpret_cast<sockaddr*>(&sin), sizeof sin) != 0) {
-        wakes.erase(bev);
-        bufferevent_free(bev);
+        wakes.erase(bev);  // frees it
         wake_failed(node, "cannot connect");
     }
 }
