@@ -24,7 +24,9 @@ to no plugin), and the context switches and page faults it made per task
 shared machine from run to run; the counts hardly move, and show what the
 plugin adds to each task.
 
-MANY_EACH=1 prints every round's time as well.
+MANY_EACH=1 prints every round's time as well. MANY_OTHER_PLUGIN=PATH runs
+another build of the plugin (its plugstack arguments may follow the path)
+in the same rounds: a change measured against the build it changes.
 
 Run it inside the cluster's namespace (bench/run.sh many does):
     contrib/slurm/cluster exec /usr/bin/python3 bench/many_tasks.py PLUGIN PLUGSTACK_D TASKS ROUNDS
@@ -47,6 +49,12 @@ configs = {
     "pmix=auto": (f"optional {plugin}\n", []),
     "pmix=auto, main-rank": (f"optional {plugin}\n", ["--exit-policy=main-rank"]),
 }
+# Another build of the plugin beside this one, in the same rounds (a
+# change measured against what it changes): MANY_OTHER_PLUGIN=PATH.
+other = os.environ.get("MANY_OTHER_PLUGIN")
+if other:
+    configs["other: pmix=auto"] = (f"optional {other}\n", [])
+    configs["other: main-rank"] = (f"optional {other}\n", ["--exit-policy=main-rank"])
 
 
 tails = {name: [] for name in configs}

@@ -12,7 +12,8 @@
 #   bash bench/run.sh many     one step of MANY_TASKS=1024 tasks on one node (a one-node
 #                              cluster whose MaxTasksPerNode allows them): no plugin,
 #                              pmix=auto (the daemon stands by), pmix=auto with a policy
-#                              (MANY_ROUNDS=15 paired rounds; bench/many_tasks.py)
+#                              (MANY_ROUNDS=15 paired rounds; bench/many_tasks.py);
+#                              MANY_OTHER_PLUGIN=PATH: another build in the same rounds
 #   bash bench/run.sh cost     what a step pays, as one table: no plugin, pmix=never,
 #                              pmix=auto with tasks that never use PMIx and with Open
 #                              MPI ones, Slurm's --mpi=pmix; time (COST_ROUNDS=9

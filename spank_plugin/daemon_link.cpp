@@ -407,12 +407,14 @@ Result<bool> send_backlog(int control, protocol::Bytes& backlog, std::optional<C
     return done(Result<bool>::ok(true));
 }
 
-Result<bool> tell_daemon(LaunchedDaemon& daemon, const protocol::TaskStarted& started)
+Result<bool> tell_daemon(LaunchedDaemon& daemon, const protocol::TaskStarted& started, bool send_now)
 {
     if (daemon.control < 0)
         return Result<bool>::fail(std::string(daemon_name) + " has no control link");
     const protocol::Bytes frame = started.encode();
     daemon.backlog.insert(daemon.backlog.end(), frame.begin(), frame.end());
+    if (!send_now)
+        return Result<bool>::ok(true);
     return send_backlog(daemon.control, daemon.backlog, std::nullopt);
 }
 

@@ -156,8 +156,9 @@ std::string daemon_socket(const std::string& dir);
 // A task slurmstepd has forked, told to the daemon over its control link
 // (no answer: the frame waits in the link, or in the backlog, until the
 // daemon reads it). Never waits: root's task_post_fork holds the task
-// until it returns. Fails only when the link is gone.
-Result<bool> tell_daemon(LaunchedDaemon& daemon, const protocol::TaskStarted& started);
+// until it returns. Fails only when the link is gone. With send_now
+// false the frame only joins the backlog, for the next word to take.
+Result<bool> tell_daemon(LaunchedDaemon& daemon, const protocol::TaskStarted& started, bool send_now = true);
 
 // `backlog` to the link, what went erased from it: all of it by
 // `deadline`, else a failure; without a deadline, what the link takes

@@ -72,6 +72,7 @@ struct Remote {
     bool failure_logged = false;  // one error line per step, not one per task
     // This node's tasks: the most outcomes its daemon can say srun has.
     std::size_t local_tasks = 0;
+    std::size_t tasks_forked = 0;  // task_post_fork calls so far
     // The step runs through a PMIx client's failure (--exit-recoverable),
     // as srun resolved it from the same options.
     bool recoverable = false;
@@ -438,15 +439,23 @@ int task_post_fork(spank_t sp)
     // that a pid its task left behind is never taken for it.
     if (!remote.planned || remote.daemon.control < 0)
         return 0;
+    // Slurm forks every task, then calls this for each, then lets them all
+    // exec: the daemon hears of them in one write after the last, not
+    // woken once per task (what is left goes with the next word, a task's
+    // exit).
+    const bool last = ++remote.tasks_forked >= remote.local_tasks;
     std::uint32_t rank = 0;
     pid_t pid = 0;
-    if (!item(sp, S_TASK_GLOBAL_ID, rank) || !item(sp, S_TASK_PID, pid))
-        return 0;
-    const auto started = protocol::process::start_time(pid);
-    if (!started)
-        return 0;  // gone already: its outcome says the rest
+    std::optional<std::uint64_t> started;
+    if (item(sp, S_TASK_GLOBAL_ID, rank) && item(sp, S_TASK_PID, pid))
+        started = protocol::process::start_time(pid);  // none: gone already, its outcome says the rest
+    Result<bool> told = Result<bool>::ok(true);
+    if (started)
+        told = tell_daemon(remote.daemon, protocol::TaskStarted{rank, pid, *started}, last);
+    else if (last && !remote.daemon.backlog.empty())
+        told = send_backlog(remote.daemon.control, remote.daemon.backlog, std::nullopt);
     // Never waits: what the link has no room for goes with a later word.
-    if (auto told = tell_daemon(remote.daemon, protocol::TaskStarted{rank, pid, *started}); !told)
+    if (!told)
         log::error("step %u.%u: cannot tell the node daemon of rank %u: %s", remote.job_id, remote.step_id, rank,
                    told.error().c_str());
     return 0;
