@@ -97,8 +97,8 @@ void EventAnchor::start(std::function<void(bool)> settled)
         nspace_.c_str(), 1, info->info, info->n,
         [](pmix_status_t status, void* cbdata) {
             auto* call = static_cast<Call*>(cbdata);
-            // No exception into the library: a post that cannot be made
-            // leaves the anchor unsettled, and the daemon goes on without.
+            // No exception into the library. A post that cannot be made
+            // (out of memory) is logged and leaves the anchor unsettled.
             guarded("the event anchor's namespace", [call, status] {
                 call->self->services_.post([call, status] {
                     EventAnchor* self = call->self;
@@ -168,17 +168,11 @@ void EventAnchor::spawn()
         envp.push_back(kv.data());
     envp.push_back(nullptr);
 
-    int in_ends[2], out_ends[2];
-    if (::pipe2(in_ends, O_CLOEXEC) != 0) {
+    protocol::Fd in[2], out[2];
+    if (!protocol::make_pipe(in[0], in[1]) || !protocol::make_pipe(out[0], out[1])) {
         settle(false, std::strerror(errno));
         return;
     }
-    protocol::Fd in[2] = {protocol::Fd(in_ends[0]), protocol::Fd(in_ends[1])};
-    if (::pipe2(out_ends, O_CLOEXEC) != 0) {
-        settle(false, std::strerror(errno));
-        return;
-    }
-    protocol::Fd out[2] = {protocol::Fd(out_ends[0]), protocol::Fd(out_ends[1])};
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, in[0].get(), 0);

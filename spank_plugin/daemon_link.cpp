@@ -153,30 +153,20 @@ struct LaunchEnds {
     protocol::Fd go_read, go_write;  // the daemon waits for "go" (9)
 };
 
-Result<bool> make_pipe(protocol::Fd& read_end, protocol::Fd& write_end)
-{
-    int ends[2];
-    if (::pipe2(ends, O_CLOEXEC) != 0)
-        return Result<bool>::fail(std::string("pipe: ") + std::strerror(errno));
-    read_end.reset(ends[0]);
-    write_end.reset(ends[1]);
-    return Result<bool>::ok(true);
-}
-
 Result<LaunchEnds> make_ends(const std::string& secret_hex)
 {
     using R = Result<LaunchEnds>;
     LaunchEnds e;
     protocol::Fd secret_write;
-    if (auto made = make_pipe(e.secret_read, secret_write); !made)
-        return R::fail(made.error());
+    if (!protocol::make_pipe(e.secret_read, secret_write))
+        return R::fail(std::string("pipe: ") + std::strerror(errno));
     // The secret waits in the pipe: 64 bytes fit its buffer.
     [[maybe_unused]] auto w = ::write(secret_write.get(), secret_hex.data(), secret_hex.size());
     secret_write.reset();
     for (auto [r, wr] : {std::pair{&e.ready_read, &e.ready_write}, std::pair{&e.pid_read, &e.pid_write},
                          std::pair{&e.go_read, &e.go_write}})
-        if (auto made = make_pipe(*r, *wr); !made)
-            return R::fail(made.error());
+        if (!protocol::make_pipe(*r, *wr))
+            return R::fail(std::string("pipe: ") + std::strerror(errno));
     e.null.reset(::open("/dev/null", O_RDWR | O_CLOEXEC));
     int control[2] = {-1, -1};
     if (!e.null || ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control) != 0)
