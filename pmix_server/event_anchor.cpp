@@ -7,6 +7,7 @@
 #include "pmix_server/log.hpp"
 #include "pmix_host.hpp"
 #include "protocol/timeouts.hpp"
+#include "protocol/pipe.hpp"
 
 #include <event2/event.h>
 #include <pmix.h>

@@ -5,7 +5,6 @@
 // slurmstepd side uses it too.
 #pragma once
 
-#include <fcntl.h>
 #include <unistd.h>
 #include <utility>
 
@@ -42,17 +41,5 @@ public:
 private:
     int fd_ = -1;
 };
-
-// A pipe, close-on-exec, its ends held by read_end and write_end; false
-// (errno set, nothing held) when the kernel gives none.
-inline bool make_pipe(Fd& read_end, Fd& write_end) noexcept
-{
-    int ends[2];
-    if (::pipe2(ends, O_CLOEXEC) != 0)
-        return false;
-    read_end.reset(ends[0]);
-    write_end.reset(ends[1]);
-    return true;
-}
 
 }  // namespace exitpolicy::protocol

@@ -4,6 +4,7 @@
 
 #include "blocking_io.hpp"
 #include "protocol/fd.hpp"
+#include "protocol/pipe.hpp"
 #include "protocol/process.hpp"
 
 #include <algorithm>
