@@ -14,7 +14,7 @@ namespace {
 // namespace of its own: it is none of the step's tasks.
 bool is_anchor(const StepServices& step, const pmix_proc_t* proc)
 {
-    const Args& args = step.args();
+    const protocol::DaemonArgs& args = step.args();
     return EventAnchor::nspace_of(args.job_id, args.step_id) == proc->nspace;
 }
 

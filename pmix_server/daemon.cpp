@@ -45,7 +45,7 @@
 
 namespace exitpolicy::pmix_server {
 
-Daemon::Daemon(Args args, protocol::Secret secret) : args_(std::move(args)), secret_(secret) {}
+Daemon::Daemon(protocol::DaemonArgs args, protocol::Secret secret) : args_(std::move(args)), secret_(secret) {}
 
 Daemon::~Daemon()
 {

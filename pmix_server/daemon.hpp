@@ -13,7 +13,7 @@
 
 #include "agent.hpp"
 #include "exitpolicy/node_failures.hpp"
-#include "args.hpp"
+#include "protocol/daemon_args.hpp"
 #include "local_tasks.hpp"
 #include "step_services.hpp"
 #include "pmi_server.hpp"
@@ -43,7 +43,7 @@ class EventAnchor;
 
 class Daemon final : public StepServices, private Agent::Node {
 public:
-    Daemon(Args args, protocol::Secret secret);
+    Daemon(protocol::DaemonArgs args, protocol::Secret secret);
     ~Daemon() override;
     // Runs until stopped; returns the process exit code.
     int run();
@@ -59,7 +59,7 @@ public:
     void task_log(std::uint32_t rank, const std::string& text) override;
     void client_connected(std::uint32_t rank) override;
     void client_finalized(std::uint32_t rank) override;
-    const Args& args() const noexcept override { return args_; }
+    const protocol::DaemonArgs& args() const noexcept override { return args_; }
     event_base* base() const noexcept { return base_.get(); }
     // Runs fn on the loop after `ms` milliseconds.
     void after_ms(std::uint32_t ms, std::function<void()> fn);
@@ -116,7 +116,7 @@ private:
     void on_local_frame(Local& l, protocol::Type type, std::span<const std::uint8_t> body);
     void ready();
 
-    Args args_;
+    protocol::DaemonArgs args_;
     protocol::Secret secret_;
     protocol::EventBaseHandle base_;
     protocol::EventHandle wake_;

@@ -64,7 +64,7 @@ void EventAnchor::start(std::function<void(bool)> settled)
 {
     settled_ = std::move(settled);
     started_us_ = now_us();
-    const Args& args = services_.args;
+    const protocol::DaemonArgs& args = services_.args;
     nspace_ = nspace_of(args.job_id, args.step_id);
 
     const NamespaceMaps maps = namespace_maps({args.hostname}, {0});

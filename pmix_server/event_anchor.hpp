@@ -27,7 +27,7 @@
 // library's callbacks post back to it.
 #pragma once
 
-#include "args.hpp"
+#include "protocol/daemon_args.hpp"
 #include "protocol/handles.hpp"
 #include "timers.hpp"
 
@@ -46,7 +46,7 @@ public:
     // watches the anchor's process on, its timers, and how a callback of
     // the PMIx library (any thread) hands work to that loop.
     struct Services {
-        const Args& args;
+        const protocol::DaemonArgs& args;
         event_base* base;
         Timers& timers;
         std::function<void(std::function<void()>)> post;

@@ -3,7 +3,7 @@
 // one Slurm job step. Started by the plugin in slurmstepd (see
 // spank_plugin/daemon_link.cpp), never by hand; `--event-anchor` runs
 // the event anchor (event_anchor.hpp), which the daemon starts itself.
-#include "args.hpp"
+#include "protocol/daemon_args.hpp"
 #include "daemon.hpp"
 #include "event_anchor.hpp"
 #include "pmix_server/log.hpp"
@@ -46,7 +46,7 @@ int main(int argc, char** argv)
     if (argc == 2 && std::strcmp(argv[1], "--event-anchor") == 0)
         return pmix_server::run_event_anchor();
     std::vector<std::string> words(argv + 1, argv + argc);
-    auto args = pmix_server::parse_args(words);
+    auto args = protocol::parse_daemon_args(words);
     if (!args) {
         std::fprintf(stderr, "exitpolicy-pmixd: %s\n", args.error().c_str());
         return 2;

@@ -94,7 +94,7 @@ void PmiServer::serve(const protocol::StepMap& map)
     if (serving_)
         return;
     serving_ = true;
-    const Args& a = step_.args();
+    const protocol::DaemonArgs& a = step_.args();
     kvsname_ = std::to_string(a.job_id) + "." + std::to_string(a.step_id);
     if (auto mapping = process_mapping(map.rank_node); !mapping.empty())
         attributes_["PMI_process_mapping"] = mapping;

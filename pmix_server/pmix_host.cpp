@@ -185,7 +185,7 @@ Result<bool> PmixHost::init(const std::string& tmpdir, const PlannedServer* plan
 
 Result<bool> PmixHost::register_namespace(const protocol::StepMap& map, std::function<void(int status)> done)
 {
-    const Args& args = step_.args();
+    const protocol::DaemonArgs& args = step_.args();
     nspace_ = map.nspace;
     const auto ntasks = static_cast<std::uint32_t>(map.rank_node.size());
     const auto nnodes = map.hostnames.size();

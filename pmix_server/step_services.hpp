@@ -10,7 +10,7 @@
 // (completion.hpp).
 #pragma once
 
-#include "args.hpp"
+#include "protocol/daemon_args.hpp"
 #include "protocol/wire.hpp"
 
 #include <cstdint>
@@ -55,7 +55,7 @@ public:
     virtual void client_finalized(std::uint32_t rank) = 0;
 
     // Any thread: fixed before the PMIx server starts.
-    virtual const Args& args() const noexcept = 0;
+    virtual const protocol::DaemonArgs& args() const noexcept = 0;
 };
 
 }  // namespace exitpolicy::pmix_server

@@ -13,7 +13,7 @@
 #include "spank_plugin/log.hpp"
 #include "spank.hpp"
 #include "daemon_link.hpp"
-#include "pmix_server/args.hpp"
+#include "protocol/daemon_args.hpp"
 #include "protocol/planned_environment.hpp"
 #include "protocol/process.hpp"
 #include "protocol/timeouts.hpp"
@@ -156,7 +156,7 @@ bool start_daemon(spank_t sp, const LinkSetup& link, FrontEndSink& fe, std::stri
     launch.gid = gid;
     launch.secret_hex = protocol::to_hex(link.secret);
     launch.limits = propagated_limits([sp](const char* name) { return job_env(sp, name); });
-    pmix_server::Args args;
+    protocol::DaemonArgs args;
     args.job_id = link.job_id;
     args.step_id = link.step_id;
     args.node_id = link.node_id;
@@ -206,7 +206,7 @@ bool start_daemon(spank_t sp, const LinkSetup& link, FrontEndSink& fe, std::stri
         log::debug("step %u.%u: the node daemon writes the tasks' PMIx environment (%s)", link.job_id,
                    link.step_id, unplanned.c_str());
     }
-    launch.args = pmix_server::command_line(args);
+    launch.args = protocol::daemon_command_line(args);
     if (auto sockets = remote.pmi.make(link.ranks.size()))
         launch.pmi_fds = *sockets;
     else

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // daemon_args_test.cpp - exitpolicy-pmixd's bootstrap arguments.
-#include "pmix_server/args.hpp"
+#include "protocol/daemon_args.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-namespace exitpolicy::pmix_server {
+namespace exitpolicy::protocol {
 namespace {
 
 std::vector<std::string> good()
@@ -18,7 +18,7 @@ std::vector<std::string> good()
 
 TEST(DaemonArgsTest, EveryArgument)
 {
-    const auto a = parse_args(good());
+    const auto a = parse_daemon_args(good());
     ASSERT_TRUE(a) << a.error();
     EXPECT_EQ(a->job_id, 42u);
     EXPECT_EQ(a->step_id, 3u);
@@ -39,14 +39,14 @@ TEST(DaemonArgsTest, EveryArgument)
     EXPECT_EQ(a->topology, "discover");
     auto v = good();
     v.insert(v.end(), {"--topology", "/var/spool/slurmd/hwloc_topo_whole.xml"});
-    EXPECT_EQ(parse_args(v)->topology, "/var/spool/slurmd/hwloc_topo_whole.xml");
+    EXPECT_EQ(parse_daemon_args(v)->topology, "/var/spool/slurmd/hwloc_topo_whole.xml");
 }
 
 // What slurmstepd writes is what the daemon reads, each field, the
 // optional ones given and left out.
 TEST(DaemonArgsTest, TheCommandLineReadsBackAsWritten)
 {
-    Args a;
+    DaemonArgs a;
     a.job_id = 4294967295u;
     a.step_id = 7;
     a.node_id = 2;
@@ -67,11 +67,11 @@ TEST(DaemonArgsTest, TheCommandLineReadsBackAsWritten)
     a.reserved_fd = 6;
     a.planned_version = "4.2.2rc2";
     a.pmi_fd = 10;
-    auto back = parse_args(command_line(a));
+    auto back = parse_daemon_args(daemon_command_line(a));
     ASSERT_TRUE(back) << back.error();
     EXPECT_TRUE(*back == a);
 
-    Args lean = a;
+    DaemonArgs lean = a;
     lean.log_dir.clear();
     lean.topology = "none";
     lean.debug = 0;
@@ -79,22 +79,22 @@ TEST(DaemonArgsTest, TheCommandLineReadsBackAsWritten)
     lean.reserved_fd = -1;
     lean.planned_version.clear();
     lean.pmi_fd = -1;
-    back = parse_args(command_line(lean));
+    back = parse_daemon_args(daemon_command_line(lean));
     ASSERT_TRUE(back) << back.error();
     EXPECT_TRUE(*back == lean);
 
     // The descriptors are the launcher's to add: without them it is no
     // complete command line.
-    Args unlaunched = a;
+    DaemonArgs unlaunched = a;
     unlaunched.secret_fd = unlaunched.ready_fd = unlaunched.control_fd = -1;
-    const auto words = command_line(unlaunched);
+    const auto words = daemon_command_line(unlaunched);
     EXPECT_EQ(std::count(words.begin(), words.end(), "--secret-fd"), 0);
-    EXPECT_EQ(parse_args(words).error(), "missing or bad --secret-fd");
+    EXPECT_EQ(parse_daemon_args(words).error(), "missing or bad --secret-fd");
 
     // A planned environment names the socket and the version together.
-    Args half = a;
+    DaemonArgs half = a;
     half.reserved_fd = -1;
-    EXPECT_EQ(parse_args(command_line(half)).error(), "--reserved-fd and --planned-version go together");
+    EXPECT_EQ(parse_daemon_args(daemon_command_line(half)).error(), "--reserved-fd and --planned-version go together");
 }
 
 TEST(DaemonArgsTest, BadArgumentsAreNamed)
@@ -124,11 +124,11 @@ TEST(DaemonArgsTest, BadArgumentsAreNamed)
         {{"job", "1"}, "unexpected argument 'job'"},
     };
     for (const auto& [argv, message] : cases) {
-        const auto a = parse_args(argv);
+        const auto a = parse_daemon_args(argv);
         ASSERT_FALSE(a) << message;
         EXPECT_EQ(a.error(), message);
     }
 }
 
 }  // namespace
-}  // namespace exitpolicy::pmix_server
+}  // namespace exitpolicy::protocol

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // source_tree_test.cpp - the source tree names its license: LICENSE holds
 // the Apache License 2.0, and every source file says so in its first lines
-// (an SPDX line), so that a file copied out of the tree still does.
+// (an SPDX line), so that a file copied out of the tree still does. The
+// includes show the design: the plugin and the daemon meet only in
+// protocol/, and the floors below include neither.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -62,6 +65,45 @@ TEST(SourceTree, EverySourceFileNamesItsLicense)
     EXPECT_GT(checked, 150u);
     EXPECT_TRUE(missing.empty()) << "without \"" << spdx
                                  << "\" in their first lines: " << ::testing::PrintToString(missing);
+}
+
+// The quoted includes and the source files a CMakeLists.txt names, of every
+// file directly in `dir`, that lie in one of `forbidden`.
+std::vector<std::string> reaches(const std::filesystem::path& root, const std::string& dir,
+                                 const std::vector<std::string>& forbidden)
+{
+    std::vector<std::string> found;
+    for (const auto& entry : std::filesystem::directory_iterator(root / dir)) {
+        if (!entry.is_regular_file() || !is_source(entry.path()))
+            continue;
+        std::ifstream in(entry.path());
+        const bool cmake = entry.path().filename() == "CMakeLists.txt";
+        for (std::string line; std::getline(in, line);) {
+            const auto first = line.find_first_not_of(" \t");
+            if (first == std::string::npos || (!cmake && line.compare(first, 10, "#include \"") != 0) ||
+                (cmake && line[first] == '#'))
+                continue;
+            for (const auto& other : forbidden)
+                if (line.find(other + "/") != std::string::npos)
+                    found.push_back(dir + "/" + entry.path().filename().string() + ": " + line.substr(first));
+        }
+    }
+    return found;
+}
+
+TEST(SourceTree, ThePluginAndTheDaemonMeetOnlyInProtocol)
+{
+    const std::filesystem::path root = EXITPOLICY_SOURCE_DIR;
+    const std::map<std::string, std::vector<std::string>> never = {
+        {"spank_plugin", {"pmix_server"}},
+        {"pmix_server", {"spank_plugin"}},
+        {"protocol", {"spank_plugin", "pmix_server"}},
+        {"exitpolicy", {"spank_plugin", "pmix_server", "protocol"}},
+    };
+    for (const auto& [dir, forbidden] : never) {
+        const auto found = reaches(root, dir, forbidden);
+        EXPECT_TRUE(found.empty()) << ::testing::PrintToString(found);
+    }
 }
 
 }  // namespace

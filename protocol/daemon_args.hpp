@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// args.hpp - the daemon's bootstrap arguments, as the plugin passes them on
-// exitpolicy-pmixd's command line. The secret never travels on argv: it is
+// daemon_args.hpp - the node daemon's bootstrap arguments, as slurmstepd
+// (spank_plugin/) passes them on exitpolicy-pmixd's command line and the
+// daemon (pmix_server/) reads them: the contract between the two, here so
+// that neither includes the other. The secret never travels on argv: it is
 // read from an inherited file descriptor.
 #pragma once
 
@@ -10,9 +12,9 @@
 #include <string>
 #include <vector>
 
-namespace exitpolicy::pmix_server {
+namespace exitpolicy::protocol {
 
-struct Args {
+struct DaemonArgs {
     std::uint32_t job_id = 0;
     std::uint32_t step_id = 0;
     std::uint32_t node_id = 0;
@@ -47,18 +49,18 @@ struct Args {
     std::string topology = "discover"; // discover, none, or an hwloc XML file
     int debug = 0;
 
-    bool operator==(const Args&) const = default;
+    bool operator==(const DaemonArgs&) const = default;
 };
 
 // --job J --step S --node N --nnodes M --ntasks T --ranks 0,1 --hostname H
 // --fe HOST:PORT --secret-fd FD --ready-fd FD --control-fd FD --dir DIR --uid U
 // [--log-dir DIR] [--topology discover|none|/PATH] [--debug L]
 // [--reserved-fd FD --planned-version V] [--pmi-fd FD] [--control-backlog-fd FD]
-Result<Args> parse_args(const std::vector<std::string>& argv);
+Result<DaemonArgs> parse_daemon_args(const std::vector<std::string>& argv);
 
-// The command line parse_args reads back as `args` (slurmstepd writes it):
+// The command line parse_daemon_args reads back as `args` (slurmstepd writes it):
 // without the descriptors that are -1, which the launcher adds once it
 // knows them.
-std::vector<std::string> command_line(const Args& args);
+std::vector<std::string> daemon_command_line(const DaemonArgs& args);
 
-}  // namespace exitpolicy::pmix_server
+}  // namespace exitpolicy::protocol

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// args.cpp - see args.hpp.
-#include "args.hpp"
+// daemon_args.cpp - see daemon_args.hpp.
+#include "daemon_args.hpp"
 
 #include <charconv>
 #include <map>
 #include <utility>
 
-namespace exitpolicy::pmix_server {
+namespace exitpolicy::protocol {
 namespace {
 
 template <typename T>
@@ -18,9 +18,9 @@ bool number(const std::string& text, T& out)
 
 }  // namespace
 
-Result<Args> parse_args(const std::vector<std::string>& argv)
+Result<DaemonArgs> parse_daemon_args(const std::vector<std::string>& argv)
 {
-    using R = Result<Args>;
+    using R = Result<DaemonArgs>;
     std::map<std::string, std::string> v;
     for (std::size_t i = 0; i < argv.size(); ++i) {
         const std::string& a = argv[i];
@@ -28,7 +28,7 @@ Result<Args> parse_args(const std::vector<std::string>& argv)
             return R::fail("unexpected argument '" + a + "'");
         v[a.substr(2)] = argv[++i];
     }
-    Args args;
+    DaemonArgs args;
     auto need = [&](const char* key) -> const std::string* {
         auto it = v.find(key);
         return it == v.end() ? nullptr : &it->second;
@@ -98,7 +98,7 @@ Result<Args> parse_args(const std::vector<std::string>& argv)
     return R::ok(std::move(args));
 }
 
-std::vector<std::string> command_line(const Args& a)
+std::vector<std::string> daemon_command_line(const DaemonArgs& a)
 {
     std::string ranks;
     for (std::uint32_t r : a.ranks)
@@ -120,4 +120,4 @@ std::vector<std::string> command_line(const Args& a)
     return out;
 }
 
-}  // namespace exitpolicy::pmix_server
+}  // namespace exitpolicy::protocol
