@@ -110,12 +110,18 @@ Result<protocol::Bytes> read_frame_of(int fd, std::initializer_list<protocol::Ty
     return Result<protocol::Bytes>::ok(std::move(body));
 }
 
+void append_sealed(protocol::Bytes& out, const protocol::Bytes& frame, protocol::FrameSeal& seal)
+{
+    const protocol::Tag tag = seal.seal(frame);
+    out.insert(out.end(), frame.begin(), frame.end());
+    out.insert(out.end(), tag.begin(), tag.end());
+}
+
 Result<bool> write_sealed(int fd, const protocol::Bytes& frame, protocol::FrameSeal& seal, Clock::time_point deadline,
                           const char* peer)
 {
-    const protocol::Tag tag = seal.seal(frame);
-    protocol::Bytes out(frame);
-    out.insert(out.end(), tag.begin(), tag.end());
+    protocol::Bytes out;
+    append_sealed(out, frame, seal);
     return write_all(fd, out, deadline, peer);
 }
 

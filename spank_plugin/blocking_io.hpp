@@ -26,6 +26,9 @@ Result<protocol::Bytes> read_frame(int fd, protocol::Type expected, Clock::time_
 // One frame of any of the accepted types (not empty); its type in `type`.
 Result<protocol::Bytes> read_frame_of(int fd, std::initializer_list<protocol::Type> accepted, protocol::Type& type,
                                   Clock::time_point deadline, const char* peer, protocol::FrameSeal* seal = nullptr);
+// Appends a frame and its tag to `out` (frames sealed in the order they are
+// written).
+void append_sealed(protocol::Bytes& out, const protocol::Bytes& frame, protocol::FrameSeal& seal);
 // A frame and its tag.
 Result<bool> write_sealed(int fd, const protocol::Bytes& frame, protocol::FrameSeal& seal, Clock::time_point deadline,
                           const char* peer);

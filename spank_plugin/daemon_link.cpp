@@ -514,7 +514,7 @@ DaemonSink::DaemonSink(int control, std::chrono::milliseconds timeout, protocol:
 {
 }
 
-Result<bool> DaemonSink::deliver(const protocol::Outcome& outcome)
+Result<bool> DaemonSink::deliver(const protocol::Outcome& outcome, Send)
 {
     using R = Result<bool>;
     if (gave_up_)

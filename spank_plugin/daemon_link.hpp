@@ -191,7 +191,8 @@ public:
     // `backlog` (LaunchedDaemon::backlog, not owned; may be null) goes
     // before each outcome.
     DaemonSink(int control, std::chrono::milliseconds timeout, protocol::Bytes* backlog = nullptr);
-    Result<bool> deliver(const protocol::Outcome& outcome) override;
+    // Each outcome at once (the daemon acknowledges each before the next).
+    Result<bool> deliver(const protocol::Outcome& outcome, Send send) override;
     // What the daemon took and srun never confirmed (stop_daemon's list):
     // it goes the direct way. The daemon's ack says only that it has an
     // outcome; every holder keeps it until srun has it.

@@ -174,9 +174,17 @@ std::optional<std::uint32_t> NodeLink::local_address() const noexcept
 
 Result<bool> NodeLink::post_outcome(const protocol::Outcome& outcome, std::chrono::milliseconds timeout)
 {
+    return post_outcomes(std::span(&outcome, 1), timeout);
+}
+
+Result<bool> NodeLink::post_outcomes(std::span<const protocol::Outcome> outcomes, std::chrono::milliseconds timeout)
+{
     if (fd_ < 0)
         return Result<bool>::fail("not connected to the front end");
-    if (auto w = write_sealed(fd_, outcome.encode(), seal_, Clock::now() + timeout, fe); !w) {
+    protocol::Bytes out;
+    for (const auto& o : outcomes)
+        append_sealed(out, o.encode(), seal_);
+    if (auto w = write_all(fd_, out, Clock::now() + timeout, fe); !w) {
         close();
         return w;
     }

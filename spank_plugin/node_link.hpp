@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,8 @@ public:
 
     // Pipelined: writes one outcome without waiting for its acknowledgement.
     Result<bool> post_outcome(const protocol::Outcome& outcome, std::chrono::milliseconds timeout);
+    // The same for several, in one write.
+    Result<bool> post_outcomes(std::span<const protocol::Outcome> outcomes, std::chrono::milliseconds timeout);
     // The acknowledgements that arrive until `wait` has passed or `want` of
     // them are in (wait 0: only those already here). Returns within
     // max(wait, frame_completion) whatever the peer sends. On error the

@@ -3,6 +3,8 @@
 #include "outcome_sink.hpp"
 
 #include <algorithm>
+#include <cstddef>
+#include <span>
 #include <charconv>
 
 namespace exitpolicy::spank_plugin {
@@ -50,6 +52,11 @@ Result<Bootstrap> parse_bootstrap(std::string_view text)
     return R::ok(b);
 }
 
+Send send_for(int wait_status, bool node_mate_waiting) noexcept
+{
+    return wait_status == 0 && node_mate_waiting ? Send::with_next : Send::now;
+}
+
 FrontEndSink::FrontEndSink(LinkSetup setup, std::chrono::milliseconds connect_timeout,
                            std::chrono::milliseconds ack_timeout)
     : setup_(std::move(setup)), connect_timeout_(connect_timeout), ack_timeout_(ack_timeout)
@@ -71,13 +78,16 @@ Result<bool> FrontEndSink::take_acks(const Result<std::vector<protocol::Ack>>& a
         return Result<bool>::fail(acks.error());
     for (const auto& a : *acks) {
         // Each outcome sent on a link is acknowledged once on it: an
-        // acknowledgement of anything else is a broken protocol, never
-        // progress.
-        if (std::erase_if(unacked_, [&](const protocol::Outcome& o) { return o.rank == a.rank && o.epoch == a.epoch; }) ==
-            0) {
+        // acknowledgement of anything else (a held one included) is a
+        // broken protocol, never progress.
+        const auto sent_end = unacked_.end() - static_cast<std::ptrdiff_t>(held_);
+        const auto gone = std::remove_if(unacked_.begin(), sent_end,
+                                         [&](const protocol::Outcome& o) { return o.rank == a.rank && o.epoch == a.epoch; });
+        if (gone == sent_end) {
             return give_up("the front end acknowledged rank " + std::to_string(a.rank) + " epoch " +
                            std::to_string(a.epoch) + ", which this node has not sent it");
         }
+        unacked_.erase(gone, sent_end);
     }
     return Result<bool>::ok(true);
 }
@@ -94,21 +104,34 @@ Result<bool> FrontEndSink::reconnect_and_resend()
 {
     if (auto opened = open(); !opened)
         return opened;
-    for (const auto& o : unacked_)
-        if (auto posted = link_.post_outcome(o, ack_timeout_); !posted)
-            return posted;
+    if (auto posted = link_.post_outcomes(unacked_, ack_timeout_); !posted)
+        return posted;
+    held_ = 0;
     return Result<bool>::ok(true);
 }
 
-Result<bool> FrontEndSink::deliver(const protocol::Outcome& outcome)
+Result<bool> FrontEndSink::deliver(const protocol::Outcome& outcome, Send send)
 {
     if (gave_up_)
         return Result<bool>::fail("gave up on the front end earlier in this step: " + gave_up_why_);
     unacked_.push_back(outcome);
+    ++held_;
+    if (send == Send::with_next)
+        return Result<bool>::ok(true);
+    return release();
+}
+
+Result<bool> FrontEndSink::release()
+{
+    if (gave_up_)
+        return Result<bool>::fail(gave_up_why_);
+    if (held_ == 0)
+        return Result<bool>::ok(true);
     std::string first_error;
     if (link_.connected()) {
-        auto posted = link_.post_outcome(outcome, ack_timeout_);
+        auto posted = link_.post_outcomes(std::span(unacked_).last(held_), ack_timeout_);
         if (posted) {
+            held_ = 0;
             // A broken link shows at the next delivery or at flush.
             if (auto taken = take_acks(link_.read_acks(unacked_.size(), std::chrono::milliseconds(0)));
                 !taken && gave_up_)
@@ -121,7 +144,6 @@ Result<bool> FrontEndSink::deliver(const protocol::Outcome& outcome)
     auto resent = reconnect_and_resend();
     if (resent)
         return resent;
-    unacked_.pop_back();
     return give_up((first_error.empty() ? "" : first_error + "; then ") + resent.error());
 }
 
@@ -140,8 +162,8 @@ Result<bool> FrontEndSink::standby(std::uint16_t port)
 
 Result<bool> FrontEndSink::flush(std::chrono::milliseconds timeout)
 {
-    if (gave_up_)
-        return Result<bool>::fail(gave_up_why_);
+    if (auto released = release(); !released)
+        return released;
     for (int attempt = 0; attempt < 2 && !unacked_.empty() && !gave_up_; ++attempt) {
         if (!link_.connected())
             if (auto resent = reconnect_and_resend(); !resent)

@@ -37,12 +37,24 @@ struct Bootstrap {
 // outcomes, and only the PMIx service fails.
 Result<Bootstrap> parse_bootstrap(std::string_view text);
 
+// When an outcome goes on its way. Slurm reaps every task that has ended
+// in one turn, and only then tells srun of them: a success may wait for
+// its node-mates' outcomes of the same turn and go with them, in one
+// write and one wake of srun, where each would cost both (1 024 tasks that
+// end together). A failure goes at once: it is what a policy acts on.
+enum class Send { now, with_next };
+// `with_next` for a task that ended with status 0 while another of the
+// node's tasks has ended and waits for slurmstepd to reap it (its
+// task_exit comes next, in the same turn); `now` otherwise.
+Send send_for(int wait_status, bool node_mate_waiting) noexcept;
+
 class OutcomeSink {
 public:
     virtual ~OutcomeSink() = default;
     // Accepted for delivery (acknowledged, or on its way and flush() will
-    // see to it); on failure the error says why.
-    virtual Result<bool> deliver(const protocol::Outcome& outcome) = 0;
+    // see to it); on failure the error says why. `with_next`: the sink may
+    // hold it until the next delivery that is `now`, or flush().
+    virtual Result<bool> deliver(const protocol::Outcome& outcome, Send send) = 0;
     // At the step's end: everything delivered is acknowledged, within the
     // bound; else the error says what is not.
     virtual Result<bool> flush(std::chrono::milliseconds) { return Result<bool>::ok(true); }
@@ -53,14 +65,19 @@ public:
 // task's exit does not wait for its acknowledgement (a round trip through
 // srun's busy thread); acknowledgements are collected as they come and at
 // flush(), and whatever is unacknowledged when the link breaks is sent again
-// on the new one (the FE deduplicates). An acknowledgement of an outcome not
-// awaiting one breaks the protocol: the sink gives up on the front end.
+// on the new one (the FE deduplicates). Outcomes delivered `with_next` are
+// held and go in one write with the next one delivered `now` (or at
+// release() or flush()). An acknowledgement of an outcome not awaiting one
+// (held ones included) breaks the protocol: the sink gives up on the front
+// end.
 class FrontEndSink final : public OutcomeSink {
 public:
     FrontEndSink(LinkSetup setup, std::chrono::milliseconds connect_timeout,
                  std::chrono::milliseconds ack_timeout);
     Result<bool> open();
-    Result<bool> deliver(const protocol::Outcome& outcome) override;
+    Result<bool> deliver(const protocol::Outcome& outcome, Send send) override;
+    // Sends what is held (nothing to do when nothing is).
+    Result<bool> release();
     Result<bool> flush(std::chrono::milliseconds timeout) override;
     // Tells srun's user something (connecting first if need be).
     Result<bool> notice(const std::string& text);
@@ -77,7 +94,9 @@ private:
     // Fails on a read error, and gives up on an acknowledgement of what is
     // not unacknowledged.
     Result<bool> take_acks(const Result<std::vector<protocol::Ack>>& acks);
+    // Sent or held, not acknowledged; the last held_ of them are held.
     std::vector<protocol::Outcome> unacked_;
+    std::size_t held_ = 0;
     LinkSetup setup_;
     std::chrono::milliseconds connect_timeout_;
     std::chrono::milliseconds ack_timeout_;

@@ -31,8 +31,10 @@
 #include <cstring>
 #include <filesystem>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <memory>
 #include <optional>
+#include <unordered_set>
 #include <vector>
 #include <cstdlib>
 #include <ctime>
@@ -73,6 +75,9 @@ struct Remote {
     // This node's tasks: the most outcomes its daemon can say srun has.
     std::size_t local_tasks = 0;
     std::size_t tasks_forked = 0;  // task_post_fork calls so far
+    // The pids of this node's tasks that have not ended (task_post_fork
+    // to task_exit).
+    std::unordered_set<pid_t> running;
     // The step runs through a PMIx client's failure (--exit-recoverable),
     // as srun resolved it from the same options.
     bool recoverable = false;
@@ -447,8 +452,10 @@ int task_post_fork(spank_t sp)
     std::uint32_t rank = 0;
     pid_t pid = 0;
     std::optional<std::uint64_t> started;
-    if (item(sp, S_TASK_GLOBAL_ID, rank) && item(sp, S_TASK_PID, pid))
-        started = protocol::process::start_time(pid);  // none: gone already, its outcome says the rest
+    if (item(sp, S_TASK_GLOBAL_ID, rank) && item(sp, S_TASK_PID, pid)) {
+        remote.running.insert(pid);
+        started = protocol::process::start_time(pid);
+    }  // none: gone already, its outcome says the rest
     Result<bool> told = Result<bool>::ok(true);
     if (started)
         told = tell_daemon(remote.daemon, protocol::TaskStarted{rank, pid, *started}, last);
@@ -461,6 +468,18 @@ int task_post_fork(spank_t sp)
     return 0;
 }
 
+// Whether another of this node's tasks has ended and waits to be reaped:
+// Slurm reaps it, and calls task_exit for it, before it tells srun of this
+// turn's ends. Looked at, not reaped (WNOWAIT). Where task_exit runs in a
+// child of slurmstepd's (Slurm's CONTAIN_SPANK), that child has no
+// children: nothing waits, and every outcome goes at once.
+bool node_mate_waiting()
+{
+    siginfo_t info{};
+    return ::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid != 0 &&
+           remote.running.contains(info.si_pid);
+}
+
 int task_exit(spank_t sp)
 {
     if (remote.sinks.empty())
@@ -470,9 +489,12 @@ int task_exit(spank_t sp)
     pid_t pid = 0;
     if (!item(sp, S_TASK_GLOBAL_ID, o.rank) || !item(sp, S_TASK_EXIT_STATUS, status))
         return 0;
-    if (item(sp, S_TASK_PID, pid))
+    if (item(sp, S_TASK_PID, pid)) {
         o.pid = pid;
+        remote.running.erase(pid);
+    }
     o.wait_status = status;
+    const Send send = send_for(status, node_mate_waiting());
     timespec now{};
     ::clock_gettime(CLOCK_REALTIME, &now);
     o.end_time_us = std::int64_t{now.tv_sec} * 1'000'000 + now.tv_nsec / 1000;
@@ -487,9 +509,14 @@ int task_exit(spank_t sp)
         // the FE has the outcome directly, and tells the clients if need be.
         if (sink.get() == remote.daemon_sink && !daemon_serving(remote.daemon))
             continue;
-        auto delivered = sink->deliver(o);
-        if (delivered)
+        auto delivered = sink->deliver(o, send);
+        if (delivered) {
+            // What the FE sink holds goes with the turn's last outcome,
+            // whichever sink took that.
+            if (send == Send::now && remote.fe_sink && sink.get() != remote.fe_sink)
+                (void)remote.fe_sink->release();
             return 0;
+        }
         errors += (errors.empty() ? "" : "; ") + delivered.error();
     }
     if (!remote.failure_logged)
@@ -518,9 +545,11 @@ int exit(spank_t)
                          remote.job_id, remote.step_id, resend.size());
         std::size_t failed = 0;
         std::string why;
-        for (const auto& o : resend)
-            if (auto sent = remote.fe_sink->deliver(o); !sent && failed++ == 0)
+        for (std::size_t i = 0; i < resend.size(); ++i) {
+            const Send send = i + 1 < resend.size() ? Send::with_next : Send::now;
+            if (auto sent = remote.fe_sink->deliver(resend[i], send); !sent && failed++ == 0)
                 why = sent.error();
+        }
         // One line: srun may have had them all the same (the daemon died
         // after it passed them on), and then it has ended.
         if (failed)

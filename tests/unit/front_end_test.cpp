@@ -580,9 +580,9 @@ TEST(FrontEndSinkTest, PipelinesOutcomesAndFlushesThemAtTheEnd)
     ASSERT_TRUE(fe);
     FrontEndSink sink(node(*fe, 0, {0, 1, 2}), 1s, 1s);
     // Not opened yet (the first connect failed, say): the first delivery connects.
-    EXPECT_TRUE(sink.deliver(outcome(0, 0)));
-    EXPECT_TRUE(sink.deliver(outcome(1, 3 << 8)));
-    EXPECT_TRUE(sink.deliver(outcome(2, 0)));
+    EXPECT_TRUE(sink.deliver(outcome(0, 0), Send::now));
+    EXPECT_TRUE(sink.deliver(outcome(1, 3 << 8), Send::now));
+    EXPECT_TRUE(sink.deliver(outcome(2, 0), Send::now));
     EXPECT_TRUE(sink.flush(2s));  // every one acknowledged
     const Collected got = fe->finish(2s);
     EXPECT_EQ(got.missing, 0u);
@@ -594,7 +594,7 @@ TEST(FrontEndSinkTest, GivesUpOnceTheFrontEndIsGone)
     auto fe = start(3, 1);
     ASSERT_TRUE(fe);
     FrontEndSink sink(node(*fe, 0, {0, 1, 2}), 1s, 1s);
-    EXPECT_TRUE(sink.deliver(outcome(0, 0)));
+    EXPECT_TRUE(sink.deliver(outcome(0, 0), Send::now));
     EXPECT_TRUE(sink.flush(2s));
     const std::uint16_t port = fe->port();
     fe->finish(0ms);
@@ -602,13 +602,13 @@ TEST(FrontEndSinkTest, GivesUpOnceTheFrontEndIsGone)
 
     // The write may still succeed (the peer's reset comes later); flush
     // finds the outcome unacknowledged and cannot reconnect.
-    (void)sink.deliver(outcome(1, 0));
+    (void)sink.deliver(outcome(1, 0), Send::now);
     const auto flushed = sink.flush(1s);
     ASSERT_FALSE(flushed);
     EXPECT_EQ(flushed.error(), "cannot connect to the front end at 127.0.0.1:" + std::to_string(port) +
                                    ": Connection refused");
     // No further attempt: the error says so instead of a connect failure.
-    EXPECT_EQ(sink.deliver(outcome(2, 0)).error(), "gave up on the front end earlier in this step: " + flushed.error());
+    EXPECT_EQ(sink.deliver(outcome(2, 0), Send::now).error(), "gave up on the front end earlier in this step: " + flushed.error());
 }
 
 // ---- the overlay root: daemons played by protocol channels on a loop of our own ----

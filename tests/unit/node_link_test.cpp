@@ -18,6 +18,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/ioctl.h>
+
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -177,7 +179,7 @@ TEST(FrontEndSinkProtocolTest, AnAcknowledgementOfWhatWasNeverSentIsAnErrorNotPr
     FrontEndSink sink(fe.node({0, 1}), 2s, 2s);
     ASSERT_TRUE(sink.open());
     // The bad acknowledgement may already come while the outcome is written.
-    if (const auto first = sink.deliver(outcome(0)); !first) {
+    if (const auto first = sink.deliver(outcome(0), Send::now); !first) {
         EXPECT_NE(first.error().find("acknowledged rank 99"), std::string::npos) << first.error();
     }
     const auto start = Clock::now();
@@ -188,7 +190,7 @@ TEST(FrontEndSinkProtocolTest, AnAcknowledgementOfWhatWasNeverSentIsAnErrorNotPr
     // Given up at the bad acknowledgement, not after waiting out the flush.
     EXPECT_LT(since(start), 4s);
     // Given up for the rest of the step.
-    const auto next = sink.deliver(outcome(1));
+    const auto next = sink.deliver(outcome(1), Send::now);
     ASSERT_FALSE(next);
     EXPECT_NE(next.error().find("gave up on the front end earlier in this step"), std::string::npos) << next.error();
 }
@@ -205,10 +207,67 @@ TEST(FrontEndSinkProtocolTest, AcknowledgementsOfWhatWasSentAreProgress)
     });
     FrontEndSink sink(fe.node({0, 1}), 2s, 2s);
     ASSERT_TRUE(sink.open());
-    ASSERT_TRUE(sink.deliver(outcome(0)));
-    ASSERT_TRUE(sink.deliver(outcome(1)));
+    ASSERT_TRUE(sink.deliver(outcome(0), Send::now));
+    ASSERT_TRUE(sink.deliver(outcome(1), Send::now));
     const auto flushed = sink.flush(5s);
     EXPECT_TRUE(flushed) << flushed.error();  // a sink that gave up flushes nothing
+}
+
+// Answers every outcome honestly, and counts them; after the first, notes
+// how many bytes were already there behind it.
+struct CountingFrontEnd {
+    std::atomic<int> frames{0};
+    std::atomic<int> behind_first{-1};
+    ScriptedFrontEnd fe{[this](int fd, protocol::FrameSeal& seal) {
+        while (auto body = io::read_frame(fd, protocol::Type::outcome, Clock::now() + 5s, "node", &seal)) {
+            if (frames++ == 0) {
+                int available = 0;
+                ::ioctl(fd, FIONREAD, &available);
+                behind_first = available;
+            }
+            const auto o = protocol::Outcome::decode(*body);
+            if (!o || !io::write_all(fd, sealed_ack(seal, o->rank), Clock::now() + 5s, "node"))
+                return;
+        }
+    }};
+};
+
+TEST(FrontEndSinkBatchTest, HeldOutcomesGoInOneWriteWithTheNextOneSentNow)
+{
+    CountingFrontEnd counting;
+    FrontEndSink sink(counting.fe.node({0, 1, 2}), 2s, 2s);
+    ASSERT_TRUE(sink.open());
+    ASSERT_TRUE(sink.deliver(outcome(0), Send::with_next));
+    ASSERT_TRUE(sink.deliver(outcome(1), Send::with_next));
+    std::this_thread::sleep_for(200ms);
+    EXPECT_EQ(counting.frames, 0) << "held outcomes went on their own";
+    ASSERT_TRUE(sink.deliver(outcome(2), Send::now));
+    const auto flushed = sink.flush(5s);
+    EXPECT_TRUE(flushed) << flushed.error();
+    EXPECT_EQ(counting.frames, 3);
+    // The two behind the first came in the same write.
+    const auto sealed = static_cast<int>(outcome(1).encode().size() + protocol::Tag{}.size());
+    EXPECT_GE(counting.behind_first, 2 * sealed);
+}
+
+TEST(FrontEndSinkBatchTest, FlushSendsWhatIsHeld)
+{
+    CountingFrontEnd counting;
+    FrontEndSink sink(counting.fe.node({0, 1}), 2s, 2s);
+    ASSERT_TRUE(sink.open());
+    ASSERT_TRUE(sink.deliver(outcome(0), Send::with_next));
+    const auto flushed = sink.flush(5s);
+    EXPECT_TRUE(flushed) << flushed.error();
+    EXPECT_EQ(counting.frames, 1);
+}
+
+TEST(FrontEndSinkBatchTest, OnlyASuccessWithANodeMateWaitingIsHeld)
+{
+    EXPECT_EQ(send_for(0, true), Send::with_next);
+    EXPECT_EQ(send_for(0, false), Send::now);
+    EXPECT_EQ(send_for(1 << 8, true), Send::now);   // exit 1
+    EXPECT_EQ(send_for(11, true), Send::now);       // SIGSEGV
+    EXPECT_EQ(send_for(1 << 8, false), Send::now);
 }
 
 }  // namespace

@@ -177,8 +177,8 @@ TEST(DaemonSinkTest, AnAckThatNamesTheOutcomeSentIsADelivery)
 {
     FakeDaemon daemon([](const protocol::Outcome& o) { return protocol::Ack{o.rank, o.epoch}; });
     DaemonSink sink(daemon.control(), 2s);
-    EXPECT_TRUE(sink.deliver(outcome(0, 0)));
-    EXPECT_TRUE(sink.deliver(outcome(1, 3)));
+    EXPECT_TRUE(sink.deliver(outcome(0, 0), Send::now));
+    EXPECT_TRUE(sink.deliver(outcome(1, 3), Send::now));
     EXPECT_EQ(daemon.outcomes, 2);
 }
 
@@ -186,11 +186,11 @@ TEST(DaemonSinkTest, AnAckOfAnotherRankIsNoAck)
 {
     FakeDaemon daemon([](const protocol::Outcome& o) { return protocol::Ack{o.rank + 1, o.epoch}; });
     DaemonSink sink(daemon.control(), 2s);
-    const auto delivered = sink.deliver(outcome(4, 1));
+    const auto delivered = sink.deliver(outcome(4, 1), Send::now);
     ASSERT_FALSE(delivered);
     EXPECT_EQ(delivered.error(), "the node daemon acknowledged rank 5 epoch 1, not rank 4 epoch 1");
     // It gave up: the next outcome goes to the next sink at once.
-    EXPECT_EQ(sink.deliver(outcome(5, 1)).error(), "the node daemon failed earlier in this step");
+    EXPECT_EQ(sink.deliver(outcome(5, 1), Send::now).error(), "the node daemon failed earlier in this step");
     EXPECT_EQ(daemon.outcomes, 1);
 }
 
@@ -198,7 +198,7 @@ TEST(DaemonSinkTest, AnAckOfAnotherEpochIsNoAck)
 {
     FakeDaemon daemon([](const protocol::Outcome& o) { return protocol::Ack{o.rank, o.epoch + 1}; });
     DaemonSink sink(daemon.control(), 2s);
-    const auto delivered = sink.deliver(outcome(4, 1));
+    const auto delivered = sink.deliver(outcome(4, 1), Send::now);
     ASSERT_FALSE(delivered);
     EXPECT_EQ(delivered.error(), "the node daemon acknowledged rank 4 epoch 2, not rank 4 epoch 1");
 }
@@ -212,7 +212,7 @@ TEST(DaemonSinkTest, WhatTheDaemonTookAndSrunNeverConfirmedIsForTheDirectWay)
                       std::vector<protocol::Ack>{{1, 0}, {7, 0}});
     DaemonSink sink(daemon.control(), 2s);
     for (std::uint32_t r : {0u, 1u, 2u})
-        ASSERT_TRUE(sink.deliver(outcome(r, 0)));
+        ASSERT_TRUE(sink.deliver(outcome(r, 0), Send::now));
     LaunchedDaemon launched = daemon.launched();
     const auto confirmed = stop_daemon(launched, 2s, 3);
     ASSERT_EQ(confirmed.size(), 2u);
@@ -229,7 +229,7 @@ TEST(DaemonSinkTest, ADaemonThatSaysNothingOnItsWayOutConfirmsNothing)
     FakeDaemon daemon([](const protocol::Outcome& o) { return protocol::Ack{o.rank, o.epoch}; });
     DaemonSink sink(daemon.control(), 2s);
     for (std::uint32_t r : {3u, 4u})
-        ASSERT_TRUE(sink.deliver(outcome(r, 1)));
+        ASSERT_TRUE(sink.deliver(outcome(r, 1), Send::now));
     LaunchedDaemon launched = daemon.launched();
     EXPECT_TRUE(stop_daemon(launched, 2s, 2).empty());
     EXPECT_EQ(sink.unconfirmed({}).size(), 2u);
