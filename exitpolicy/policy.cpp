@@ -6,6 +6,7 @@
 #include <array>
 #include <cctype>
 #include <charconv>
+#include <csignal>
 #include <limits>
 
 namespace exitpolicy {
@@ -98,6 +99,10 @@ bool collateral_to(const TaskOutcome& task, const TaskOutcome& first, bool unsee
     // srun -K, no daemons), or just before it was on record.
     if (killed_by_teardown(task))
         return after >= 0 || may_react_to(task, first, unseen);
+    // A shell whose command the teardown's signal ended exits 128 + it.
+    if (const WaitStatus s = task.status(); !task.abort_status && s.kind == WaitStatus::Kind::exited &&
+                                            (s.exit_code == 128 + SIGTERM || s.exit_code == 128 + SIGKILL) && after >= 0)
+        return true;
     // A PMIx client that aborted after the first failure ended, or just
     // before it was on record: its runtime can learn of a dead peer on its
     // own connections before any node tells it (Open MPI 5 aborts as soon as

@@ -128,6 +128,9 @@ Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noex
 //   reaction_window_us before it, when it is a PMIx client's own end), or
 // - it was killed by SIGTERM or SIGKILL without aborting no earlier than it
 //   (steps without node daemons: srun -K), or
+// - it exited with code 143 or 137 (128 + SIGTERM or SIGKILL) without
+//   aborting, no earlier than it: a shell whose command the teardown's
+//   signal ended, which says so in its own code, or
 // - aborts are unseen and the task exited with a non-zero code up to
 //   reaction_window_us after it, or exited so or was killed by SIGTERM or
 //   SIGKILL up to reaction_window_us before it, when it is a death by a

@@ -318,6 +318,27 @@ def test_report_labels_collateral_teardown(cluster, workdir, exitpolicy):
     assert doc["native_exit_code"] in (137, 143)
 
 
+def test_a_task_that_exits_143_on_the_teardowns_sigterm_is_collateral(cluster, workdir, exitpolicy):
+    """A shell script's task says the teardown's SIGTERM in its own code
+    (128 + 15) and ends a second later, past the reaction window: collateral
+    to rank 1's failure all the same, never a failure of its own."""
+    rc, out, err = srun(
+        cluster, workdir, "-K1", "-N4", "-n4", "--exit-policy=first-failure",
+        f"--exit-report-json={workdir}/shell-%j.json", "bash", "-c",
+        '[ "$SLURM_PROCID" = 1 ] && exit 3; trap "sleep 1; exit 143" TERM; sleep 20 & wait',
+    )
+    assert rc == 3, err
+    lines = report_lines(err)
+    shells = [l for l in lines if "exited with code 143" in l]
+    assert shells and all(l.endswith("(collateral: ended after rank 1 failed)") for l in shells), err
+    written = list(workdir.glob("shell-*.json"))
+    assert len(written) == 1, written
+    doc = json.loads(written[0].read_text())
+    # A task still starting when the teardown came is killed instead:
+    # collateral too.
+    assert [t["collateral"] for t in doc["tasks"]] == [True, False, True, True], doc["tasks"]
+
+
 @pytest.mark.parametrize("user", ROOT_AND_NOBODY)
 def test_report_never_and_always(cluster, workdir, exitpolicy, user):
     fail = '[ "$SLURM_PROCID" = 5 ] && exit 3; exit 0'

@@ -551,8 +551,12 @@ TEST(PolicyTest, CollateralByNodeFlagOrByTheTeardownHeuristic)
           flagged(aborts(6, 3).at(200)),    // unless its node says so
           killed(7, SIGBUS).at(300),        // another signal
           flagged(lost(8)),                 // lost: never
-          exits(9, 2).at(300)},             // an independent failure
-         {false, true, true, true, false, false, true, false, false, false}},
+          exits(9, 2).at(300),              // an independent failure
+          exits(10, 143).at(300),           // a shell whose command the teardown's SIGTERM ended
+          exits(11, 137).at(100),           // ... or its SIGKILL, at the first failure's end
+          exits(12, 143).at(50),            // before it: its own failure
+          aborts(13, 143).at(300)},         // an abort's status is no shell's code
+         {false, true, true, true, false, false, true, false, false, false, true, true, false, false}},
         {"PMIx clients that failed after the first failure",
          {segv(0).unfinalized().at(100),
           aborts(1, 14).unfinalized().at(150),  // its runtime heard of it on its own
