@@ -454,8 +454,8 @@ int task_post_fork(spank_t sp)
     std::optional<std::uint64_t> started;
     if (item(sp, S_TASK_GLOBAL_ID, rank) && item(sp, S_TASK_PID, pid)) {
         remote.running.insert(pid);
-        started = protocol::process::start_time(pid);
-    }  // none: gone already, its outcome says the rest
+        started = protocol::process::start_time(pid);  // none: gone already, its outcome says the rest
+    }
     Result<bool> told = Result<bool>::ok(true);
     if (started)
         told = tell_daemon(remote.daemon, protocol::TaskStarted{rank, pid, *started}, last);
@@ -545,11 +545,10 @@ int exit(spank_t)
                          remote.job_id, remote.step_id, resend.size());
         std::size_t failed = 0;
         std::string why;
-        for (std::size_t i = 0; i < resend.size(); ++i) {
-            const Send send = i + 1 < resend.size() ? Send::with_next : Send::now;
-            if (auto sent = remote.fe_sink->deliver(resend[i], send); !sent && failed++ == 0)
+        // One at a time: each failure counts.
+        for (const auto& o : resend)
+            if (auto sent = remote.fe_sink->deliver(o, Send::now); !sent && failed++ == 0)
                 why = sent.error();
-        }
         // One line: srun may have had them all the same (the daemon died
         // after it passed them on), and then it has ended.
         if (failed)
