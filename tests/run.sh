@@ -13,7 +13,10 @@
 # in a root file system made with Debian's mmdebstrap and kept between runs
 # (contrib/rootfs), without the sanitizer build and the fuzzer, which run
 # on this machine's release; on Debian 13 everything is built with Clang
-# too, warnings as errors. Every build goes through ccache when it is
+# too, warnings as errors. Those releases run beside this machine's, each
+# in namespaces of its own (its /tmp, /run, processes and cluster), their
+# output kept and printed when they end: the suite waits on steps far more
+# than it computes, so the whole takes about as long as its longest leg. Every build goes through ccache when it is
 # installed (install-deps installs it), with its cache kept between runs in
 # /var/cache/exitpolicy/ccache of each file system (EXITPOLICY_CCACHE_DIR
 # names another; EXITPOLICY_CCACHE=0 builds without it).
@@ -35,6 +38,8 @@
 #   EXITPOLICY_SKIP_OTHER_RELEASE=1  test this machine's Debian release only
 #   EXITPOLICY_ROOTFS_RELEASES="trixie forky"  the Debian suites tested in root
 #                                file systems (default: the other release, then forky)
+#   EXITPOLICY_ROOTFS_SERIAL=1   test them one after the other, after this
+#                                machine's release (default: all at once, beside it)
 #   EXITPOLICY_SLURM_TARBALL=PATH    the Slurm release to test beside Debian's
 #                                (default: the newest ../shared/upstream/slurm-*.tar.*)
 #   EXITPOLICY_SKIP_UPSTREAM=1   skip the suite against a Slurm built from source
@@ -67,9 +72,30 @@ suite_name() {
 }
 where="Debian $release"
 [ -n "${EXITPOLICY_IN_ROOTFS-}" ] && where+=" (root file system)"
+# The releases tested in root file systems beside this one: suite -> the pid
+# of its leg (in this script's process group, so that whoever stops the
+# script stops them too), and the directory of their output.
+declare -A leg_pid=()
+legs_dir=
+# kill_tree PID: SIGKILL to PID and everything below it, each stopped
+# first so that none starts another meanwhile. contrib/rootfs's unshare
+# takes its PID namespace with it (--kill-child).
+kill_tree() {
+  local child
+  kill -STOP "$1" 2>/dev/null || return 0
+  for child in $(cat /proc/"$1"/task/*/children 2>/dev/null); do
+    kill_tree "$child"
+  done
+  kill -KILL "$1" 2>/dev/null || true
+}
 on_exit() {
-  local rc=$?
+  local rc=$? suite
   "$src/contrib/slurm/cluster" down >/dev/null 2>&1 || true
+  # A leg still running when this one ends has no one to report to.
+  for suite in "${!leg_pid[@]}"; do
+    kill_tree "${leg_pid[$suite]}"
+    echo "tests/run.sh: stopped the leg on $(suite_name "$suite") (its output so far: $legs_dir/$suite.log)" >&2
+  done
   if [ $rc -ne 0 ]; then
     echo "tests/run.sh: FAILED on $where" >&2
   fi
@@ -94,6 +120,9 @@ fi
 # down; this catches an interrupted run).
 export EXITPOLICY_CLUSTER_DIR=${EXITPOLICY_CLUSTER_DIR:-/tmp/exitpolicy-test-cluster}
 trap on_exit EXIT
+trap 'exit 129' HUP
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # The Slurm release tarball tested beside Debian's: the one named, else the
 # newest in ../shared/upstream/.
@@ -145,6 +174,29 @@ if [ "${EXITPOLICY_ONLY_UPSTREAM:-0}" = 1 ]; then
   exit 0
 fi
 
+# The releases tested in root file systems, started now, beside this one.
+rootfs_suites=()
+if [ -z "${EXITPOLICY_IN_ROOTFS-}" ] && [ "${EXITPOLICY_SKIP_OTHER_RELEASE:-0}" != 1 ]; then
+  if [ -z "$other" ]; then
+    echo "tests/run.sh: $where is neither Debian 12 nor 13: the other releases are not tested" >&2
+    exit 1
+  fi
+  read -ra rootfs_suites <<<"${EXITPOLICY_ROOTFS_RELEASES:-$other forky}"
+fi
+rootfs_where() { echo "$(suite_name "$1") (root file system, contrib/rootfs --release $1)"; }
+run_rootfs_leg() {
+  bash "$src/contrib/rootfs" --release "$1" run \
+    env EXITPOLICY_IN_ROOTFS=1 EXITPOLICY_SKIP_SANITIZE=1 EXITPOLICY_SKIP_FUZZ=1 \
+    bash /src/tests/run.sh
+}
+if ((${#rootfs_suites[@]})) && [ "${EXITPOLICY_ROOTFS_SERIAL:-0}" != 1 ]; then
+  legs_dir=$(mktemp -d /tmp/exitpolicy-legs.XXXXXX)
+  for suite in "${rootfs_suites[@]}"; do
+    step "the whole suite on $(rootfs_where "$suite"), beside this one (its output: $legs_dir/$suite.log)"
+    run_rootfs_leg "$suite" >"$legs_dir/$suite.log" 2>&1 </dev/null &
+    leg_pid[$suite]=$!
+  done
+fi
 
 step "build ($build)"
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXITPOLICY_WERROR=ON "${launcher[@]}" >/dev/null
@@ -221,24 +273,36 @@ if [ -z "${EXITPOLICY_IN_ROOTFS-}" ] && [ "${EXITPOLICY_SKIP_UPSTREAM:-0}" != 1 
   fi
 fi
 
-if [ -n "${EXITPOLICY_IN_ROOTFS-}" ] || [ "${EXITPOLICY_SKIP_OTHER_RELEASE:-0}" = 1 ]; then
+if [ -n "${EXITPOLICY_IN_ROOTFS-}" ]; then
   exit 0
 fi
-if [ -z "$other" ]; then
-  echo "tests/run.sh: $where is neither Debian 12 nor 13: the other releases are not tested" >&2
+tested="Debian $release${upstream_tested:+, $upstream_tested}"
+# Each release's output whole, in order, once its leg has ended; a
+# failure there is that release's.
+failed=()
+for suite in "${rootfs_suites[@]}"; do
+  rc=0
+  if [ -z "${leg_pid[$suite]-}" ]; then
+    step "the whole suite again on $(rootfs_where "$suite")"
+    run_rootfs_leg "$suite" || rc=$?
+  else
+    wait "${leg_pid[$suite]}" || rc=$?
+    unset "leg_pid[$suite]"
+    step "the whole suite on $(rootfs_where "$suite"), beside this one: its output (exit status $rc)"
+    cat "$legs_dir/$suite.log"
+  fi
+  if ((rc == 0)); then
+    tested+=", $(suite_name "$suite")"
+  else
+    failed+=("$(suite_name "$suite") (root file system)")
+  fi
+done
+if ((${#failed[@]})); then
+  where=$(printf '%s\n' "${failed[@]}" | paste -sd ';' | sed 's/;/; /g')
   exit 1
 fi
-# The same suite on each release in its root file system, built in a tmpfs
-# (/build) from the source mounted read-only (/src); a failure there is that
-# release's.
-tested="Debian $release${upstream_tested:+, $upstream_tested}"
-for suite in ${EXITPOLICY_ROOTFS_RELEASES:-$other forky}; do
-  where="$(suite_name "$suite") (root file system, contrib/rootfs --release $suite)"
-  step "the whole suite again on $where"
-  bash "$src/contrib/rootfs" --release "$suite" run \
-    env EXITPOLICY_IN_ROOTFS=1 EXITPOLICY_SKIP_SANITIZE=1 EXITPOLICY_SKIP_FUZZ=1 \
-    bash /src/tests/run.sh
-  tested+=", $(suite_name "$suite")"
-done
+if [ -n "$legs_dir" ]; then
+  rm -rf "$legs_dir"
+fi
 where=$tested
 step "all tests passed on $where"
