@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // daemon.cpp - the node's side of the step: the loop, the PMIx server's
-// link to the overlay agent, the stop. The tasks and their ends are in
-// daemon_tasks.cpp, the local socket in daemon_local.cpp. See daemon.hpp.
+// link to the overlay agent, the stop, and what the local links ask. The
+// tasks and their ends are in daemon_tasks.cpp, the local socket and
+// slurmstepd's control link in local_links.cpp. See daemon.hpp.
 #include "daemon.hpp"
-#include "daemon_local.hpp"
 
 #include "event_anchor.hpp"
 #include "exitpolicy/outcome.hpp"
@@ -52,7 +52,7 @@ Daemon::~Daemon()
     // The links first: a child whose parent stops reroutes what it has not
     // had confirmed as soon as it sees the link close.
     agent_.reset();
-    locals_.clear();
+    local_.reset();
     pmi_.reset();
     anchor_.reset();  // a client of our server: it finalizes before the server
     // Work for the loop, which no longer runs, is dropped while the library
@@ -60,12 +60,6 @@ Daemon::~Daemon()
     posted_.close();
     pmix_.reset();
     timers_.reset();
-    if (local_listener_) {
-        local_listener_.reset();
-        // An empty directory is all slurmstepd has to remove (rmdir) when
-        // no client used the PMIx server.
-        ::unlink((args_.dir + "/daemon.sock").c_str());
-    }
     first_client_.reset();
     if (reserved_.fd >= 0)
         ::close(reserved_.fd);
@@ -150,7 +144,7 @@ int Daemon::run()
         if (e && event_add(e.get(), nullptr) == 0)
             signals_.push_back(std::move(e));
     }
-    listen_local();
+    open_local_links();
     if (planned_)
         ready();  // the tasks may start: their server's socket is there
     agent_->start();
@@ -223,9 +217,8 @@ void Daemon::start_pmix()
                 anchor_->start([this](bool) {
                     anchor_settled_ = true;
                     // The tasks that asked meanwhile get their environment.
-                    for (auto& [local, frame] : std::exchange(env_waiting_, {}))
-                        if (std::any_of(locals_.begin(), locals_.end(), [&](const auto& l) { return l.get() == local; }))
-                            on_local_frame(*local, protocol::Type::env_request, frame);
+                    if (local_)
+                        local_->release_waiting();
                     pmix_served();
                 });
             serve();
@@ -417,10 +410,13 @@ void Daemon::stop(int code)
         return;
     stopping_ = true;
     exit_code_ = code;
-    Local* told = nullptr;
+    bool told = false;
     if (agent_) {
         agent_->stop();
-        told = confirm_to_slurmstepd();
+        // The loop ends once the control link has taken it (or broke).
+        told = local_ && local_->tell_slurmstepd(agent_->confirmed(), [base = base_.get()] {
+            event_base_loopexit(base, nullptr);
+        });
     }
     // Clients held at the gate hear at once that there is no server.
     activation::close_held();
@@ -434,23 +430,69 @@ void Daemon::stop(int code)
         event_base_loopexit(base_.get(), nullptr);
         return;
     }
-    // The loop ends once the control link has taken what slurmstepd is
-    // told (or broke), within a bound: libevent writes it, not us.
-    bufferevent_setcb(
-        told->bev.get(), nullptr,
-        [](bufferevent* bev, void* arg) {
-            if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-                event_base_loopexit(static_cast<event_base*>(arg), nullptr);
-        },
-        [](bufferevent*, short, void* arg) { event_base_loopexit(static_cast<event_base*>(arg), nullptr); }, base_.get());
-    bufferevent_enable(told->bev.get(), EV_WRITE);
+    // Or at the latest after this bound: libevent writes the last word, not us.
     constexpr auto last_word = protocol::timeouts::daemon_last_word;
     const timeval bound{last_word.count() / 1000, last_word.count() % 1000 * 1000};
     event_base_loopexit(base_.get(), &bound);
 }
 
-// slurmstepd's last word from us: which of its outcomes srun has. It sends
-// the others the direct way (an outcome is held until srun has it). Queued
-// on the control link (after whatever waits there), which it returns.
+void Daemon::open_local_links()
+{
+    local_ = std::make_unique<LocalLinks>(base_.get(), static_cast<uid_t>(args_.uid), args_.ranks,
+                                          static_cast<LocalLinks::Node&>(*this));
+    local_->listen(args_.dir + "/daemon.sock");
+    if (args_.control_fd >= 0)
+        local_->adopt_control(std::exchange(args_.control_fd, -1), std::exchange(args_.control_backlog_fd, -1));
+}
+
+// ---- LocalLinks::Node ----------------------------------------------------------------
+
+// A task starts once the event anchor is in place: its default event
+// handler must find the anchor's registration. A planned server's clients
+// wait for it at the gate instead: the task has its environment at once.
+bool Daemon::environment_ready() const
+{
+    return planned_ || anchor_settled_;
+}
+
+Result<std::vector<std::string>> Daemon::task_environment(std::uint32_t rank, pid_t pid)
+{
+    auto env = planned_ ? Result<std::vector<std::string>>::ok(planned_environment(
+                              *planned_, protocol::step_nspace(args_.job_id, args_.step_id), rank))
+                        : pmix_->environment(rank);
+    // The task itself asks, before exec: its pid is the peer's.
+    if (env)
+        tasks_->add(rank, pid, protocol::Fd(protocol::process::move_above(protocol::process::open_pidfd(pid), FD_SETSIZE)));
+    return env;
+}
+
+void Daemon::task_started(const protocol::TaskStarted& t)
+{
+    if (tasks_->known(t.rank))
+        return;
+    const pid_t pid = static_cast<pid_t>(t.pid);
+    // Above the descriptors the PMIx library select()s on (a node of a
+    // thousand tasks holds a thousand pidfds).
+    protocol::Fd pidfd(protocol::process::move_above(protocol::process::open_pidfd_of(pid, t.start_time), FD_SETSIZE));
+    if (!pidfd && errno == ESRCH) {
+        log::debug("rank %u (pid %d) ended before this daemon heard it start", t.rank, static_cast<int>(pid));
+        return;  // nothing to signal: its pid may be another's now
+    }
+    tasks_->add(t.rank, pid, std::move(pidfd));
+}
+
+void Daemon::step_ends()
+{
+    log::debug("stopping at the step's end (%zu outcomes to flush)", agent_->unacked());
+    agent_->drain();
+}
+
+// slurmstepd is gone (killed, crashed): nobody is left to stop this daemon
+// at the step's end, so it stops now, as at that end (drained within its
+// bound). It never outlives root.
+void Daemon::slurmstepd_gone()
+{
+    agent_->drain();
+}
 
 }  // namespace exitpolicy::pmix_server

@@ -14,6 +14,7 @@
 #include "agent.hpp"
 #include "exitpolicy/node_failures.hpp"
 #include "protocol/daemon_args.hpp"
+#include "local_links.hpp"
 #include "local_tasks.hpp"
 #include "step_services.hpp"
 #include "pmi_server.hpp"
@@ -41,7 +42,7 @@ namespace exitpolicy::pmix_server {
 
 class EventAnchor;
 
-class Daemon final : public StepServices, private Agent::Node {
+class Daemon final : public StepServices, private Agent::Node, private LocalLinks::Node {
 public:
     Daemon(protocol::DaemonArgs args, protocol::Secret secret);
     ~Daemon() override;
@@ -65,8 +66,6 @@ public:
     void after_ms(std::uint32_t ms, std::function<void()> fn);
 
 private:
-    struct Local;
-
     // ---- Agent::Node: what the overlay agent asks of this node ----
     void mapped() override;
     void linked_up() override;
@@ -76,7 +75,14 @@ private:
     void terminate(const protocol::Terminate& t) override;
     void dmodex(std::uint32_t rank, Agent::Done done) override;
     void stop(int code) override;
-    Local* confirm_to_slurmstepd();
+
+    // ---- LocalLinks::Node: what the tasks and slurmstepd ask on the local links ----
+    bool environment_ready() const override;
+    Result<std::vector<std::string>> task_environment(std::uint32_t rank, pid_t pid) override;
+    void task_started(const protocol::TaskStarted& started) override;
+    void task_outcome(const protocol::Outcome& o) override;
+    void step_ends() override;
+    void slurmstepd_gone() override;
 
     // Once both the step map and the PMIx server are there (in either
     // order): the namespace is registered, and the agent serves.
@@ -88,11 +94,11 @@ private:
     void failure_known(std::uint32_t rank, bool by_itself);
     // The facts of a local end, for failures_ to judge.
     bool collateral(std::uint32_t rank, std::int64_t when_us, bool by_itself) const;
-    void outcome(const protocol::Outcome& o);
     // Teardown: SIGTERM to every local task still running, SIGKILL to
     // those left after kill_after_ms.
     void terminate_local(const std::string& why, std::uint32_t kill_after_ms);
-    void listen_local();
+    // The local socket, and slurmstepd's control link.
+    void open_local_links();
     // The PMIx server's socket reserved and the tasks' environment planned
     // (socket_activation.hpp), when this library allows it; else the
     // server starts with the daemon, as it always did.
@@ -111,9 +117,6 @@ private:
     void when_served(std::function<void()> fn);
     void pmix_served();
     void check_planned_environment();
-    void add_local(int fd, uid_t uid, pid_t pid, bool control);
-    void read_control_backlog(Local& control);
-    void on_local_frame(Local& l, protocol::Type type, std::span<const std::uint8_t> body);
     void ready();
 
     protocol::DaemonArgs args_;
@@ -125,8 +128,7 @@ private:
     std::unique_ptr<Timers> timers_;
     std::unique_ptr<Agent> agent_;
 
-    protocol::ListenerHandle local_listener_;
-    std::vector<std::unique_ptr<Local>> locals_;
+    std::unique_ptr<LocalLinks> local_;
 
     std::unique_ptr<PmixHost> pmix_;
     std::unique_ptr<PmiServer> pmi_;
@@ -143,7 +145,6 @@ private:
     // server, the clients wait at the gate instead (pmix_served).
     std::unique_ptr<EventAnchor> anchor_;
     bool anchor_settled_ = false;
-    std::vector<std::pair<Local*, protocol::Bytes>> env_waiting_;
     // PMIx_server_init takes ~20 ms, more on a loaded machine: it runs on
     // its own thread while the daemon enrolls, and posts its result to the
     // loop (serve()).

@@ -146,7 +146,7 @@ void Daemon::terminate_local(const std::string& why, std::uint32_t kill_after_ms
 
 // ---- outcomes ----------------------------------------------------------------------
 
-void Daemon::outcome(const protocol::Outcome& in)
+void Daemon::task_outcome(const protocol::Outcome& in)
 {
     protocol::Outcome o = in;
     log::debug("rank %u ended: wait status %d, at %lld us", o.rank, o.wait_status,

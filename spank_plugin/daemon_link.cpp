@@ -70,11 +70,6 @@ Result<int> connect_local(const std::string& dir, Clock::time_point deadline)
 
 }  // namespace
 
-std::string daemon_socket(const std::string& dir)
-{
-    return dir + "/daemon.sock";
-}
-
 std::vector<std::string> daemon_environment(char* const* env)
 {
     std::vector<std::string> out;

@@ -150,9 +150,6 @@ std::vector<std::string> daemon_environment(char* const* env);
 // holds a pidfd of it (no pidfds on this kernel: no daemon, an error).
 Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch);
 
-// The daemon's local socket in its private directory.
-std::string daemon_socket(const std::string& dir);
-
 // A task slurmstepd has forked, told to the daemon over its control link
 // (no answer: the frame waits in the link, or in the backlog, until the
 // daemon reads it). Never waits: root's task_post_fork holds the task

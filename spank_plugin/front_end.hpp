@@ -19,10 +19,8 @@
 // with real sockets.
 #pragma once
 
-#include "config.hpp"
-#include "exitpolicy/policy.hpp"
+#include "front_end_setup.hpp"
 #include "exitpolicy/result.hpp"
-#include "protocol/timeouts.hpp"
 #include "protocol/auth.hpp"
 
 #include <chrono>
@@ -33,33 +31,6 @@
 #include <vector>
 
 namespace exitpolicy::spank_plugin {
-
-struct FrontEndSetup {
-    std::uint32_t job_id = 0;
-    std::uint32_t step_id = 0;
-    std::uint32_t ntasks = 0;
-    std::uint32_t nnodes = 0;
-    std::optional<PortRange> ports;  // none: an ephemeral port
-    // The site's settings (config.hpp); their defaults: option_table.hpp.
-    std::uint32_t fanout = site_default<std::uint32_t>(SiteArg::fanout);  // the node daemons' tree
-    int lost_code = site_default<int>(SiteArg::lost_code);  // what a lost task counts as (for the PMIx events)
-    // Failures in a PMIx step: when a PMIx client ends abnormally or a node
-    // is lost, the FE tears the whole step down after teardown_grace
-    // (SIGTERM, then SIGKILL after kill_after), unless the step is
-    // recoverable (run-through). An abort tears it down at once.
-    bool recoverable = false;
-    std::chrono::milliseconds teardown_grace{site_default<std::int64_t>(SiteArg::teardown_grace_ms)};
-    std::chrono::milliseconds kill_after{protocol::timeouts::teardown_kill_after};
-};
-
-// What finish() hands over.
-struct Collected {
-    StepOutcomes step;                  // nodes indexed by node id; ranks never reported are lost
-    std::uint32_t missing = 0;          // ranks with no outcome
-    std::uint32_t nodes_reporting = 0;  // nodes that connected and authenticated
-    std::uint32_t nnodes = 0;
-    std::vector<std::string> problems;  // what went wrong on the way (rejected peers, ...)
-};
 
 class FrontEnd {
 public:

@@ -13,7 +13,7 @@
 // protocol::Outcome frames.
 #pragma once
 
-#include "front_end.hpp"
+#include "front_end_setup.hpp"
 
 #include "exitpolicy/policy.hpp"
 #include "exitpolicy/result.hpp"

@@ -19,7 +19,7 @@
 // on the FE thread; the teardown's grace is a timer on its loop.
 #pragma once
 
-#include "front_end.hpp"
+#include "front_end_setup.hpp"
 #include "outcome_collector.hpp"
 
 #include "exitpolicy/result.hpp"

@@ -4,8 +4,6 @@
 // step's start. See step_dir.hpp.
 #include "step_dir.hpp"
 
-#include "daemon_link.hpp"
-
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
@@ -113,6 +111,11 @@ std::set<std::string> listening_unix_sockets()
 }
 
 }  // namespace
+
+std::string daemon_socket(const std::string& dir)
+{
+    return dir + "/daemon.sock";
+}
 
 std::vector<std::string> remove_stale_step_dirs(const std::string& node, std::chrono::seconds older_than,
                                                 std::chrono::milliseconds timeout)

@@ -23,6 +23,8 @@ namespace exitpolicy::spank_plugin {
 // name no one can predict (mkdtemp) and given to the job's user (0700).
 Result<std::string> make_step_dir(std::uint32_t job_id, std::uint32_t step_id, const std::string& node, uid_t uid,
                                   gid_t gid);
+// The node daemon's local socket in it.
+std::string daemon_socket(const std::string& dir);
 // Removes it as the job's user (rm -rf in a child that drops to uid/gid),
 // so that root never walks a tree its user could rearrange; bounded, and
 // never a blocking wait on that child (its user may trace it), which is

@@ -3,11 +3,14 @@
 // the Apache License 2.0, and every source file says so in its first lines
 // (an SPDX line), so that a file copied out of the tree still does. The
 // includes show the design: the plugin and the daemon meet only in
-// protocol/, and the floors below include neither.
+// protocol/, the floors below include neither, and within a folder no
+// piece includes one that includes it back.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -103,6 +106,75 @@ TEST(SourceTree, ThePluginAndTheDaemonMeetOnlyInProtocol)
     for (const auto& [dir, forbidden] : never) {
         const auto found = reaches(root, dir, forbidden);
         EXPECT_TRUE(found.empty()) << ::testing::PrintToString(found);
+    }
+}
+
+// A folder's pieces (a .hpp and the .cpp of its name are one piece) and the
+// pieces of that folder each one's quoted includes name.
+std::map<std::string, std::set<std::string>> piece_includes(const std::filesystem::path& root, const std::string& dir)
+{
+    std::map<std::string, std::set<std::string>> edges;
+    for (const auto& entry : std::filesystem::directory_iterator(root / dir)) {
+        const auto ext = entry.path().extension();
+        if (!entry.is_regular_file() || (ext != ".hpp" && ext != ".cpp"))
+            continue;
+        const std::string piece = entry.path().stem().string();
+        auto& to = edges[piece];
+        std::ifstream in(entry.path());
+        for (std::string line; std::getline(in, line);) {
+            if (!line.starts_with("#include \""))
+                continue;
+            std::string name = line.substr(10, line.find('"', 10) - 10);
+            if (name.starts_with(dir + "/"))
+                name = name.substr(dir.size() + 1);
+            if (name.find('/') != std::string::npos || !name.ends_with(".hpp"))
+                continue;  // another folder's, or no header
+            name.resize(name.size() - 4);
+            if (name != piece && std::filesystem::exists(root / dir / (name + ".hpp")))
+                to.insert(name);
+        }
+    }
+    return edges;
+}
+
+// Each cycle of includes among a folder's pieces, as "a -> b -> a".
+std::vector<std::string> include_cycles(const std::map<std::string, std::set<std::string>>& edges)
+{
+    std::vector<std::string> cycles;
+    std::map<std::string, int> state;  // 1: on the path, 2: done
+    std::vector<std::string> path;
+    std::function<void(const std::string&)> visit = [&](const std::string& piece) {
+        state[piece] = 1;
+        path.push_back(piece);
+        if (const auto it = edges.find(piece); it != edges.end())
+            for (const auto& next : it->second) {
+                if (state[next] == 1) {
+                    std::string cycle;
+                    for (auto at = std::find(path.begin(), path.end(), next); at != path.end(); ++at)
+                        cycle += *at + " -> ";
+                    cycles.push_back(cycle + next);
+                } else if (state[next] == 0) {
+                    visit(next);
+                }
+            }
+        path.pop_back();
+        state[piece] = 2;
+    };
+    for (const auto& [piece, to] : edges)
+        if (state[piece] == 0)
+            visit(piece);
+    return cycles;
+}
+
+TEST(SourceTree, WithinAFolderNoPieceIncludesOneThatIncludesItBack)
+{
+    const std::filesystem::path root = EXITPOLICY_SOURCE_DIR;
+    // The check itself: a cycle of three is found.
+    EXPECT_EQ(include_cycles({{"a", {"b"}}, {"b", {"c"}}, {"c", {"a"}}}), std::vector<std::string>{"a -> b -> c -> a"});
+    EXPECT_TRUE(include_cycles({{"a", {"b", "c"}}, {"b", {"c"}}, {"c", {}}}).empty());
+    for (const char* dir : {"exitpolicy", "protocol", "spank_plugin", "pmix_server"}) {
+        const auto cycles = include_cycles(piece_includes(root, dir));
+        EXPECT_TRUE(cycles.empty()) << dir << "/: " << ::testing::PrintToString(cycles);
     }
 }
 
