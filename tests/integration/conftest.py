@@ -276,6 +276,24 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "integration: needs root and a real local Slurm cluster"
     )
+    config.addinivalue_line(
+        "markers", "own_code: walks a matrix or hunts a race in the project's own code alone, the same on "
+                   "every release: run on the first release tests/run.sh tests, not on those beside it"
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """On a release tested beside the first (tests/run.sh sets
+    EXITPOLICY_BESIDE_FIRST_RELEASE=1: SchedMD's Slurm, the other Debian
+    releases), the tests marked own_code are skipped: what a release
+    changes (Slurm, OpenPMIx, the MPIs, the compiler) every other test
+    meets there."""
+    if os.environ.get("EXITPOLICY_BESIDE_FIRST_RELEASE") != "1":
+        return
+    skip = pytest.mark.skip(reason="the project's own code alone: tested on the first release (tests/run.sh)")
+    for item in items:
+        if "own_code" in item.keywords:
+            item.add_marker(skip)
 
 
 def _skip_reason():
