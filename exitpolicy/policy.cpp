@@ -179,22 +179,22 @@ int native_code(const std::vector<TaskOutcome>& tasks) noexcept
     return highest_signal ? 128 + highest_signal : highest_code;
 }
 
-Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noexcept
-{
-    const auto& tasks = step.tasks;
-    if (tasks.empty())
-        return Result<Decision>::fail("no task outcomes to decide on");
+namespace {
 
-    Decision d;
-    d.native_code = native_code(tasks);
-
-    // One pass: counts, main rank, first failure, first abort, and max's
-    // highest signal and highest code over the wait statuses (lost tasks
-    // count as lost_code there).
+// What one pass over the outcomes finds beside the Decision's own counts.
+struct Scan {
     std::optional<std::size_t> first_lost;     // lowest lost rank
     std::optional<std::size_t> first_flagged;  // earliest failure its node called collateral
     std::optional<std::size_t> highest_signal;
     std::optional<std::size_t> highest_code;
+};
+
+// One pass: counts, main rank, first failure, first abort, and max's
+// highest signal and highest code over the wait statuses (lost tasks
+// count as lost_code there).
+Scan scan(const std::vector<TaskOutcome>& tasks, const Settings& settings, Decision& d) noexcept
+{
+    Scan found;
     for (std::size_t i = 0; i < tasks.size(); ++i) {
         const TaskOutcome& t = tasks[i];
         if (t.rank == settings.main_rank)
@@ -205,70 +205,64 @@ Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noex
         }
         const WaitStatus s = t.status();
         if (!t.lost && s.kind == WaitStatus::Kind::signaled) {
-            if (!highest_signal || s.signal > tasks[*highest_signal].status().signal)
-                highest_signal = i;
-        } else if (!highest_code || wait_code(t, settings.lost_code) >
-                                        wait_code(tasks[*highest_code], settings.lost_code)) {
-            highest_code = i;
+            if (!found.highest_signal || s.signal > tasks[*found.highest_signal].status().signal)
+                found.highest_signal = i;
+        } else if (!found.highest_code || wait_code(t, settings.lost_code) >
+                                              wait_code(tasks[*found.highest_code], settings.lost_code)) {
+            found.highest_code = i;
         }
         if (t.lost) {
             ++d.lost;
-            if (!first_lost || t.rank < tasks[*first_lost].rank)
-                first_lost = i;
+            if (!found.first_lost || t.rank < tasks[*found.first_lost].rank)
+                found.first_lost = i;
             continue;
         }
         ++d.failed;
-        auto& first = t.collateral ? first_flagged : d.first_failure;
+        auto& first = t.collateral ? found.first_flagged : d.first_failure;
         if (!first || ends_before(t, tasks[*first]))
             first = i;
         if (t.abort_status && (!d.first_abort || ends_before(t, tasks[*d.first_abort])))
             d.first_abort = i;
     }
-    if (!d.main)
-        return Result<Decision>::fail("main rank " + std::to_string(settings.main_rank) +
-                                      " is not a task of this step (ranks 0-" +
-                                      std::to_string(tasks.size() - 1) + ")");
+    return found;
+}
+
+// The root cause among the failures the scan found.
+void settle_first_failure(const StepOutcomes& step, const Scan& found, Decision& d) noexcept
+{
+    const auto& tasks = step.tasks;
     // A failure its node called collateral is the root cause only when every
     // failure is; lost tasks have no end time: they are the first failure
     // only when nothing else failed.
-    if (!d.first_failure)
-        d.first_failure = first_flagged ? first_flagged : first_lost;
+    if (!d.first_failure) {
+        d.first_failure = found.first_flagged ? found.first_flagged : found.first_lost;
+        return;
+    }
     // A possible reaction on record first (an abort; where aborts are
     // unseen, a non-zero exit or a tear-down kill too) gives way to the own
     // end it can be a reaction to.
-    else if (may_be_reaction(tasks[*d.first_failure], step.aborts_unseen)) {
-        std::optional<std::size_t> cause;
-        for (std::size_t i = 0; i < tasks.size(); ++i)
-            if (!tasks[i].collateral && may_react_to(tasks[*d.first_failure], tasks[i], step.aborts_unseen) &&
-                (!cause || ends_before(tasks[i], tasks[*cause])))
-                cause = i;
-        if (cause)
-            d.first_failure = cause;
-    }
+    if (!may_be_reaction(tasks[*d.first_failure], step.aborts_unseen))
+        return;
+    std::optional<std::size_t> cause;
+    for (std::size_t i = 0; i < tasks.size(); ++i)
+        if (!tasks[i].collateral && may_react_to(tasks[*d.first_failure], tasks[i], step.aborts_unseen) &&
+            (!cause || ends_before(tasks[i], tasks[*cause])))
+            cause = i;
+    if (cause)
+        d.first_failure = cause;
+}
 
+// The code a policy gives once something failed (and its root cause did
+// not abort: an abort decides under every policy but all-success).
+void apply_policy(const StepOutcomes& step, const Settings& settings, const Scan& found, Decision& d) noexcept
+{
+    const auto& tasks = step.tasks;
     auto take = [&](Reason reason, std::size_t index) {
         d.reason = reason;
         d.deciding = index;
         d.code = task_code(tasks[index], settings.lost_code);
     };
-    const bool all_ok = d.succeeded == tasks.size();
-
-    if (settings.policy == Policy::all_success) {
-        d.reason = all_ok ? Reason::all_succeeded : Reason::some_failed;
-        d.code = all_ok ? 0 : 1;
-        return Result<Decision>::ok(d);
-    }
-    if (all_ok) {
-        d.reason = Reason::all_succeeded;
-        d.code = 0;
-        return Result<Decision>::ok(d);
-    }
-    // Something failed, so there is a first failure.
     const std::size_t root = *d.first_failure;
-    if (tasks[root].abort_status) {
-        take(Reason::aborted, root);
-        return Result<Decision>::ok(d);
-    }
     auto collateral = [&](std::size_t index) {
         return index != root && collateral_to(tasks[index], tasks[root], step.aborts_unseen);
     };
@@ -277,8 +271,8 @@ Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noex
     case Policy::max:
         // Slurm's rule over the wait statuses, with lost tasks counted as
         // lost_code: an abort that is not the root cause counts as its kill.
-        take(highest_signal ? Reason::highest_signal : Reason::highest_code,
-             highest_signal ? *highest_signal : *highest_code);
+        take(found.highest_signal ? Reason::highest_signal : Reason::highest_code,
+             found.highest_signal ? *found.highest_signal : *found.highest_code);
         d.code = wait_code(tasks[*d.deciding], settings.lost_code);
         break;
     case Policy::main_rank:
@@ -305,14 +299,45 @@ Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noex
         // collateral: there is always one.
         std::optional<std::size_t> lowest;
         for (std::size_t i = 0; i < tasks.size(); ++i)
-            if (!succeeded(tasks[i]) && (!lowest || tasks[i].rank < tasks[*lowest].rank) &&
-                !collateral(i))
+            if (!succeeded(tasks[i]) && (!lowest || tasks[i].rank < tasks[*lowest].rank) && !collateral(i))
                 lowest = i;
         take(Reason::lowest_rank, lowest ? *lowest : root);
         break;
     }
     case Policy::all_success:
-        break;  // decided above
+        break;  // decided before
+    }
+}
+
+}  // namespace
+
+Result<Decision> decide(const StepOutcomes& step, const Settings& settings) noexcept
+{
+    const auto& tasks = step.tasks;
+    if (tasks.empty())
+        return Result<Decision>::fail("no task outcomes to decide on");
+    Decision d;
+    d.native_code = native_code(tasks);
+    const Scan found = scan(tasks, settings, d);
+    if (!d.main)
+        return Result<Decision>::fail("main rank " + std::to_string(settings.main_rank) +
+                                      " is not a task of this step (ranks 0-" +
+                                      std::to_string(tasks.size() - 1) + ")");
+    settle_first_failure(step, found, d);
+    const bool all_ok = d.succeeded == tasks.size();
+    if (settings.policy == Policy::all_success) {
+        d.reason = all_ok ? Reason::all_succeeded : Reason::some_failed;
+        d.code = all_ok ? 0 : 1;
+    } else if (all_ok) {
+        d.reason = Reason::all_succeeded;
+        d.code = 0;
+    } else if (const std::size_t root = *d.first_failure; tasks[root].abort_status) {
+        // Something failed, so there is a first failure.
+        d.reason = Reason::aborted;
+        d.deciding = root;
+        d.code = task_code(tasks[root], settings.lost_code);
+    } else {
+        apply_policy(step, settings, found, d);
     }
     return Result<Decision>::ok(d);
 }

@@ -77,32 +77,8 @@ void Daemon::post(std::function<void()> fn)
 
 int Daemon::run()
 {
-    // A pidfd per local task, and a PMI socket each: a node of many tasks
-    // needs more descriptors than the soft limit the tasks got (often
-    // 1 024); the hard one is the user's to take.
-    if (rlimit lim{}; ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-        const rlim_t was = lim.rlim_cur;
-        lim.rlim_cur = lim.rlim_max;
-        if (::setrlimit(RLIMIT_NOFILE, &lim) == 0)
-            log::debug("descriptor limit raised from %llu to %llu", static_cast<unsigned long long>(was),
-                       static_cast<unsigned long long>(lim.rlim_max));
-    }
-    evthread_use_pthreads();
-    base_.reset(event_base_new());
-    if (!base_)
+    if (!make_loop())
         return 1;
-    // Two priorities: a task's exit (0) is seen before anything else that
-    // became ready with it (1, the default), such as another node's news.
-    event_base_priority_init(base_.get(), 2);
-    wake_.reset(event_new(
-        base_.get(), -1, EV_PERSIST,
-        [](evutil_socket_t, short, void* arg) { static_cast<Daemon*>(arg)->posted_.run(); },
-        this));
-    timers_ = std::make_unique<Timers>(base_.get());
-    tasks_ = std::make_unique<LocalTasks>(base_.get(), *timers_, [this] {
-        if (pmi_)
-            pmi_->read_pending();
-    });
     AgentSetup setup;
     setup.job_id = args_.job_id;
     setup.step_id = args_.step_id;
@@ -117,21 +93,72 @@ int Daemon::run()
         args_, base_.get(), *timers_, [this](std::function<void()> fn) { post(std::move(fn)); }});
     adopt_pmi_sockets();
     plan_server();
-    if (planned_) {
-        first_client_.reset(event_new(
-            base_.get(), reserved_.fd, EV_READ,
-            [](evutil_socket_t, short, void* arg) {
-                log::debug("a PMIx client connects: the PMIx server starts");
-                guarded("starting the PMIx server", [arg] { static_cast<Daemon*>(arg)->start_pmix(); });
-            },
-            this));
-        if (!first_client_ || event_add(first_client_.get(), nullptr) != 0)
-            start_pmix();
-    } else {
-        start_pmix();
+    start_pmix_when_asked();
+    watch_signals();
+    open_local_links();
+    if (planned_)
+        ready();  // the tasks may start: their server's socket is there
+    agent_->start();
+    event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY);
+    if (pmix_init_.joinable())
+        pmix_init_.join();
+    return exit_code_;
+}
+
+bool Daemon::make_loop()
+{
+    // A pidfd per local task, and a PMI socket each: a node of many tasks
+    // needs more descriptors than the soft limit the tasks got (often
+    // 1 024); the hard one is the user's to take.
+    if (rlimit lim{}; ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+        const rlim_t was = lim.rlim_cur;
+        lim.rlim_cur = lim.rlim_max;
+        if (::setrlimit(RLIMIT_NOFILE, &lim) == 0)
+            log::debug("descriptor limit raised from %llu to %llu", static_cast<unsigned long long>(was),
+                       static_cast<unsigned long long>(lim.rlim_max));
     }
-    // Told to end (by hand, or by a process tracker that reaches us): the
-    // same way out as at the step's end, so that the clients' cleanup runs.
+    evthread_use_pthreads();
+    base_.reset(event_base_new());
+    if (!base_)
+        return false;
+    // Two priorities: a task's exit (0) is seen before anything else that
+    // became ready with it (1, the default), such as another node's news.
+    event_base_priority_init(base_.get(), 2);
+    wake_.reset(event_new(
+        base_.get(), -1, EV_PERSIST,
+        [](evutil_socket_t, short, void* arg) { static_cast<Daemon*>(arg)->posted_.run(); },
+        this));
+    timers_ = std::make_unique<Timers>(base_.get());
+    tasks_ = std::make_unique<LocalTasks>(base_.get(), *timers_, [this] {
+        if (pmi_)
+            pmi_->read_pending();
+    });
+    return true;
+}
+
+// A planned server starts when its first client connects (the reserved
+// socket turns readable); any other now.
+void Daemon::start_pmix_when_asked()
+{
+    if (!planned_) {
+        start_pmix();
+        return;
+    }
+    first_client_.reset(event_new(
+        base_.get(), reserved_.fd, EV_READ,
+        [](evutil_socket_t, short, void* arg) {
+            log::debug("a PMIx client connects: the PMIx server starts");
+            guarded("starting the PMIx server", [arg] { static_cast<Daemon*>(arg)->start_pmix(); });
+        },
+        this));
+    if (!first_client_ || event_add(first_client_.get(), nullptr) != 0)
+        start_pmix();
+}
+
+// Told to end (by hand, or by a process tracker that reaches us): the same
+// way out as at the step's end, so that the clients' cleanup runs.
+void Daemon::watch_signals()
+{
     for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
         protocol::EventHandle e(evsignal_new(
             base_.get(), sig,
@@ -144,17 +171,7 @@ int Daemon::run()
         if (e && event_add(e.get(), nullptr) == 0)
             signals_.push_back(std::move(e));
     }
-    open_local_links();
-    if (planned_)
-        ready();  // the tasks may start: their server's socket is there
-    agent_->start();
-    event_base_loop(base_.get(), EVLOOP_NO_EXIT_ON_EMPTY);
-    if (pmix_init_.joinable())
-        pmix_init_.join();
-    return exit_code_;
 }
-
-// ---- the PMIx server --------------------------------------------------------------------
 
 void Daemon::plan_server()
 {

@@ -97,6 +97,11 @@ private:
     // Teardown: SIGTERM to every local task still running, SIGKILL to
     // those left after kill_after_ms.
     void terminate_local(const std::string& why, std::uint32_t kill_after_ms);
+    // The loop, its wake for posted work, its timers and the local tasks'
+    // watches; false if libevent cannot make one.
+    bool make_loop();
+    void start_pmix_when_asked();
+    void watch_signals();
     // The local socket, and slurmstepd's control link.
     void open_local_links();
     // The PMIx server's socket reserved and the tasks' environment planned

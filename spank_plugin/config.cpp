@@ -148,6 +148,107 @@ void set_number(Config& c, SiteArg id, std::int64_t v)
     }
 }
 
+// allowed_policies: a comma-separated list, each policy once.
+Result<bool> add_policies(std::vector<Policy>& to, std::string_view value, const std::string& named)
+{
+    std::string_view rest = value;
+    while (true) {
+        const auto comma = rest.find(',');
+        auto p = parse_policy(rest.substr(0, comma));
+        if (!p)
+            return Result<bool>::fail(named + p.error());
+        if (std::find(to.begin(), to.end(), *p) == to.end())
+            to.push_back(*p);
+        if (comma == std::string_view::npos)
+            return Result<bool>::ok(true);
+        rest = rest.substr(comma + 1);
+    }
+}
+
+// port_range: FIRST-LAST.
+std::optional<PortRange> parse_port_range(std::string_view value)
+{
+    const auto dash = value.find('-');
+    const auto first = number<std::uint16_t>(value.substr(0, dash), 1, 65535);
+    const auto last =
+        dash == std::string_view::npos ? std::nullopt : number<std::uint16_t>(value.substr(dash + 1), 1, 65535);
+    if (!first || !last || *first > *last)
+        return std::nullopt;
+    return PortRange{*first, *last};
+}
+
+// One argument's value into `c`: a case per kind of setting
+// (option_table.hpp lists them).
+Result<bool> set_argument(Config& c, const SiteArgument& known, std::string_view key, std::string_view value)
+{
+    using R = Result<bool>;
+    // Errors of a parser that names the value: "plugstack.conf KEY: ...".
+    const std::string named = "plugstack.conf " + std::string(key) + ": ";
+    switch (known.id) {
+    case SiteArg::default_policy: {
+        auto p = parse_policy(value);
+        if (!p)
+            return R::fail(named + p.error());
+        c.default_policy = *p;
+        return R::ok(true);
+    }
+    case SiteArg::allowed_policies:
+        return add_policies(c.allowed_policies, value, named);
+    case SiteArg::report: {
+        auto m = parse_report_mode(value);
+        if (!m)
+            return R::fail(named + m.error());
+        c.report = *m;
+        return R::ok(true);
+    }
+    case SiteArg::pmix: {
+        const std::string word = lowered(value);
+        if (word != "auto" && word != "never")
+            return R::fail(bad(key, value, "expected auto or never"));
+        c.pmix = word == "auto" ? PmixMode::automatic : PmixMode::never;
+        return R::ok(true);
+    }
+    case SiteArg::port_range:
+        c.port_range = parse_port_range(value);
+        if (!c.port_range)
+            return R::fail(bad(key, value, "expected FIRST-LAST, two TCP ports with FIRST <= LAST, e.g. 60000-60999"));
+        return R::ok(true);
+    case SiteArg::daemon:
+    case SiteArg::log_dir:
+        if (value.empty() || value.front() != '/')
+            return R::fail(bad(key, value, "expected an absolute path"));
+        (known.id == SiteArg::daemon ? c.daemon : c.log_dir) = std::string(value);
+        return R::ok(true);
+    case SiteArg::topology: {
+        const std::string word = lowered(value);
+        const bool keyword = word == "slurmd" || word == "discover" || word == "none";
+        if (!keyword && (value.empty() || value.front() != '/'))
+            return R::fail(bad(key, value, "expected slurmd, discover, none, or the absolute path of an hwloc XML file"));
+        c.topology = keyword ? word : std::string(value);
+        return R::ok(true);
+    }
+    case SiteArg::recoverable: {
+        auto v = parse_switch(value);
+        if (!v)
+            return R::fail(named + v.error());
+        c.recoverable = *v;
+        return R::ok(true);
+    }
+    case SiteArg::lost_code:
+    case SiteArg::grace_ms:
+    case SiteArg::fanout:
+    case SiteArg::teardown_grace_ms:
+    case SiteArg::debug: {
+        auto v = range_checked(known, value);
+        if (!v)
+            return R::fail(v.error());
+        set_number(c, known.id, *v);
+        return R::ok(true);
+    }
+    }
+    return R::ok(true);
+}
+
 }  // namespace
 
 Result<Config> parse_config(const std::vector<std::string_view>& args)
@@ -160,7 +261,6 @@ Result<Config> parse_config(const std::vector<std::string_view>& args)
             return Result<Config>::fail("plugstack.conf argument '" + std::string(arg) +
                                         "' is not KEY=VALUE; valid arguments: " + std::string(config_usage()));
         const std::string_view key = arg.substr(0, eq);
-        const std::string_view value = arg.substr(eq + 1);
         if (std::find(seen.begin(), seen.end(), key) != seen.end())
             return Result<Config>::fail("plugstack.conf argument " + std::string(key) +
                                         " is given twice; give it once");
@@ -169,95 +269,8 @@ Result<Config> parse_config(const std::vector<std::string_view>& args)
         if (!known)
             return Result<Config>::fail("unknown plugstack.conf argument '" + std::string(key) +
                                         "'; valid arguments: " + std::string(config_usage()));
-        // Errors of a parser that names the value: "plugstack.conf KEY: ...".
-        const std::string named = "plugstack.conf " + std::string(key) + ": ";
-
-        switch (known->id) {
-        case SiteArg::default_policy: {
-            auto p = parse_policy(value);
-            if (!p)
-                return Result<Config>::fail(named + p.error());
-            c.default_policy = *p;
-            break;
-        }
-        case SiteArg::allowed_policies: {
-            std::string_view rest = value;
-            while (true) {
-                const auto comma = rest.find(',');
-                auto p = parse_policy(rest.substr(0, comma));
-                if (!p)
-                    return Result<Config>::fail(named + p.error());
-                if (std::find(c.allowed_policies.begin(), c.allowed_policies.end(), *p) == c.allowed_policies.end())
-                    c.allowed_policies.push_back(*p);
-                if (comma == std::string_view::npos)
-                    break;
-                rest = rest.substr(comma + 1);
-            }
-            break;
-        }
-        case SiteArg::report: {
-            auto m = parse_report_mode(value);
-            if (!m)
-                return Result<Config>::fail(named + m.error());
-            c.report = *m;
-            break;
-        }
-        case SiteArg::pmix: {
-            const std::string word = lowered(value);
-            if (word == "auto")
-                c.pmix = PmixMode::automatic;
-            else if (word == "never")
-                c.pmix = PmixMode::never;
-            else
-                return Result<Config>::fail(bad(key, value, "expected auto or never"));
-            break;
-        }
-        case SiteArg::port_range: {
-            const auto dash = value.find('-');
-            const auto first = number<std::uint16_t>(value.substr(0, dash), 1, 65535);
-            const auto last = dash == std::string_view::npos
-                                  ? std::nullopt
-                                  : number<std::uint16_t>(value.substr(dash + 1), 1, 65535);
-            if (!first || !last || *first > *last)
-                return Result<Config>::fail(
-                    bad(key, value, "expected FIRST-LAST, two TCP ports with FIRST <= LAST, e.g. 60000-60999"));
-            c.port_range = PortRange{*first, *last};
-            break;
-        }
-        case SiteArg::daemon:
-        case SiteArg::log_dir:
-            if (value.empty() || value.front() != '/')
-                return Result<Config>::fail(bad(key, value, "expected an absolute path"));
-            (known->id == SiteArg::daemon ? c.daemon : c.log_dir) = std::string(value);
-            break;
-        case SiteArg::topology: {
-            const std::string word = lowered(value);
-            const bool keyword = word == "slurmd" || word == "discover" || word == "none";
-            if (!keyword && (value.empty() || value.front() != '/'))
-                return Result<Config>::fail(
-                    bad(key, value, "expected slurmd, discover, none, or the absolute path of an hwloc XML file"));
-            c.topology = keyword ? word : std::string(value);
-            break;
-        }
-        case SiteArg::recoverable: {
-            auto v = parse_switch(value);
-            if (!v)
-                return Result<Config>::fail(named + v.error());
-            c.recoverable = *v;
-            break;
-        }
-        case SiteArg::lost_code:
-        case SiteArg::grace_ms:
-        case SiteArg::fanout:
-        case SiteArg::teardown_grace_ms:
-        case SiteArg::debug: {
-            auto v = range_checked(*known, value);
-            if (!v)
-                return Result<Config>::fail(v.error());
-            set_number(c, known->id, *v);
-            break;
-        }
-        }
+        if (auto set = set_argument(c, *known, key, arg.substr(eq + 1)); !set)
+            return Result<Config>::fail(set.error());
     }
     if (c.default_policy && !c.allows(*c.default_policy)) {
         const std::string default_policy = site_argument(SiteArg::default_policy).name;

@@ -118,21 +118,19 @@ std::optional<protocol::Listening> wake_socket(FrontEndSink& fe, const LinkSetup
     return *listening;
 }
 
-// Starts this node's exitpolicy-pmixd for the step; false if it could not.
-// On failure, `failure` says why (for srun's user and the Slurm log).
-bool start_daemon(spank_t sp, const LinkSetup& link, FrontEndSink& fe, std::string& failure)
+// The daemon's launch as the step's size and user and the installed files
+// say (the step's directory comes later); false, with `failure`, if it
+// cannot start.
+bool launch_for_user(spank_t sp, DaemonLaunch& launch, std::uint32_t& nnodes, std::uint32_t& ntasks,
+                     std::string& failure)
 {
-    std::uint32_t nnodes = 0, ntasks = 0;
-    uid_t uid = 0;
-    gid_t gid = 0;
     gid_t* groups = nullptr;
     int ngroups = 0;
-    if (!item(sp, S_JOB_NNODES, nnodes) || !item(sp, S_JOB_TOTAL_TASK_COUNT, ntasks) || !item(sp, S_JOB_UID, uid) ||
-        !item(sp, S_JOB_GID, gid)) {
+    if (!item(sp, S_JOB_NNODES, nnodes) || !item(sp, S_JOB_TOTAL_TASK_COUNT, ntasks) ||
+        !item(sp, S_JOB_UID, launch.uid) || !item(sp, S_JOB_GID, launch.gid)) {
         failure = "PMIx service failed: the step's size or user is unknown";
         return false;
     }
-    DaemonLaunch launch;
     if (spank_get_item(sp, S_JOB_SUPPLEMENTARY_GIDS, &groups, &ngroups) == ESPANK_SUCCESS && groups)
         launch.groups.assign(groups, groups + ngroups);
     launch.path = daemon_path(state().config);
@@ -146,21 +144,16 @@ bool start_daemon(spank_t sp, const LinkSetup& link, FrontEndSink& fe, std::stri
                       "); install exitpolicy where only root can write, or point daemon= there";
             return false;
         }
-    for (const auto& gone : remove_stale_step_dirs(link.hostname, stale_step_dir_age, remove_timeout))
-        log::info("step %u.%u: removed %s, which a step that is gone left behind", link.job_id, link.step_id,
-                  gone.c_str());
-    auto made = make_step_dir(link.job_id, link.step_id, link.hostname, uid, gid);
-    if (!made) {
-        failure = "PMIx service failed: " + made.error();
-        return false;
-    }
-    const std::string dir = *made;
-    const Config& config = state().config;
-
-    launch.uid = uid;
-    launch.gid = gid;
-    launch.secret_hex = protocol::to_hex(link.secret);
     launch.limits = propagated_limits([sp](const char* name) { return job_env(sp, name); });
+    return true;
+}
+
+// The daemon's command line (protocol/daemon_args.hpp) for this node, with
+// the site's settings and the clients' topology.
+protocol::DaemonArgs daemon_args_for(const LinkSetup& link, std::uint32_t nnodes, std::uint32_t ntasks,
+                                     const std::string& dir, uid_t uid)
+{
+    const Config& config = state().config;
     protocol::DaemonArgs args;
     args.job_id = link.job_id;
     args.step_id = link.step_id;
@@ -184,62 +177,96 @@ bool start_daemon(spank_t sp, const LinkSetup& link, FrontEndSink& fe, std::stri
     for (auto at = args.topology.find("%n"); at != std::string::npos;
          at = args.topology.find("%n", at + link.hostname.size()))
         args.topology.replace(at, 2, link.hostname);
-    // The tasks' environment planned here, for the library the project was
-    // built with, unless a site's PMIX_MCA_* may change it (the daemon gets
-    // slurmstepd's); else the daemon writes it once its server runs.
-    std::optional<protocol::Listening> reserved;
+    return args;
+}
+
+// The sockets made here for the daemon, each closed here once it has it.
+struct DaemonSockets {
+    std::optional<protocol::Listening> reserved;  // its PMIx server's, when planned here
+    std::optional<protocol::Listening> wake;      // srun's wake of a standing-by daemon
+};
+
+// The tasks' environment planned here, for the library the project was
+// built with, unless a site's PMIX_MCA_* may change it (the daemon gets
+// slurmstepd's); else the daemon writes it once its server runs. Until a
+// task connects, or another node's daemon starts, a planned daemon's
+// process only stands by: a step that never uses PMIx never runs it.
+DaemonSockets plan_sockets(FrontEndSink& fe, const LinkSetup& link, DaemonLaunch& launch,
+                           protocol::DaemonArgs& args)
+{
+    DaemonSockets sockets;
     const auto built = protocol::built_library_version();
     std::string unplanned = !built                              ? "the PMIx library's version is unknown"
                             : !protocol::activation_errno(*built) ? "OpenPMIx " + built->text + " is not one planned for"
                                                                   : protocol::unplannable_because(environ);
     if (unplanned.empty()) {
         if (auto r = protocol::listen_loopback())
-            reserved = *r;
+            sockets.reserved = *r;
         else
             unplanned = r.error();
     }
-    std::optional<protocol::Listening> wake;
-    if (reserved) {
-        launch.reserved_fd = reserved->fd;
-        args.planned_version = built->text;
-        // Until a task connects, or another node's daemon starts, the
-        // daemon's process only stands by: a step that never uses PMIx
-        // never runs it.
-        if ((wake = wake_socket(fe, link)))
-            launch.wake_fd = wake->fd;
-    } else {
+    if (!sockets.reserved) {
         log::debug("step %u.%u: the node daemon writes the tasks' PMIx environment (%s)", link.job_id,
                    link.step_id, unplanned.c_str());
+        return sockets;
     }
+    launch.reserved_fd = sockets.reserved->fd;
+    args.planned_version = built->text;
+    if ((sockets.wake = wake_socket(fe, link)))
+        launch.wake_fd = sockets.wake->fd;
+    return sockets;
+}
+
+// Starts this node's exitpolicy-pmixd for the step; false if it could not.
+// On failure, `failure` says why (for srun's user and the Slurm log).
+bool start_daemon(spank_t sp, const LinkSetup& link, FrontEndSink& fe, std::string& failure)
+{
+    DaemonLaunch launch;
+    std::uint32_t nnodes = 0, ntasks = 0;
+    if (!launch_for_user(sp, launch, nnodes, ntasks, failure))
+        return false;
+    for (const auto& gone : remove_stale_step_dirs(link.hostname, stale_step_dir_age, remove_timeout))
+        log::info("step %u.%u: removed %s, which a step that is gone left behind", link.job_id, link.step_id,
+                  gone.c_str());
+    auto made = make_step_dir(link.job_id, link.step_id, link.hostname, launch.uid, launch.gid);
+    if (!made) {
+        failure = "PMIx service failed: " + made.error();
+        return false;
+    }
+    const std::string dir = *made;
+    launch.secret_hex = protocol::to_hex(link.secret);
+    auto args = daemon_args_for(link, nnodes, ntasks, dir, launch.uid);
+    const auto sockets = plan_sockets(fe, link, launch, args);
     launch.args = protocol::daemon_command_line(args);
-    if (auto sockets = remote.pmi.make(link.ranks.size()))
-        launch.pmi_fds = *sockets;
+    if (auto pmi = remote.pmi.make(link.ranks.size()))
+        launch.pmi_fds = *pmi;
     else
-        log::error("step %u.%u: no PMI-1/PMI-2 service: %s", link.job_id, link.step_id, sockets.error().c_str());
+        log::error("step %u.%u: no PMI-1/PMI-2 service: %s", link.job_id, link.step_id, pmi.error().c_str());
     auto launched = launch_daemon(launch);
     for (int fd : launch.pmi_fds)
         ::close(fd);  // the daemon's: a task's PMI_Init fails at once if it is gone
     if (!launched)
         remote.pmi.close_all();
-    if (reserved)
-        ::close(reserved->fd);  // the daemon's now: if it goes, the tasks' connections are refused
-    if (wake)
-        ::close(wake->fd);  // the standby's: srun's wake is refused once it is gone
+    if (sockets.reserved)
+        ::close(sockets.reserved->fd);  // the daemon's now: if it goes, the tasks' connections are refused
+    if (sockets.wake)
+        ::close(sockets.wake->fd);  // the standby's: srun's wake is refused once it is gone
     if (!launched) {
         failure = "PMIx service failed: " + launched.error();
-        if (auto removed = remove_step_dir(dir, uid, gid, remove_timeout); !removed)
+        if (auto removed = remove_step_dir(dir, launch.uid, launch.gid, remove_timeout); !removed)
             log::error("step %u.%u: %s", link.job_id, link.step_id, removed.error().c_str());
         return false;
     }
     remote.daemon_dir = dir;
-    remote.uid = uid;
-    remote.gid = gid;
+    remote.uid = launch.uid;
+    remote.gid = launch.gid;
     remote.daemon = *launched;
-    if (reserved)
-        remote.planned = protocol::PlannedServer{reserved->port, link.node_id, dir, link.hostname, built->text};
+    if (sockets.reserved)
+        remote.planned = protocol::PlannedServer{sockets.reserved->port, link.node_id, dir, link.hostname,
+                                                 args.planned_version};
     log::debug("step %u.%u: node daemon %d %s PMIx in %s%s", link.job_id, link.step_id, launched->pid,
-               wake ? "stands by to serve" : "serves", dir.c_str(),
-               reserved ? (" on 127.0.0.1:" + std::to_string(reserved->port)).c_str() : "");
+               sockets.wake ? "stands by to serve" : "serves", dir.c_str(),
+               sockets.reserved ? (" on 127.0.0.1:" + std::to_string(sockets.reserved->port)).c_str() : "");
     return true;
 }
 
@@ -283,33 +310,23 @@ void forward_batch_options(spank_t sp)
             log::error("cannot set %s for the job script", spec.env);
 }
 
-}  // namespace
-
-int init_post_opt(spank_t sp)
+// The step's bootstrap variable, taken out of the tasks' environment (they
+// need not see the step's secret); none when srun's front end serves no
+// step here, or when it is malformed (logged). The site's settings hold
+// here too, not only in srun: the variable comes from the job's
+// environment, which its user can set.
+std::optional<Bootstrap> take_bootstrap(spank_t sp, std::uint32_t job_id, std::uint32_t step_id)
 {
-    if (state().disabled)
-        return 0;
-    std::uint32_t job_id = 0, step_id = 0;
-    if (!item(sp, S_JOB_ID, job_id) || !item(sp, S_JOB_STEPID, step_id))
-        return 0;
-    if (step_id == SLURM_BATCH_SCRIPT) {
-        forward_batch_options(sp);
-        return 0;
-    }
     auto bootstrap = job_env(sp, bootstrap_env);
     if (!bootstrap)
-        return 0;
-    // The tasks need not see the step's secret.
+        return std::nullopt;
     spank_unsetenv(sp, bootstrap_env);
-
     auto parsed = parse_bootstrap(*bootstrap);
     if (!parsed) {
         log::error("step %u.%u: malformed %s (%s); this node's exit codes are left to Slurm", job_id, step_id,
                    bootstrap_env, parsed.error().c_str());
-        return 0;
+        return std::nullopt;
     }
-    // The site's settings hold here too, not only in srun: the variable
-    // comes from the job's environment, which its user can set.
     if (parsed->pmix) {
         const auto mpi = job_env(sp, "SLURM_MPI_TYPE");
         const char* refused = nullptr;
@@ -323,21 +340,29 @@ int init_post_opt(spank_t sp)
             parsed->pmix = false;
         }
     }
+    return *parsed;
+}
+
+// This node's place in the step and the way to srun's front end; none
+// (logged) when Slurm does not say it. `ranks_known`: Slurm gave a rank for
+// every local task.
+std::optional<LinkSetup> node_place(spank_t sp, std::uint32_t job_id, std::uint32_t step_id,
+                                    const Bootstrap& bootstrap, std::uint32_t& local_tasks, bool& ranks_known)
+{
     LinkSetup setup;
     setup.job_id = job_id;
     setup.step_id = step_id;
-    setup.port = parsed->port;
-    setup.secret = parsed->secret;
+    setup.port = bootstrap.port;
+    setup.secret = bootstrap.secret;
     auto host = job_env(sp, "SLURM_SRUN_COMM_HOST");
-    std::uint32_t local_tasks = 0;
     if (!host || !item(sp, S_JOB_NODEID, setup.node_id) || !item(sp, S_JOB_LOCAL_TASK_COUNT, local_tasks)) {
         log::error("step %u.%u: srun's address or this node's place in the step is unknown; this node's exit "
                    "codes are left to Slurm",
                    job_id, step_id);
-        return 0;
+        return std::nullopt;
     }
     setup.host = *host;
-    bool ranks_known = true;
+    ranks_known = true;
     for (std::uint32_t local_id = 0; local_id < local_tasks; ++local_id) {
         std::uint32_t global_id = 0;
         if (spank_get_item(sp, S_JOB_LOCAL_TO_GLOBAL_ID, local_id, &global_id) == ESPANK_SUCCESS)
@@ -345,7 +370,6 @@ int init_post_opt(spank_t sp)
         else
             ranks_known = false;
     }
-
     // slurmstepd's own environment names its node (the job's may carry a
     // stale SLURMD_NODENAME, e.g. from a batch script).
     if (const char* name = ::getenv("SLURMD_NODENAME"); name && *name) {
@@ -355,6 +379,81 @@ int init_post_opt(spank_t sp)
         ::gethostname(buf, sizeof(buf) - 1);
         setup.hostname = buf;
     }
+    return setup;
+}
+
+// The link to srun's front end, registered first among the sinks: nothing
+// after it can skip it. Opened now, also when a node daemon will carry the
+// outcomes: the link is the fallback path, and while it is open the FE
+// knows that this node's slurmstepd lives (a node whose daemon and
+// slurmstepd are both gone is lost).
+FrontEndSink& open_front_end_link(const LinkSetup& setup)
+{
+    auto owned = std::make_unique<FrontEndSink>(setup, connect_timeout, ack_timeout);
+    FrontEndSink& sink = *owned;
+    remote.fe_sink = &sink;
+    remote.sinks.push_back(std::move(owned));
+    const std::string fe = setup.host + ":" + std::to_string(setup.port);
+    if (auto opened = sink.open(); !opened)
+        log::error("step %u.%u: cannot reach srun at %s: %s; will retry at the first task exit", setup.job_id,
+                   setup.step_id, fe.c_str(), opened.error().c_str());
+    else
+        log::debug("step %u.%u: connected to srun's front end at %s", setup.job_id, setup.step_id, fe.c_str());
+    return sink;
+}
+
+// The step's PMIx service on this node: the node daemon started, its sink
+// first among the sinks, the tasks' environment set. When it cannot be,
+// srun's user hears why (a task that uses PMIx cannot run without it), and
+// the other nodes' step map need not wait for this node (a standby's port 0).
+void start_pmix_service(spank_t sp, const LinkSetup& setup, const Bootstrap& bootstrap, FrontEndSink& sink,
+                        std::uint32_t local_tasks, bool ranks_known)
+{
+    std::string failure;
+    if (!ranks_known)
+        // A rank left out would shift every later task onto another's
+        // rank and PMI socket: without all of them, no service here.
+        failure = "PMIx service failed: Slurm gives no rank for some of this node's " + std::to_string(local_tasks) +
+                  " tasks";
+    else if (!bootstrap.fanout)
+        // The fan-out itself reaches the daemons with the FE's step map;
+        // here it is only checked.
+        failure = std::string("PMIx service failed: the PMIx part of ") + bootstrap_env + " is malformed";
+    else if (start_daemon(sp, setup, sink, failure)) {
+        auto daemon_sink = std::make_unique<DaemonSink>(remote.daemon.control, ack_timeout, &remote.daemon.backlog);
+        remote.daemon_sink = daemon_sink.get();
+        remote.sinks.insert(remote.sinks.begin(), std::move(daemon_sink));
+        set_step_environment(sp);
+        return;
+    }
+    log::error("step %u.%u: %s", setup.job_id, setup.step_id, failure.c_str());
+    if (auto told = sink.notice(failure + "; tasks on " + setup.hostname + " that use PMIx will fail"); !told)
+        log::error("step %u.%u: cannot tell srun: %s", setup.job_id, setup.step_id, told.error().c_str());
+    else
+        sink.standby(0);
+}
+
+}  // namespace
+
+int init_post_opt(spank_t sp)
+{
+    if (state().disabled)
+        return 0;
+    std::uint32_t job_id = 0, step_id = 0;
+    if (!item(sp, S_JOB_ID, job_id) || !item(sp, S_JOB_STEPID, step_id))
+        return 0;
+    if (step_id == SLURM_BATCH_SCRIPT) {
+        forward_batch_options(sp);
+        return 0;
+    }
+    const auto bootstrap = take_bootstrap(sp, job_id, step_id);
+    if (!bootstrap)
+        return 0;
+    std::uint32_t local_tasks = 0;
+    bool ranks_known = false;
+    const auto setup = node_place(sp, job_id, step_id, *bootstrap, local_tasks, ranks_known);
+    if (!setup)
+        return 0;
     remote.job_id = job_id;
     remote.step_id = step_id;
     remote.local_tasks = local_tasks;
@@ -363,48 +462,9 @@ int init_post_opt(spank_t sp)
             state().cli, options_from_env([sp](const char* name) { return job_env(sp, name); }), state().config))
         remote.recoverable = options->recoverable;
     item(sp, S_JOB_TOTAL_TASK_COUNT, remote.ntasks);
-    const std::string fe = setup.host + ":" + std::to_string(setup.port);
-    const std::string node = setup.hostname;
-    // Registered first: nothing below can skip it.
-    auto owned = std::make_unique<FrontEndSink>(setup, connect_timeout, ack_timeout);
-    FrontEndSink& sink = *owned;
-    remote.fe_sink = &sink;
-    remote.sinks.push_back(std::move(owned));
-    // Opened now, also when a node daemon will carry the outcomes: the link
-    // is the fallback path, and while it is open the FE knows that this
-    // node's slurmstepd lives (a node whose daemon and slurmstepd are both
-    // gone is lost).
-    if (auto opened = sink.open(); !opened)
-        log::error("step %u.%u: cannot reach srun at %s: %s; will retry at the first task exit", job_id, step_id,
-                   fe.c_str(), opened.error().c_str());
-    else
-        log::debug("step %u.%u: connected to srun's front end at %s", job_id, step_id, fe.c_str());
-    // The fan-out itself reaches the daemons with the FE's step map; here it
-    // is only checked. The daemon's sink, when there is one, comes first.
-    std::string failure;
-    if (parsed->pmix && !ranks_known)
-        // A rank left out would shift every later task onto another's
-        // rank and PMI socket: without all of them, no service here.
-        failure = "PMIx service failed: Slurm gives no rank for some of this node's " + std::to_string(local_tasks) +
-                  " tasks";
-    else if (parsed->pmix && !parsed->fanout)
-        failure = std::string("PMIx service failed: the PMIx part of ") + bootstrap_env + " is malformed";
-    else if (parsed->pmix && start_daemon(sp, setup, sink, failure)) {
-        auto daemon_sink = std::make_unique<DaemonSink>(remote.daemon.control, ack_timeout, &remote.daemon.backlog);
-        remote.daemon_sink = daemon_sink.get();
-        remote.sinks.insert(remote.sinks.begin(), std::move(daemon_sink));
-        set_step_environment(sp);
-    }
-    if (!failure.empty()) {
-        // A task that uses PMIx cannot run without it: the user hears of it.
-        log::error("step %u.%u: %s", job_id, step_id, failure.c_str());
-        if (auto told = sink.notice(failure + "; tasks on " + node + " that use PMIx will fail"); !told)
-            log::error("step %u.%u: cannot tell srun: %s", job_id, step_id, told.error().c_str());
-        // No daemon will come from this node: the other nodes' step map
-        // need not wait for it (a standby's port 0).
-        else if (parsed->pmix)
-            sink.standby(0);
-    }
+    FrontEndSink& sink = open_front_end_link(*setup);
+    if (bootstrap->pmix)
+        start_pmix_service(sp, *setup, *bootstrap, sink, local_tasks, ranks_known);
     return 0;
 }
 
