@@ -137,6 +137,21 @@ def test_mpi_abort_ends_the_step_with_its_code(cluster, workdir, pmi, policy, pm
         assert "exitpolicy: first failure: rank 5 on node3, aborted with status 7" in lines(err, "exitpolicy:"), err
 
 
+@pytest.mark.parametrize("policy", ["main-rank", "main-rank-check", "lowest-rank", "first-failure", "all-success",
+                                    "max", None])
+@pytest.mark.parametrize("pmi_version", PMI_VERSIONS)
+def test_an_mpi_abort_status_an_exit_would_make_0_still_fails_the_step(cluster, workdir, pmi, policy, pmi_version):
+    """MPI_Abort(MPI_COMM_WORLD, 256) over PMI-1 and PMI-2: exit() would
+    keep 0 of it, and srun said success. It is a failure under every policy
+    and none: 1, or a racing peer's own failure where MPICH's abort lets
+    its peers fail first (ABORT_RACE above)."""
+    args = [f"--exit-policy={policy}"] if policy else []
+    rc, out, err = mpich(cluster, workdir, "ep_mpich_ring", "--abort", "5:256", "--timeout", "60",
+                         pmi_version=pmi_version, srun_args=args)
+    assert "abort rank=5 code=256" in out, out + err
+    assert rc != 0, err
+
+
 # How rank 5 dies: ep_mpi_fail's --fail, its code, and how the report says it.
 FAILURES = {
     "segfault": ("5:segv", 139, "killed by SIGSEGV"),

@@ -455,6 +455,27 @@ def test_mpi_abort_status_is_sruns_code(cluster, workdir, pmix):
     assert "exitpolicy: first failure: rank 5 on node3, aborted with status 7" in report, err
 
 
+# Every policy, and none. Beside the first release, main-rank and none
+# stand for the rest (the policies are the same code everywhere).
+EVERY_POLICY = [pytest.param(p, marks=[] if p == "main-rank" else [pytest.mark.own_code])
+                for p in ("main-rank", "main-rank-check", "lowest-rank", "first-failure", "all-success", "max")] + [None]
+
+
+@pytest.mark.parametrize("policy", EVERY_POLICY)
+@pytest.mark.parametrize("status", [256, -256])
+def test_an_abort_status_an_exit_would_make_0_still_fails_the_step(cluster, workdir, pmix, status, policy):
+    """PMIx_Abort(256) and PMIx_Abort(-256): exit() would keep 0 of them,
+    and srun said success; a status that is not 0 is a failure, 1."""
+    args = [f"--exit-policy={policy}"] if policy else []
+    rc, out, err = srun(cluster, workdir, *N4N8, *args, client("ep_abort"), "--status", str(status), "--rank", "3",
+                        "--timeout", "60")
+    assert f"abort rank=3 status={status}" in out, out + err
+    assert rc == 1, err
+    if policy:
+        assert (f"exitpolicy: first failure: rank 3 on node2, aborted with status {status}"
+                in lines(err, "exitpolicy:")), err
+
+
 def test_pmix_abort_ends_the_step_promptly(cluster, workdir, pmix):
     t0 = time.monotonic()
     rc, out, err = srun(cluster, workdir, *N4N8, "--exit-policy=lowest-rank", client("ep_abort"),
@@ -560,13 +581,18 @@ def test_outcomes_survive_a_killed_daemon(cluster, workdir, pmix):
     assert "exitpolicy:   rank 5 on node3: exited with code 6" in lines(err, "exitpolicy:"), err
 
 
+# Beside the first release, what each release's OpenPMIx leaves shows in
+# fewer steps: the fifty are for races of the project's own.
+STEPS_IN_A_ROW = 10 if os.environ.get("EXITPOLICY_BESIDE_FIRST_RELEASE") == "1" else 50
+
+
 def test_fifty_steps_leave_nothing_behind(cluster, workdir, pmix):
     namespaces = set()
-    for i in range(50):
+    for i in range(STEPS_IN_A_ROW):
         rc, out, err = srun(cluster, workdir, *N4N8, client("ep_hello"))
         assert rc == 0, f"step {i}: {err}"
         namespaces |= {l.split("nspace=")[1] for l in lines(out, "hello ")}
-    assert len(namespaces) == 50
+    assert len(namespaces) == STEPS_IN_A_ROW
     # Our steps' daemons and directories (another cluster on this machine
     # may have its own).
     jobs = {ns.split(".")[1] for ns in namespaces}
@@ -936,11 +962,15 @@ def test_a_node_whose_daemon_died_still_tells_the_others(cluster, workdir, pmix)
         assert f"survivor done rank={rank} events=3" in out, out + err
     assert "exitpolicy:   rank 5 on node3: exited with code 6" in lines(err, "exitpolicy:"), err
 
+# Who adopts a lost relay's children is the project's own tree: beside the
+# first release, a lost leaf stands for the three.
 @pytest.mark.parametrize("nodes, tasks, node, lost", [
-    (4, 8, "node3", [4, 5]),  # a leaf of the tree
-    (4, 8, "node1", [0, 1]),  # relay of node3 and node4: the front end adopts them
-    (7, 7, "node3", [2]),     # relay of node7 (fanout=2): node1's daemon adopts it
-], ids=["leaf", "relay-to-front-end", "relay-to-daemon"])
+    pytest.param(4, 8, "node3", [4, 5], id="leaf"),  # a leaf of the tree
+    # relay of node3 and node4: the front end adopts them
+    pytest.param(4, 8, "node1", [0, 1], id="relay-to-front-end", marks=pytest.mark.own_code),
+    # relay of node7 (fanout=2): node1's daemon adopts it
+    pytest.param(7, 7, "node3", [2], id="relay-to-daemon", marks=pytest.mark.own_code),
+])
 def test_a_lost_node_is_announced_to_every_survivor(crashable, workdir, nodes, tasks, node, lost):
     """srun --no-kill --exit-recoverable keeps the step running when a node dies. Every
     survivor, on every other node, hears of it from exitpolicy long before
