@@ -192,9 +192,45 @@ if [ "${EXITPOLICY_ONLY_UPSTREAM:-0}" = 1 ]; then
   exit 0
 fi
 
+# Each release's output whole, in order, once its leg has ended; a
+# failure there is that release's. $1: what passed before them.
+finish_rootfs_legs() {
+  local tested=$1 suite rc failed=()
+  for suite in "${rootfs_suites[@]}"; do
+    rc=0
+    if [ -z "$legs_dir" ]; then
+      step "the whole suite again on $(rootfs_where "$suite")"
+      run_rootfs_leg "$suite" || rc=$?
+    else
+      if [ -n "$legs_pid" ]; then
+        wait "$legs_pid" || true
+        legs_pid=
+      fi
+      rc=$(cat "$legs_dir/$suite.rc" 2>/dev/null || echo "none (the leg never ended)")
+      step "the whole suite on $(rootfs_where "$suite"), beside this one: its output (exit status $rc)"
+      cat "$legs_dir/$suite.log" 2>/dev/null || true
+    fi
+    if [ "$rc" = 0 ]; then
+      tested+=", $(suite_name "$suite")"
+    else
+      failed+=("$(suite_name "$suite") (root file system)")
+    fi
+  done
+  if ((${#failed[@]})); then
+    where=$(printf '%s\n' "${failed[@]}" | paste -sd ';' | sed 's/;/; /g')
+    exit 1
+  fi
+  if [ -n "$legs_dir" ]; then
+    rm -rf "$legs_dir"
+  fi
+  where=$tested
+  step "all tests passed on $where"
+}
+
 # The releases tested in root file systems, started now, beside this one.
 rootfs_suites=()
-if [ -z "${EXITPOLICY_IN_ROOTFS-}" ] && [ "${EXITPOLICY_SKIP_OTHER_RELEASE:-0}" != 1 ]; then
+if [ -z "${EXITPOLICY_IN_ROOTFS-}" ] && [ -z "${EXITPOLICY_IN_PIDNS-}" ] &&
+  [ "${EXITPOLICY_SKIP_OTHER_RELEASE:-0}" != 1 ]; then
   if [ -z "$other" ]; then
     echo "tests/run.sh: $where is neither Debian 12 nor 13: the other releases are not tested" >&2
     exit 1
@@ -221,6 +257,21 @@ if ((${#rootfs_suites[@]})) && [ "${EXITPOLICY_ROOTFS_SERIAL:-0}" != 1 ]; then
     done
   ) &
   legs_pid=$!
+  # This machine's legs in PID and mount namespaces of their own: a test
+  # that looks in /proc for its step's processes (a node's daemon, what a
+  # step left) finds none of the releases' beside it, whose processes the
+  # machine's /proc shows. Whoever stops this script stops them
+  # (--kill-child).
+  step "this machine's legs, in a PID namespace of their own"
+  host_rc=0
+  EXITPOLICY_IN_PIDNS=1 unshare --pid --fork --kill-child --mount-proc bash "$src/tests/run.sh" </dev/null ||
+    host_rc=$?
+  if ((host_rc != 0)); then
+    where="Debian $release (this machine's legs, above)"
+    exit "$host_rc"
+  fi
+  finish_rootfs_legs "this machine's legs (above)"
+  exit 0
 fi
 
 step "build ($build)"
@@ -301,36 +352,4 @@ fi
 if [ -n "${EXITPOLICY_IN_ROOTFS-}" ]; then
   exit 0
 fi
-tested="Debian $release${upstream_tested:+, $upstream_tested}"
-# Each release's output whole, in order, once its leg has ended; a
-# failure there is that release's.
-failed=()
-for suite in "${rootfs_suites[@]}"; do
-  rc=0
-  if [ -z "$legs_dir" ]; then
-    step "the whole suite again on $(rootfs_where "$suite")"
-    run_rootfs_leg "$suite" || rc=$?
-  else
-    if [ -n "$legs_pid" ]; then
-      wait "$legs_pid" || true
-      legs_pid=
-    fi
-    rc=$(cat "$legs_dir/$suite.rc" 2>/dev/null || echo "none (the leg never ended)")
-    step "the whole suite on $(rootfs_where "$suite"), beside this one: its output (exit status $rc)"
-    cat "$legs_dir/$suite.log" 2>/dev/null || true
-  fi
-  if [ "$rc" = 0 ]; then
-    tested+=", $(suite_name "$suite")"
-  else
-    failed+=("$(suite_name "$suite") (root file system)")
-  fi
-done
-if ((${#failed[@]})); then
-  where=$(printf '%s\n' "${failed[@]}" | paste -sd ';' | sed 's/;/; /g')
-  exit 1
-fi
-if [ -n "$legs_dir" ]; then
-  rm -rf "$legs_dir"
-fi
-where=$tested
-step "all tests passed on $where"
+finish_rootfs_legs "Debian $release${upstream_tested:+, $upstream_tested}"
