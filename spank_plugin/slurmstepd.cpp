@@ -4,24 +4,22 @@
 //
 // init_post_opt: in a step that srun's front end serves (the bootstrap
 // variable is set), connect to the FE once and authenticate, and start the
-// node daemon when the step gets the PMIx service; in a batch step, pass
-// sbatch's --exit-* options on to the job script's srun as SLURM_EXIT_*
-// variables. task_exit: hand the task's outcome to the first sink that takes
+// node daemon (daemon_start.hpp) when the step gets the PMIx service; in a
+// batch step, pass sbatch's --exit-* options on to the job script's srun as
+// SLURM_EXIT_* variables. task_exit: hand the task's outcome to the first sink that takes
 // it (outcome_sink.hpp: the node daemon's, then the FE's); exit: wait
 // (bounded) for what is unacknowledged, stop the daemon. No threads; any
 // trouble is logged once and the step goes on as without us.
 #include "spank_plugin/log.hpp"
 #include "spank.hpp"
 #include "daemon_link.hpp"
-#include "protocol/daemon_args.hpp"
+#include "daemon_start.hpp"
 #include "protocol/planned_environment.hpp"
 #include "protocol/process.hpp"
 #include "protocol/timeouts.hpp"
-#include "protocol/sockets.hpp"
 #include "options.hpp"
 #include "outcome_sink.hpp"
 #include "pmi_sockets.hpp"
-#include "slurmd_spool.hpp"
 #include "plugin.hpp"
 
 #include <slurm/slurm.h>
@@ -29,8 +27,6 @@
 #include <cerrno>
 #include <utility>
 #include <cstring>
-#include <filesystem>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <memory>
 #include <optional>
@@ -49,22 +45,14 @@ constexpr auto connect_timeout = protocol::timeouts::stepd_connect;
 constexpr auto ack_timeout = protocol::timeouts::stepd_ack;
 constexpr auto remove_timeout = protocol::timeouts::step_dir_removal;
 constexpr auto environment_timeout = protocol::timeouts::task_environment;
-// A step directory unchanged this long whose daemon does not listen is a
-// dead step's.
-constexpr std::chrono::seconds stale_step_dir_age{300};
 
 struct Remote {
     std::uint32_t job_id = 0;
     std::uint32_t step_id = 0;
-    // The node daemon, when this step gets exitpolicy's PMIx service.
-    std::string daemon_dir;
-    uid_t uid = 0;  // the job's user, who owns daemon_dir
-    gid_t gid = 0;
-    LaunchedDaemon daemon;
-    // The tasks' PMIx environment, written here (planned_environment.hpp)
-    // rather than asked of the daemon, which then need not be up before
-    // the tasks start; the daemon hears of each task on its control link.
-    std::optional<protocol::PlannedServer> planned;
+    // The node daemon, when this step gets exitpolicy's PMIx service. When
+    // the tasks' PMIx environment is planned here, the daemon need not be
+    // up before the tasks start: it hears of each on its control link.
+    StartedDaemon service;
     // The tasks' PMI sockets (PMI_FD for MPICH's built-in client).
     PmiSockets pmi;
     // Tried in order for each outcome; empty when no front end serves this step.
@@ -85,190 +73,6 @@ struct Remote {
 };
 Remote remote;
 
-std::optional<std::string> job_env(spank_t sp, const char* name)
-{
-    char buf[4096];
-    if (spank_getenv(sp, name, buf, sizeof(buf)) != ESPANK_SUCCESS)
-        return std::nullopt;
-    return std::string(buf);
-}
-
-// The socket through which srun's FE wakes this node's standing-by daemon,
-// on the address this node's link to the FE has (the FE connects to that
-// address, as it sees it, and the port it is told: node addresses route
-// to srun's host and back). None without an open link: then the daemon
-// starts at once.
-std::optional<protocol::Listening> wake_socket(FrontEndSink& fe, const LinkSetup& link)
-{
-    const auto address = fe.local_address();
-    if (!address)
-        return std::nullopt;
-    auto listening = protocol::listen_on(*address, 4);
-    if (!listening) {
-        log::debug("step %u.%u: the node daemon starts at once (%s)", link.job_id, link.step_id,
-                   listening.error().c_str());
-        return std::nullopt;
-    }
-    if (auto told = fe.standby(listening->port); !told) {
-        log::debug("step %u.%u: the node daemon starts at once (cannot tell srun where to wake it: %s)",
-                   link.job_id, link.step_id, told.error().c_str());
-        ::close(listening->fd);
-        return std::nullopt;
-    }
-    return *listening;
-}
-
-// The daemon's launch as the step's size and user and the installed files
-// say (the step's directory comes later); false, with `failure`, if it
-// cannot start.
-bool launch_for_user(spank_t sp, DaemonLaunch& launch, std::uint32_t& nnodes, std::uint32_t& ntasks,
-                     std::string& failure)
-{
-    gid_t* groups = nullptr;
-    int ngroups = 0;
-    if (!item(sp, S_JOB_NNODES, nnodes) || !item(sp, S_JOB_TOTAL_TASK_COUNT, ntasks) ||
-        !item(sp, S_JOB_UID, launch.uid) || !item(sp, S_JOB_GID, launch.gid)) {
-        failure = "PMIx service failed: the step's size or user is unknown";
-        return false;
-    }
-    if (spank_get_item(sp, S_JOB_SUPPLEMENTARY_GIDS, &groups, &ngroups) == ESPANK_SUCCESS && groups)
-        launch.groups.assign(groups, groups + ngroups);
-    launch.path = daemon_path(state().config);
-    launch.helper = std::filesystem::path(launch.path).replace_filename("exitpolicy-detach").string();
-    // Root runs the helper: from nowhere another user could change it.
-    // (One that is not there is launch_daemon's to report.)
-    for (const std::string* exe : {&launch.path, &launch.helper})
-        if (const std::string unsafe = ::access(exe->c_str(), F_OK) == 0 ? unsafe_for_root(*exe) : "";
-            !unsafe.empty()) {
-            failure = "PMIx service failed: root will not run " + *exe + " (" + unsafe +
-                      "); install exitpolicy where only root can write, or point daemon= there";
-            return false;
-        }
-    launch.limits = propagated_limits([sp](const char* name) { return job_env(sp, name); });
-    return true;
-}
-
-// The daemon's command line (protocol/daemon_args.hpp) for this node, with
-// the site's settings and the clients' topology.
-protocol::DaemonArgs daemon_args_for(const LinkSetup& link, std::uint32_t nnodes, std::uint32_t ntasks,
-                                     const std::string& dir, uid_t uid)
-{
-    const Config& config = state().config;
-    protocol::DaemonArgs args;
-    args.job_id = link.job_id;
-    args.step_id = link.step_id;
-    args.node_id = link.node_id;
-    args.nnodes = nnodes;
-    args.ntasks = ntasks;
-    args.ranks = link.ranks;
-    args.hostname = link.hostname;
-    args.fe_host = link.host;
-    args.fe_port = link.port;
-    args.dir = dir;
-    args.uid = uid;
-    args.debug = config.debug;
-    args.log_dir = config.log_dir;
-    args.topology = config.topology;
-    if (args.topology == "slurmd") {
-        const auto xml = slurmd_topology_xml(link.job_id, link.step_id);
-        args.topology = xml ? *xml : "discover";
-        log::debug("step %u.%u: the clients' topology: %s", link.job_id, link.step_id, args.topology.c_str());
-    }
-    for (auto at = args.topology.find("%n"); at != std::string::npos;
-         at = args.topology.find("%n", at + link.hostname.size()))
-        args.topology.replace(at, 2, link.hostname);
-    return args;
-}
-
-// The sockets made here for the daemon, each closed here once it has it.
-struct DaemonSockets {
-    std::optional<protocol::Listening> reserved;  // its PMIx server's, when planned here
-    std::optional<protocol::Listening> wake;      // srun's wake of a standing-by daemon
-};
-
-// The tasks' environment planned here, for the library the project was
-// built with, unless a site's PMIX_MCA_* may change it (the daemon gets
-// slurmstepd's); else the daemon writes it once its server runs. Until a
-// task connects, or another node's daemon starts, a planned daemon's
-// process only stands by: a step that never uses PMIx never runs it.
-DaemonSockets plan_sockets(FrontEndSink& fe, const LinkSetup& link, DaemonLaunch& launch,
-                           protocol::DaemonArgs& args)
-{
-    DaemonSockets sockets;
-    const auto built = protocol::built_library_version();
-    std::string unplanned = !built                              ? "the PMIx library's version is unknown"
-                            : !protocol::activation_errno(*built) ? "OpenPMIx " + built->text + " is not one planned for"
-                                                                  : protocol::unplannable_because(environ);
-    if (unplanned.empty()) {
-        if (auto r = protocol::listen_loopback())
-            sockets.reserved = *r;
-        else
-            unplanned = r.error();
-    }
-    if (!sockets.reserved) {
-        log::debug("step %u.%u: the node daemon writes the tasks' PMIx environment (%s)", link.job_id,
-                   link.step_id, unplanned.c_str());
-        return sockets;
-    }
-    launch.reserved_fd = sockets.reserved->fd;
-    args.planned_version = built->text;
-    if ((sockets.wake = wake_socket(fe, link)))
-        launch.wake_fd = sockets.wake->fd;
-    return sockets;
-}
-
-// Starts this node's exitpolicy-pmixd for the step; false if it could not.
-// On failure, `failure` says why (for srun's user and the Slurm log).
-bool start_daemon(spank_t sp, const LinkSetup& link, FrontEndSink& fe, std::string& failure)
-{
-    DaemonLaunch launch;
-    std::uint32_t nnodes = 0, ntasks = 0;
-    if (!launch_for_user(sp, launch, nnodes, ntasks, failure))
-        return false;
-    for (const auto& gone : remove_stale_step_dirs(link.hostname, stale_step_dir_age, remove_timeout))
-        log::info("step %u.%u: removed %s, which a step that is gone left behind", link.job_id, link.step_id,
-                  gone.c_str());
-    auto made = make_step_dir(link.job_id, link.step_id, link.hostname, launch.uid, launch.gid);
-    if (!made) {
-        failure = "PMIx service failed: " + made.error();
-        return false;
-    }
-    const std::string dir = *made;
-    launch.secret_hex = protocol::to_hex(link.secret);
-    auto args = daemon_args_for(link, nnodes, ntasks, dir, launch.uid);
-    const auto sockets = plan_sockets(fe, link, launch, args);
-    launch.args = protocol::daemon_command_line(args);
-    if (auto pmi = remote.pmi.make(link.ranks.size()))
-        launch.pmi_fds = *pmi;
-    else
-        log::error("step %u.%u: no PMI-1/PMI-2 service: %s", link.job_id, link.step_id, pmi.error().c_str());
-    auto launched = launch_daemon(launch);
-    for (int fd : launch.pmi_fds)
-        ::close(fd);  // the daemon's: a task's PMI_Init fails at once if it is gone
-    if (!launched)
-        remote.pmi.close_all();
-    if (sockets.reserved)
-        ::close(sockets.reserved->fd);  // the daemon's now: if it goes, the tasks' connections are refused
-    if (sockets.wake)
-        ::close(sockets.wake->fd);  // the standby's: srun's wake is refused once it is gone
-    if (!launched) {
-        failure = "PMIx service failed: " + launched.error();
-        if (auto removed = remove_step_dir(dir, launch.uid, launch.gid, remove_timeout); !removed)
-            log::error("step %u.%u: %s", link.job_id, link.step_id, removed.error().c_str());
-        return false;
-    }
-    remote.daemon_dir = dir;
-    remote.uid = launch.uid;
-    remote.gid = launch.gid;
-    remote.daemon = *launched;
-    if (sockets.reserved)
-        remote.planned = protocol::PlannedServer{sockets.reserved->port, link.node_id, dir, link.hostname,
-                                                 args.planned_version};
-    log::debug("step %u.%u: node daemon %d %s PMIx in %s%s", link.job_id, link.step_id, launched->pid,
-               sockets.wake ? "stands by to serve" : "serves", dir.c_str(),
-               sockets.reserved ? (" on 127.0.0.1:" + std::to_string(sockets.reserved->port)).c_str() : "");
-    return true;
-}
 
 void set_environment(spank_t sp, const std::vector<std::string>& env)
 {
@@ -291,8 +95,8 @@ void set_step_environment(spank_t sp)
             spank_setenv(sp, name.c_str(), value.c_str(), 1);
         spank_setenv(sp, mpich_pmi_variable, mpich_pmi_choice, 0);  // the job's own choice stays
     }
-    if (remote.planned)
-        set_environment(sp, protocol::planned_step_environment(*remote.planned,
+    if (remote.service.planned)
+        set_environment(sp, protocol::planned_step_environment(*remote.service.planned,
                                                                protocol::step_nspace(remote.job_id, remote.step_id)));
     if (remote.recoverable)
         for (const auto& [name, value] : run_through_environment(remote.ntasks))
@@ -419,8 +223,12 @@ void start_pmix_service(spank_t sp, const LinkSetup& setup, const Bootstrap& boo
         // The fan-out itself reaches the daemons with the FE's step map;
         // here it is only checked.
         failure = std::string("PMIx service failed: the PMIx part of ") + bootstrap_env + " is malformed";
-    else if (start_daemon(sp, setup, sink, failure)) {
-        auto daemon_sink = std::make_unique<DaemonSink>(remote.daemon.control, ack_timeout, &remote.daemon.backlog);
+    else if (auto started = start_daemon(sp, setup, sink, remote.pmi); !started)
+        failure = started.error();
+    else {
+        remote.service = std::move(*started);
+        auto& daemon = remote.service.daemon;
+        auto daemon_sink = std::make_unique<DaemonSink>(daemon.control, ack_timeout, &daemon.backlog);
         remote.daemon_sink = daemon_sink.get();
         remote.sinks.insert(remote.sinks.begin(), std::move(daemon_sink));
         set_step_environment(sp);
@@ -470,7 +278,7 @@ int init_post_opt(spank_t sp)
 
 int task_init(spank_t sp)
 {
-    if (remote.daemon.pid < 0)
+    if (remote.service.daemon.pid < 0)
         return 0;
     std::uint32_t rank = 0;
     if (!item(sp, S_TASK_GLOBAL_ID, rank))
@@ -479,11 +287,11 @@ int task_init(spank_t sp)
         if (const int fd = remote.pmi.keep_for_task(static_cast<std::size_t>(local)); fd >= 0)
             for (const auto& [name, value] : pmi_task_environment(fd, rank))
                 spank_setenv(sp, name.c_str(), value.c_str(), 1);
-    if (remote.planned) {
+    if (remote.service.planned) {
         spank_setenv(sp, protocol::rank_variable, std::to_string(rank).c_str(), 1);
         return 0;
     }
-    auto env = request_environment(remote.daemon_dir, rank, ::getpid(), environment_timeout);
+    auto env = request_environment(remote.service.dir, rank, ::getpid(), environment_timeout);
     if (!env) {
         log::error("step %u.%u: rank %u gets no PMIx environment: %s", remote.job_id, remote.step_id, rank,
                    env.error().c_str());
@@ -502,7 +310,7 @@ int task_post_fork(spank_t sp)
     // A task whose environment was planned here never asks the daemon: the
     // daemon learns which process it is from us, with its start time, so
     // that a pid its task left behind is never taken for it.
-    if (!remote.planned || remote.daemon.control < 0)
+    if (!remote.service.planned || remote.service.daemon.control < 0)
         return 0;
     // Slurm forks every task, then calls this for each, then lets them all
     // exec: the daemon hears of them in one write after the last, not
@@ -518,9 +326,9 @@ int task_post_fork(spank_t sp)
     }
     Result<bool> told = Result<bool>::ok(true);
     if (started)
-        told = tell_daemon(remote.daemon, protocol::TaskStarted{rank, pid, *started}, last);
-    else if (last && !remote.daemon.backlog.empty())
-        told = send_backlog(remote.daemon.control, remote.daemon.backlog, std::nullopt);
+        told = tell_daemon(remote.service.daemon, protocol::TaskStarted{rank, pid, *started}, last);
+    else if (last && !remote.service.daemon.backlog.empty())
+        told = send_backlog(remote.service.daemon.control, remote.service.daemon.backlog, std::nullopt);
     // Never waits: what the link has no room for goes with a later word.
     if (!told)
         log::error("step %u.%u: cannot tell the node daemon of rank %u: %s", remote.job_id, remote.step_id, rank,
@@ -561,13 +369,13 @@ int task_exit(spank_t sp)
 
     // What the daemon has not yet been told of its tasks' starts, as far as
     // its link takes it now.
-    if (remote.daemon.control >= 0 && !remote.daemon.backlog.empty())
-        send_backlog(remote.daemon.control, remote.daemon.backlog, std::nullopt);
+    if (remote.service.daemon.control >= 0 && !remote.service.daemon.backlog.empty())
+        send_backlog(remote.service.daemon.control, remote.service.daemon.backlog, std::nullopt);
     std::string errors;
     for (auto& sink : remote.sinks) {
         // A daemon that still stands by, or is starting, reads nothing yet:
         // the FE has the outcome directly, and tells the clients if need be.
-        if (sink.get() == remote.daemon_sink && !daemon_serving(remote.daemon))
+        if (sink.get() == remote.daemon_sink && !daemon_serving(remote.service.daemon))
             continue;
         auto delivered = sink->deliver(o, send);
         if (delivered) {
@@ -594,10 +402,10 @@ int exit(spank_t)
     // The daemon drains first (it waits for srun to acknowledge what it
     // holds) and says which of this node's outcomes srun has; the others
     // go the direct way now, as it may have died with them on their way.
-    const bool had_daemon = remote.daemon.pid > 0;
+    const bool had_daemon = remote.service.daemon.pid > 0;
     std::vector<protocol::Ack> confirmed;
     if (had_daemon)
-        confirmed = stop_daemon(remote.daemon, protocol::timeouts::daemon_stop_wait, remote.local_tasks);
+        confirmed = stop_daemon(remote.service.daemon, protocol::timeouts::daemon_stop_wait, remote.local_tasks);
     if (remote.daemon_sink && remote.fe_sink) {
         const auto resend = remote.daemon_sink->unconfirmed(confirmed);
         if (!resend.empty())
@@ -623,10 +431,11 @@ int exit(spank_t)
     remote.fe_sink = nullptr;
     remote.daemon_sink = nullptr;
     if (had_daemon) {
-        if (auto removed = remove_step_dir(remote.daemon_dir, remote.uid, remote.gid, remove_timeout); !removed)
+        if (auto removed = remove_step_dir(remote.service.dir, remote.service.uid, remote.service.gid, remove_timeout);
+            !removed)
             log::error("step %u.%u: %s", remote.job_id, remote.step_id, removed.error().c_str());
         else
-            log::debug("step %u.%u: removed %s", remote.job_id, remote.step_id, remote.daemon_dir.c_str());
+            log::debug("step %u.%u: removed %s", remote.job_id, remote.step_id, remote.service.dir.c_str());
     }
     return 0;
 }

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+// daemon_start.cpp - see daemon_start.hpp.
+#include "daemon_start.hpp"
+
+#include "spank_plugin/log.hpp"
+#include "plugin.hpp"
+#include "slurmd_spool.hpp"
+#include "step_dir.hpp"
+#include "protocol/daemon_args.hpp"
+#include "protocol/sockets.hpp"
+#include "protocol/timeouts.hpp"
+
+#include <slurm/slurm.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+#include <utility>
+
+extern char** environ;
+
+namespace exitpolicy::spank_plugin {
+namespace {
+
+constexpr auto remove_timeout = protocol::timeouts::step_dir_removal;
+// A step directory unchanged this long whose daemon does not listen is a
+// dead step's.
+constexpr std::chrono::seconds stale_step_dir_age{300};
+
+// The socket through which srun's FE wakes this node's standing-by daemon,
+// on the address this node's link to the FE has (the FE connects to that
+// address, as it sees it, and the port it is told: node addresses route
+// to srun's host and back). None without an open link: then the daemon
+// starts at once.
+std::optional<protocol::Listening> wake_socket(FrontEndSink& fe, const LinkSetup& link)
+{
+    const auto address = fe.local_address();
+    if (!address)
+        return std::nullopt;
+    auto listening = protocol::listen_on(*address, 4);
+    if (!listening) {
+        log::debug("step %u.%u: the node daemon starts at once (%s)", link.job_id, link.step_id,
+                   listening.error().c_str());
+        return std::nullopt;
+    }
+    if (auto told = fe.standby(listening->port); !told) {
+        log::debug("step %u.%u: the node daemon starts at once (cannot tell srun where to wake it: %s)",
+                   link.job_id, link.step_id, told.error().c_str());
+        ::close(listening->fd);
+        return std::nullopt;
+    }
+    return *listening;
+}
+
+// The daemon's launch as the step's size and user and the installed files
+// say (the step's directory comes later); false, with `failure`, if it
+// cannot start.
+bool launch_for_user(spank_t sp, DaemonLaunch& launch, std::uint32_t& nnodes, std::uint32_t& ntasks,
+                     std::string& failure)
+{
+    gid_t* groups = nullptr;
+    int ngroups = 0;
+    if (!item(sp, S_JOB_NNODES, nnodes) || !item(sp, S_JOB_TOTAL_TASK_COUNT, ntasks) ||
+        !item(sp, S_JOB_UID, launch.uid) || !item(sp, S_JOB_GID, launch.gid)) {
+        failure = "PMIx service failed: the step's size or user is unknown";
+        return false;
+    }
+    if (spank_get_item(sp, S_JOB_SUPPLEMENTARY_GIDS, &groups, &ngroups) == ESPANK_SUCCESS && groups)
+        launch.groups.assign(groups, groups + ngroups);
+    launch.path = daemon_path(state().config);
+    launch.helper = std::filesystem::path(launch.path).replace_filename("exitpolicy-detach").string();
+    // Root runs the helper: from nowhere another user could change it.
+    // (One that is not there is launch_daemon's to report.)
+    for (const std::string* exe : {&launch.path, &launch.helper})
+        if (const std::string unsafe = ::access(exe->c_str(), F_OK) == 0 ? unsafe_for_root(*exe) : "";
+            !unsafe.empty()) {
+            failure = "PMIx service failed: root will not run " + *exe + " (" + unsafe +
+                      "); install exitpolicy where only root can write, or point daemon= there";
+            return false;
+        }
+    launch.limits = propagated_limits([sp](const char* name) { return job_env(sp, name); });
+    return true;
+}
+
+// The daemon's command line (protocol/daemon_args.hpp) for this node, with
+// the site's settings and the clients' topology.
+protocol::DaemonArgs daemon_args_for(const LinkSetup& link, std::uint32_t nnodes, std::uint32_t ntasks,
+                                     const std::string& dir, uid_t uid)
+{
+    const Config& config = state().config;
+    protocol::DaemonArgs args;
+    args.job_id = link.job_id;
+    args.step_id = link.step_id;
+    args.node_id = link.node_id;
+    args.nnodes = nnodes;
+    args.ntasks = ntasks;
+    args.ranks = link.ranks;
+    args.hostname = link.hostname;
+    args.fe_host = link.host;
+    args.fe_port = link.port;
+    args.dir = dir;
+    args.uid = uid;
+    args.debug = config.debug;
+    args.log_dir = config.log_dir;
+    args.topology = config.topology;
+    if (args.topology == "slurmd") {
+        const auto xml = slurmd_topology_xml(link.job_id, link.step_id);
+        args.topology = xml ? *xml : "discover";
+        log::debug("step %u.%u: the clients' topology: %s", link.job_id, link.step_id, args.topology.c_str());
+    }
+    for (auto at = args.topology.find("%n"); at != std::string::npos;
+         at = args.topology.find("%n", at + link.hostname.size()))
+        args.topology.replace(at, 2, link.hostname);
+    return args;
+}
+
+// The sockets made here for the daemon, each closed here once it has it.
+struct DaemonSockets {
+    std::optional<protocol::Listening> reserved;  // its PMIx server's, when planned here
+    std::optional<protocol::Listening> wake;      // srun's wake of a standing-by daemon
+};
+
+// The tasks' environment planned here, for the library the project was
+// built with, unless a site's PMIX_MCA_* may change it (the daemon gets
+// slurmstepd's); else the daemon writes it once its server runs. Until a
+// task connects, or another node's daemon starts, a planned daemon's
+// process only stands by: a step that never uses PMIx never runs it.
+DaemonSockets plan_sockets(FrontEndSink& fe, const LinkSetup& link, DaemonLaunch& launch,
+                           protocol::DaemonArgs& args)
+{
+    DaemonSockets sockets;
+    const auto built = protocol::built_library_version();
+    std::string unplanned = !built                              ? "the PMIx library's version is unknown"
+                            : !protocol::activation_errno(*built) ? "OpenPMIx " + built->text + " is not one planned for"
+                                                                  : protocol::unplannable_because(environ);
+    if (unplanned.empty()) {
+        if (auto r = protocol::listen_loopback())
+            sockets.reserved = *r;
+        else
+            unplanned = r.error();
+    }
+    if (!sockets.reserved) {
+        log::debug("step %u.%u: the node daemon writes the tasks' PMIx environment (%s)", link.job_id,
+                   link.step_id, unplanned.c_str());
+        return sockets;
+    }
+    launch.reserved_fd = sockets.reserved->fd;
+    args.planned_version = built->text;
+    if ((sockets.wake = wake_socket(fe, link)))
+        launch.wake_fd = sockets.wake->fd;
+    return sockets;
+}
+
+}  // namespace
+
+Result<StartedDaemon> start_daemon(spank_t sp, const LinkSetup& link, FrontEndSink& fe, PmiSockets& pmi)
+{
+    std::string failure;
+    DaemonLaunch launch;
+    std::uint32_t nnodes = 0, ntasks = 0;
+    if (!launch_for_user(sp, launch, nnodes, ntasks, failure))
+        return Result<StartedDaemon>::fail(failure);
+    for (const auto& gone : remove_stale_step_dirs(link.hostname, stale_step_dir_age, remove_timeout))
+        log::info("step %u.%u: removed %s, which a step that is gone left behind", link.job_id, link.step_id,
+                  gone.c_str());
+    auto made = make_step_dir(link.job_id, link.step_id, link.hostname, launch.uid, launch.gid);
+    if (!made)
+        return Result<StartedDaemon>::fail("PMIx service failed: " + made.error());
+    const std::string dir = *made;
+    launch.secret_hex = protocol::to_hex(link.secret);
+    auto args = daemon_args_for(link, nnodes, ntasks, dir, launch.uid);
+    const auto sockets = plan_sockets(fe, link, launch, args);
+    launch.args = protocol::daemon_command_line(args);
+    if (auto made_pmi = pmi.make(link.ranks.size()))
+        launch.pmi_fds = *made_pmi;
+    else
+        log::error("step %u.%u: no PMI-1/PMI-2 service: %s", link.job_id, link.step_id, made_pmi.error().c_str());
+    auto launched = launch_daemon(launch);
+    for (int fd : launch.pmi_fds)
+        ::close(fd);  // the daemon's: a task's PMI_Init fails at once if it is gone
+    if (!launched)
+        pmi.close_all();
+    if (sockets.reserved)
+        ::close(sockets.reserved->fd);  // the daemon's now: if it goes, the tasks' connections are refused
+    if (sockets.wake)
+        ::close(sockets.wake->fd);  // the standby's: srun's wake is refused once it is gone
+    if (!launched) {
+        if (auto removed = remove_step_dir(dir, launch.uid, launch.gid, remove_timeout); !removed)
+            log::error("step %u.%u: %s", link.job_id, link.step_id, removed.error().c_str());
+        return Result<StartedDaemon>::fail("PMIx service failed: " + launched.error());
+    }
+    StartedDaemon started{dir, launch.uid, launch.gid, *launched, std::nullopt};
+    if (sockets.reserved)
+        started.planned = protocol::PlannedServer{sockets.reserved->port, link.node_id, dir, link.hostname,
+                                                  args.planned_version};
+    log::debug("step %u.%u: node daemon %d %s PMIx in %s%s", link.job_id, link.step_id, launched->pid,
+               sockets.wake ? "stands by to serve" : "serves", dir.c_str(),
+               sockets.reserved ? (" on 127.0.0.1:" + std::to_string(sockets.reserved->port)).c_str() : "");
+    return Result<StartedDaemon>::ok(std::move(started));
+}
+
+
+}  // namespace exitpolicy::spank_plugin
