@@ -8,6 +8,7 @@
 #pragma once
 
 #include "exitpolicy/result.hpp"
+#include "protocol/messages.hpp"
 
 #include <array>
 #include <cstddef>
@@ -33,51 +34,9 @@ inline constexpr std::size_t max_ranks = 8192;
 inline constexpr std::size_t shared_frame_size = 1u << 20;
 
 enum class Type : std::uint8_t {
-    challenge = 1,  // server -> client: a nonce, first frame on a connection
-    hello = 2,      // client -> server: who I am, proof that I hold the secret
-    welcome = 3,    // server -> client: proof that the server holds it too
-    outcome = 4,    // client -> server: one task's end
-    ack = 5,        // server -> client: that outcome is recorded
-    // The overlay between the node daemons and the FE (pmix_server/).
-    enroll = 6,      // daemon -> FE: my listen address
-    step_map = 7,    // FE -> daemon: every node, every rank's node, the tree
-    event = 8,       // anyone -> everyone: a task ended abnormally
-    fence_up = 9,    // toward the FE: a subtree's fence contribution
-    fence_down = 10, // from the FE: a fence's result
-    dmodex_req = 11, // routed to the node owning a rank
-    dmodex_resp = 12,
-    abort = 13,      // daemon -> FE: a task called PMIx_Abort
-    terminate = 14,  // FE -> every daemon: kill the local tasks
-    notice = 15,     // daemon -> FE: a line for srun's stderr
-    // The node daemon's local socket (no HMAC: the kernel tells who is asking).
-    env_request = 16,  // a task, before exec: my rank and pid
-    env_reply = 17,    // the daemon: the PMIx environment for that rank
-    stop = 18,         // slurmstepd at step end: flush and exit
-    // Publish / lookup / unpublish, kept at the FE.
-    data_request = 19,  // daemon -> FE
-    data_reply = 20,    // FE -> the requesting daemon
-    relay = 21,         // an event a task raised, for the clients of every node
-    // Run-through (the tree loses a daemon).
-    gone = 22,       // toward the FE: a node's daemon left the tree (its link closed)
-    node_down = 23,  // FE -> every daemon: a node is lost with its tasks
-    // Outcomes in bulk: what a node daemon passes up in one loop turn (its
-    // own tasks' and its children's), acknowledged in one frame per hop.
-    outcomes = 24,
-    acks = 25,
-    // FE -> every daemon: every task of the step has ended. Until then a
-    // daemon whose own tasks are done stays (within its drain limit): a
-    // task elsewhere may still ask for what its tasks committed.
-    step_done = 26,
-    // slurmstepd -> its node daemon, on their control link: a task it has
-    // just forked, when the tasks' PMIx environment was planned without the
-    // daemon (planned_environment.hpp) and no task asks the daemon for it.
-    task_started = 27,
-    // slurmstepd -> FE, on its own link: this node's daemon waits unstarted
-    // until a task connects to its PMIx socket, or the FE connects to the
-    // port named here (the node's address, as the FE sees this link): the
-    // FE does once another node's daemon enrolls, as a step's fences and
-    // data span every node.
-    standby = 28,
+#define EXITPOLICY_TYPE(type, number, name, Message) type = number,
+    EXITPOLICY_MESSAGES(EXITPOLICY_TYPE)
+#undef EXITPOLICY_TYPE
 };
 std::string_view type_name(Type type) noexcept;
 

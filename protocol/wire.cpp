@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // wire.cpp - the frame header, fence keys and the messages, each one's fields
-// listed once and walked by both the writer and the reader. See wire.hpp;
-// the body writer and reader are in codec.cpp.
+// listed once and walked by both the writer and the reader; their types,
+// names and encode()/decode() come from the one list of messages
+// (messages.hpp). See wire.hpp; the body writer and reader are in codec.cpp.
 #include "wire.hpp"
 
 #include <algorithm>
@@ -26,34 +27,10 @@ Result<T> finish_decode(const Reader& r, T msg, Type type)
 std::string_view type_name(Type type) noexcept
 {
     switch (type) {
-    case Type::challenge: return "challenge";
-    case Type::hello: return "hello";
-    case Type::welcome: return "welcome";
-    case Type::outcome: return "outcome";
-    case Type::ack: return "ack";
-    case Type::enroll: return "enroll";
-    case Type::step_map: return "step map";
-    case Type::event: return "event";
-    case Type::fence_up: return "fence up";
-    case Type::fence_down: return "fence down";
-    case Type::dmodex_req: return "dmodex request";
-    case Type::dmodex_resp: return "dmodex response";
-    case Type::abort: return "abort";
-    case Type::terminate: return "terminate";
-    case Type::notice: return "notice";
-    case Type::env_request: return "environment request";
-    case Type::env_reply: return "environment reply";
-    case Type::stop: return "stop";
-    case Type::data_request: return "data request";
-    case Type::data_reply: return "data reply";
-    case Type::relay: return "relay";
-    case Type::gone: return "gone";
-    case Type::node_down: return "node down";
-    case Type::outcomes: return "outcomes";
-    case Type::acks: return "acks";
-    case Type::step_done: return "step done";
-    case Type::task_started: return "task started";
-    case Type::standby: return "standby";
+#define EXITPOLICY_NAME(type, number, name, Message) \
+    case Type::type: return name;
+        EXITPOLICY_MESSAGES(EXITPOLICY_NAME)
+#undef EXITPOLICY_NAME
     }
     return "unknown";
 }
@@ -214,46 +191,58 @@ std::tuple<F...> list(F&&... f)
 template <class M>
 struct Fields;
 
+// Each message's frame type, from the one list (messages.hpp).
+template <class M>
+struct TypeOf;
+#define EXITPOLICY_TYPE_OF(type, number, name, Message)  \
+    template <>                                         \
+    struct TypeOf<Message> {                            \
+        static constexpr Type value = Type::type;       \
+    };
+EXITPOLICY_MESSAGES(EXITPOLICY_TYPE_OF)
+#undef EXITPOLICY_TYPE_OF
+template <class M>
+constexpr Type type_of = TypeOf<M>::value;
+
 constexpr std::size_t outcome_size = 33;  // Fields<Outcome>'s bytes
 constexpr std::size_t ack_size = 8;
 
-#define EXITPOLICY_FIELDS(Message, frame_type, ...)       \
-    template <>                                           \
-    struct Fields<Message> {                              \
-        static constexpr Type type = Type::frame_type;    \
+#define EXITPOLICY_FIELDS(Message, ...)                                    \
+    template <>                                                            \
+    struct Fields<Message> {                                               \
         static auto of([[maybe_unused]] auto& m) { return list(__VA_ARGS__); } \
     };
 
-EXITPOLICY_FIELDS(Challenge, challenge, m.nonce, m.job_id, m.step_id)
-EXITPOLICY_FIELDS(Hello, hello, m.role, m.node_id, m.hostname, m.ranks, m.nonce, m.mac)
-EXITPOLICY_FIELDS(Welcome, welcome, m.mac)
-EXITPOLICY_FIELDS(Outcome, outcome, m.rank, m.epoch, m.pid, m.wait_status, m.end_time_us, m.flags, m.abort_status)
-EXITPOLICY_FIELDS(Ack, ack, m.rank, m.epoch)
-EXITPOLICY_FIELDS(Outcomes, outcomes, records(m.list, outcome_size))
-EXITPOLICY_FIELDS(Acks, acks, records(m.list, ack_size))
-EXITPOLICY_FIELDS(Enroll, enroll, m.host, m.port)
-EXITPOLICY_FIELDS(StepMap, step_map, m.nspace, m.fanout, m.hostnames, m.hosts, many(m.ports), many(m.rank_node),
+EXITPOLICY_FIELDS(Challenge, m.nonce, m.job_id, m.step_id)
+EXITPOLICY_FIELDS(Hello, m.role, m.node_id, m.hostname, m.ranks, m.nonce, m.mac)
+EXITPOLICY_FIELDS(Welcome, m.mac)
+EXITPOLICY_FIELDS(Outcome, m.rank, m.epoch, m.pid, m.wait_status, m.end_time_us, m.flags, m.abort_status)
+EXITPOLICY_FIELDS(Ack, m.rank, m.epoch)
+EXITPOLICY_FIELDS(Outcomes, records(m.list, outcome_size))
+EXITPOLICY_FIELDS(Acks, records(m.list, ack_size))
+EXITPOLICY_FIELDS(Enroll, m.host, m.port)
+EXITPOLICY_FIELDS(StepMap, m.nspace, m.fanout, m.hostnames, m.hosts, many(m.ports), many(m.rank_node),
                   m.recoverable)
-EXITPOLICY_FIELDS(Event, event, m.origin, m.rank, m.code, m.exit_code, m.wait_status, m.client)
-EXITPOLICY_FIELDS(Gone, gone, m.node)
-EXITPOLICY_FIELDS(NodeDown, node_down, m.node, m.hostname, m.ranks, m.exit_code)
-EXITPOLICY_FIELDS(FenceUp, fence_up, limited(m.key, max_fence_key), m.status, m.contributors, m.data)
-EXITPOLICY_FIELDS(FenceDown, fence_down, limited(m.key, max_fence_key), m.status, m.data)
-EXITPOLICY_FIELDS(DmodexReq, dmodex_req, m.id, m.from, m.to, m.rank)
-EXITPOLICY_FIELDS(DmodexResp, dmodex_resp, m.id, m.from, m.to, m.status, m.data)
-EXITPOLICY_FIELDS(Abort, abort, m.rank, m.status, m.message)
-EXITPOLICY_FIELDS(Terminate, terminate, m.reason, m.kill_after_ms)
-EXITPOLICY_FIELDS(Relay, relay, m.origin, m.code, m.source_rank, m.info)
-EXITPOLICY_FIELDS(DataRequest, data_request, m.op, m.id, m.node, m.rank, m.wait, m.keys, m.values)
-EXITPOLICY_FIELDS(DataReply, data_reply, m.id, m.node, m.status, m.keys, m.ranks, m.values)
-EXITPOLICY_FIELDS(EnvRequest, env_request, m.rank, m.pid)
-EXITPOLICY_FIELDS(TaskStarted, task_started, m.rank, m.pid, m.start_time)
-EXITPOLICY_FIELDS(Standby, standby, m.port)
+EXITPOLICY_FIELDS(Event, m.origin, m.rank, m.code, m.exit_code, m.wait_status, m.client)
+EXITPOLICY_FIELDS(Gone, m.node)
+EXITPOLICY_FIELDS(NodeDown, m.node, m.hostname, m.ranks, m.exit_code)
+EXITPOLICY_FIELDS(FenceUp, limited(m.key, max_fence_key), m.status, m.contributors, m.data)
+EXITPOLICY_FIELDS(FenceDown, limited(m.key, max_fence_key), m.status, m.data)
+EXITPOLICY_FIELDS(DmodexReq, m.id, m.from, m.to, m.rank)
+EXITPOLICY_FIELDS(DmodexResp, m.id, m.from, m.to, m.status, m.data)
+EXITPOLICY_FIELDS(Abort, m.rank, m.status, m.message)
+EXITPOLICY_FIELDS(Terminate, m.reason, m.kill_after_ms)
+EXITPOLICY_FIELDS(Relay, m.origin, m.code, m.source_rank, m.info)
+EXITPOLICY_FIELDS(DataRequest, m.op, m.id, m.node, m.rank, m.wait, m.keys, m.values)
+EXITPOLICY_FIELDS(DataReply, m.id, m.node, m.status, m.keys, m.ranks, m.values)
+EXITPOLICY_FIELDS(EnvRequest, m.rank, m.pid)
+EXITPOLICY_FIELDS(TaskStarted, m.rank, m.pid, m.start_time)
+EXITPOLICY_FIELDS(Standby, m.port)
 // An entry as long as the frame allows (PMIx's own can be long).
-EXITPOLICY_FIELDS(EnvReply, env_reply, m.status, m.error, limited(m.env, max_body))
-EXITPOLICY_FIELDS(Stop, stop)
-EXITPOLICY_FIELDS(StepDone, step_done)
-EXITPOLICY_FIELDS(Notice, notice, m.node, m.rank, m.text)
+EXITPOLICY_FIELDS(EnvReply, m.status, m.error, limited(m.env, max_body))
+EXITPOLICY_FIELDS(Stop)
+EXITPOLICY_FIELDS(StepDone)
+EXITPOLICY_FIELDS(Notice, m.node, m.rank, m.text)
 
 #undef EXITPOLICY_FIELDS
 
@@ -431,7 +420,7 @@ std::optional<std::string> check(const DataReply& m)
 template <class M>
 Bytes encode_message(const M& m)
 {
-    Writer w(Fields<M>::type);
+    Writer w(type_of<M>);
     put_fields(w, m);
     return w.finish();
 }
@@ -445,49 +434,22 @@ Result<M> decode_message(std::span<const std::uint8_t> body)
     if (!r.failed())
         if (auto bad = check(m))
             return Result<M>::fail(*bad);
-    return finish_decode(r, std::move(m), Fields<M>::type);
+    return finish_decode(r, std::move(m), type_of<M>);
 }
 
 }  // namespace
 
-#define EXITPOLICY_CODEC(Message)                                                  \
-    Bytes Message::encode() const                                                  \
-    {                                                                              \
-        return encode_message(*this);                                              \
-    }                                                                              \
-    Result<Message> Message::decode(std::span<const std::uint8_t> body)            \
-    {                                                                              \
-        return decode_message<Message>(body);                                      \
+#define EXITPOLICY_CODEC(type, number, name, Message)                      \
+    Bytes Message::encode() const                                          \
+    {                                                                      \
+        return encode_message(*this);                                      \
+    }                                                                      \
+    Result<Message> Message::decode(std::span<const std::uint8_t> body)    \
+    {                                                                      \
+        return decode_message<Message>(body);                              \
     }
 
-EXITPOLICY_CODEC(Challenge)
-EXITPOLICY_CODEC(Hello)
-EXITPOLICY_CODEC(Welcome)
-EXITPOLICY_CODEC(Outcome)
-EXITPOLICY_CODEC(Ack)
-EXITPOLICY_CODEC(Outcomes)
-EXITPOLICY_CODEC(Acks)
-EXITPOLICY_CODEC(Enroll)
-EXITPOLICY_CODEC(StepMap)
-EXITPOLICY_CODEC(Event)
-EXITPOLICY_CODEC(Gone)
-EXITPOLICY_CODEC(NodeDown)
-EXITPOLICY_CODEC(FenceUp)
-EXITPOLICY_CODEC(FenceDown)
-EXITPOLICY_CODEC(DmodexReq)
-EXITPOLICY_CODEC(DmodexResp)
-EXITPOLICY_CODEC(Abort)
-EXITPOLICY_CODEC(Terminate)
-EXITPOLICY_CODEC(Relay)
-EXITPOLICY_CODEC(DataRequest)
-EXITPOLICY_CODEC(DataReply)
-EXITPOLICY_CODEC(EnvRequest)
-EXITPOLICY_CODEC(TaskStarted)
-EXITPOLICY_CODEC(Standby)
-EXITPOLICY_CODEC(EnvReply)
-EXITPOLICY_CODEC(Stop)
-EXITPOLICY_CODEC(StepDone)
-EXITPOLICY_CODEC(Notice)
+EXITPOLICY_MESSAGES(EXITPOLICY_CODEC)
 
 #undef EXITPOLICY_CODEC
 
