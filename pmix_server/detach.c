@@ -106,72 +106,100 @@ static int descriptor(const char *s)
     return (int)v;
 }
 
-int main(int argc, char **argv)
-{
-    unsigned long long uid = 0, gid = 0, v = 0;
-    int have_uid = 0, have_gid = 0, ngroups = 0, nlimits = 0, i;
-    int start_on = -1, wake_fd = -1, hangup_fd = -1, pmi_first = -1, pmi_last = -2;
-    static gid_t groups[max_groups];
+/* What slurmstepd asks for (the usage above). */
+struct request {
+    unsigned long long uid, gid;
+    int have_uid, have_gid, ngroups, nlimits;
+    int start_on, wake_fd, hangup_fd, pmi_first, pmi_last;
+    gid_t groups[max_groups];
     struct {
         int resource;
         rlim_t value;
     } limits[max_limits];
+    char **daemon; /* after "--" */
+};
 
+/* FIRST-LAST, two descriptors from 10 up. */
+static void parse_pmi_fds(struct request *r, const char *value)
+{
+    const char *dash = strchr(value, '-');
+    char first[8];
+    if (!dash || (size_t)(dash - value) >= sizeof first)
+        _exit(126);
+    memcpy(first, value, (size_t)(dash - value));
+    first[dash - value] = '\0';
+    r->pmi_first = descriptor(first);
+    r->pmi_last = descriptor(dash + 1);
+    if (r->pmi_last < r->pmi_first || r->pmi_first < 10)
+        _exit(126);
+}
+
+static void parse_groups(struct request *r, const char *value)
+{
+    unsigned long long v = 0;
+    char *list = strdup(value), *save = NULL, *g;
+    for (g = list ? strtok_r(list, ",", &save) : NULL; g; g = strtok_r(NULL, ",", &save)) {
+        if (r->ngroups == max_groups || !number(g, &v))
+            _exit(126);
+        r->groups[r->ngroups++] = (gid_t)v;
+    }
+    free(list);
+}
+
+/* RESOURCE=VALUE, both numbers. */
+static void parse_limit(struct request *r, const char *value)
+{
+    const char *eq = strchr(value, '=');
+    unsigned long long resource = 0, v = 0;
+    char name[16];
+    if (!eq || r->nlimits == max_limits || (size_t)(eq - value) >= sizeof name)
+        _exit(126);
+    memcpy(name, value, (size_t)(eq - value));
+    name[eq - value] = '\0';
+    if (!number(name, &resource) || !number(eq + 1, &v))
+        _exit(126);
+    r->limits[r->nlimits].resource = (int)resource;
+    r->limits[r->nlimits].value = (rlim_t)v;
+    ++r->nlimits;
+}
+
+/* The command line, checked whole; anything amiss ends the helper. */
+static void parse(struct request *r, int argc, char **argv)
+{
+    int i;
     for (i = 1; i < argc && strcmp(argv[i], "--") != 0; i += 2) {
         const char *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (!value)
             _exit(126);
-        if (strcmp(argv[i], "--uid") == 0 && number(value, &uid)) {
-            have_uid = 1;
-        } else if (strcmp(argv[i], "--gid") == 0 && number(value, &gid)) {
-            have_gid = 1;
-        } else if (strcmp(argv[i], "--start-on") == 0) {
-            start_on = descriptor(value);
-        } else if (strcmp(argv[i], "--wake-fd") == 0) {
-            wake_fd = descriptor(value);
-        } else if (strcmp(argv[i], "--unless-hangup") == 0) {
-            hangup_fd = descriptor(value);
-        } else if (strcmp(argv[i], "--pmi-fds") == 0) {
-            const char *dash = strchr(value, '-');
-            char first[8];
-            if (!dash || (size_t)(dash - value) >= sizeof first)
-                _exit(126);
-            memcpy(first, value, (size_t)(dash - value));
-            first[dash - value] = '\0';
-            pmi_first = descriptor(first);
-            pmi_last = descriptor(dash + 1);
-            if (pmi_last < pmi_first || pmi_first < 10)
-                _exit(126);
-        } else if (strcmp(argv[i], "--groups") == 0) {
-            char *list = strdup(value), *save = NULL, *g;
-            for (g = list ? strtok_r(list, ",", &save) : NULL; g; g = strtok_r(NULL, ",", &save)) {
-                if (ngroups == max_groups || !number(g, &v))
-                    _exit(126);
-                groups[ngroups++] = (gid_t)v;
-            }
-            free(list);
-        } else if (strcmp(argv[i], "--limit") == 0) {
-            const char *eq = strchr(value, '=');
-            unsigned long long resource = 0;
-            char name[16];
-            if (!eq || nlimits == max_limits || (size_t)(eq - value) >= sizeof name)
-                _exit(126);
-            memcpy(name, value, (size_t)(eq - value));
-            name[eq - value] = '\0';
-            if (!number(name, &resource) || !number(eq + 1, &v))
-                _exit(126);
-            limits[nlimits].resource = (int)resource;
-            limits[nlimits].value = (rlim_t)v;
-            ++nlimits;
-        } else {
+        if (strcmp(argv[i], "--uid") == 0 && number(value, &r->uid))
+            r->have_uid = 1;
+        else if (strcmp(argv[i], "--gid") == 0 && number(value, &r->gid))
+            r->have_gid = 1;
+        else if (strcmp(argv[i], "--start-on") == 0)
+            r->start_on = descriptor(value);
+        else if (strcmp(argv[i], "--wake-fd") == 0)
+            r->wake_fd = descriptor(value);
+        else if (strcmp(argv[i], "--unless-hangup") == 0)
+            r->hangup_fd = descriptor(value);
+        else if (strcmp(argv[i], "--pmi-fds") == 0)
+            parse_pmi_fds(r, value);
+        else if (strcmp(argv[i], "--groups") == 0)
+            parse_groups(r, value);
+        else if (strcmp(argv[i], "--limit") == 0)
+            parse_limit(r, value);
+        else
             _exit(126);
-        }
     }
-    if (!have_uid || !have_gid || i + 1 >= argc || (start_on >= 0) != (wake_fd >= 0) ||
-        (start_on >= 0) != (hangup_fd >= 0) || (pmi_first >= 0 && start_on < 0))
+    if (!r->have_uid || !r->have_gid || i + 1 >= argc || (r->start_on >= 0) != (r->wake_fd >= 0) ||
+        (r->start_on >= 0) != (r->hangup_fd >= 0) || (r->pmi_first >= 0 && r->start_on < 0))
         _exit(126);
-    char **daemon = argv + i + 1;
+    r->daemon = argv + i + 1;
+}
 
+/* The parent writes the child's pid and exits; the child returns once
+ * slurmstepd says "go". */
+static void detach(void)
+{
     if (fcntl(pid_fd, F_SETFD, FD_CLOEXEC) != 0 || fcntl(go_fd, F_SETFD, FD_CLOEXEC) != 0)
         _exit(126);
     const pid_t child = fork();
@@ -188,87 +216,119 @@ int main(int argc, char **argv)
         _exit(126);
     close(pid_fd);
     close(go_fd);
-    for (i = 0; i < nlimits; ++i) {  /* lowered only: root may keep them raised */
-        struct rlimit r;
-        if (getrlimit(limits[i].resource, &r) == 0 && limits[i].value < r.rlim_cur) {
-            r.rlim_cur = limits[i].value;
-            setrlimit(limits[i].resource, &r);
+}
+
+/* The tasks' limits, lowered only (root may keep them raised), then the
+ * job's user. */
+static void become_user(const struct request *r)
+{
+    for (int i = 0; i < r->nlimits; ++i) {
+        struct rlimit l;
+        if (getrlimit(r->limits[i].resource, &l) == 0 && r->limits[i].value < l.rlim_cur) {
+            l.rlim_cur = r->limits[i].value;
+            setrlimit(r->limits[i].resource, &l);
         }
     }
-    if (setgroups((size_t)ngroups, groups) != 0 || setgid((gid_t)gid) != 0 || setuid((uid_t)uid) != 0)
+    if (setgroups((size_t)r->ngroups, r->groups) != 0 || setgid((gid_t)r->gid) != 0 ||
+        setuid((uid_t)r->uid) != 0)
         _exit(126);
-    int backlog = -1;
-    if (start_on >= 0) {
-        /* epoll, not poll: the control link wakes it once per task's
-         * start and each task's PMI socket once at its end, and a poll
-         * would walk every watched descriptor each time. */
-        const int ep = epoll_create1(EPOLL_CLOEXEC);
-        int woken = 0;
-        /* Without a memory file the link is not read: slurmstepd keeps
-         * what does not fit in it, and waits on nothing. */
-        backlog = memfd_create("exitpolicy-control-backlog", MFD_CLOEXEC);
-        if (ep < 0 || !watch(ep, start_on, EPOLLIN) || !watch(ep, wake_fd, EPOLLIN) ||
-            !watch(ep, hangup_fd, backlog >= 0 ? EPOLLIN : 0))
+}
+
+/* What the control link says, kept in `backlog`; ends the helper (0)
+ * once slurmstepd has hung up. */
+static void keep_control_words(int hangup_fd, unsigned events, int backlog)
+{
+    if (!(events & EPOLLIN))
+        _exit(0);
+    char buf[4096];
+    const ssize_t got = read(hangup_fd, buf, sizeof buf);
+    if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
+        _exit(0);
+    if (got > 0 && !write_whole(backlog, buf, (size_t)got))
+        _exit(126);
+    /* A node of many tasks tells of their starts about a millisecond
+     * apart: a moment's pause lets the next ones gather, read in one turn
+     * rather than one wake each. A task that connects meanwhile waits that
+     * moment; the link holds hundreds of words. */
+    if (got > 0)
+        nanosleep(&(struct timespec){.tv_nsec = control_pause_ns}, NULL);
+}
+
+/* Stands by until a task or srun wakes it (the usage above); returns the
+ * memory file of what the control link said meanwhile, or -1. */
+static int stand_by(const struct request *r)
+{
+    /* epoll, not poll: the control link wakes it once per task's start
+     * and each task's PMI socket once at its end, and a poll would walk
+     * every watched descriptor each time. */
+    const int ep = epoll_create1(EPOLL_CLOEXEC);
+    int woken = 0;
+    /* Without a memory file the link is not read: slurmstepd keeps what
+     * does not fit in it, and waits on nothing. */
+    const int backlog = memfd_create("exitpolicy-control-backlog", MFD_CLOEXEC);
+    if (ep < 0 || !watch(ep, r->start_on, EPOLLIN) || !watch(ep, r->wake_fd, EPOLLIN) ||
+        !watch(ep, r->hangup_fd, backlog >= 0 ? EPOLLIN : 0))
+        _exit(126);
+    for (int fd = r->pmi_first; fd >= 0 && fd <= r->pmi_last; ++fd)
+        if (!watch(ep, fd, EPOLLIN))
             _exit(126);
-        for (int fd = pmi_first; fd >= 0 && fd <= pmi_last; ++fd)
-            if (!watch(ep, fd, EPOLLIN))
-                _exit(126);
-        while (!woken) {
-            struct epoll_event ready[64];
-            const int n = epoll_wait(ep, ready, sizeof ready / sizeof ready[0], -1);
-            if (n < 0) {
-                if (errno == EINTR)
-                    continue;
-                _exit(126);
-            }
-            for (int k = 0; k < n; ++k) {
-                const int fd = ready[k].data.fd;
-                if (fd == hangup_fd) {
-                    if (!(ready[k].events & EPOLLIN))
-                        _exit(0);
-                    char buf[4096];
-                    const ssize_t got2 = read(hangup_fd, buf, sizeof buf);
-                    if (got2 == 0 || (got2 < 0 && errno != EINTR && errno != EAGAIN))
-                        _exit(0);
-                    if (got2 > 0 && !write_whole(backlog, buf, (size_t)got2))
-                        _exit(126);
-                    /* A node of many tasks tells of their starts about a
-                     * millisecond apart: a moment's pause lets the next
-                     * ones gather, read in one turn rather than one wake
-                     * each. A task that connects meanwhile waits that
-                     * moment; the link holds hundreds of words. */
-                    if (got2 > 0)
-                        nanosleep(&(struct timespec){.tv_nsec = control_pause_ns}, NULL);
-                } else if (fd == start_on || fd == wake_fd) {
+    while (!woken) {
+        struct epoll_event ready[64];
+        const int n = epoll_wait(ep, ready, sizeof ready / sizeof ready[0], -1);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            _exit(126);
+        }
+        for (int k = 0; k < n; ++k) {
+            const int fd = ready[k].data.fd;
+            if (fd == r->hangup_fd) {
+                keep_control_words(fd, ready[k].events, backlog);
+            } else if (fd == r->start_on || fd == r->wake_fd) {
+                woken = 1;
+            } else {
+                char c;
+                const ssize_t peeked = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+                if (peeked == 1)
                     woken = 1;
-                } else {
-                    char c;
-                    const ssize_t peeked = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-                    if (peeked == 1)
-                        woken = 1;
-                    else if (peeked == 0 || (errno != EAGAIN && errno != EINTR))
-                        epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL); /* its task hung up */
-                }
+                else if (peeked == 0 || (errno != EAGAIN && errno != EINTR))
+                    epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL); /* its task hung up */
             }
         }
-        close(ep);
-        close(wake_fd);
     }
-    if (backlog >= 0 && lseek(backlog, 0, SEEK_END) > 0) {
-        /* The daemon's arguments and two more: --control-backlog-fd N. */
-        static char number_text[8];
-        size_t count = 0;
-        while (daemon[count])
-            ++count;
-        char **with = calloc(count + 3, sizeof *with);
-        if (!with || dup2(backlog, wake_fd) != wake_fd)
-            _exit(126);
-        memcpy(with, daemon, count * sizeof *with);
-        snprintf(number_text, sizeof number_text, "%d", wake_fd);
-        with[count] = "--control-backlog-fd";
-        with[count + 1] = number_text;
-        daemon = with;
-    }
+    close(ep);
+    close(r->wake_fd);
+    return backlog;
+}
+
+/* The daemon's arguments and two more, --control-backlog-fd N, with the
+ * memory file at the wake socket's number (closed by now). */
+static char **with_backlog(char **daemon, int backlog, int at)
+{
+    static char number_text[8];
+    size_t count = 0;
+    while (daemon[count])
+        ++count;
+    char **with = calloc(count + 3, sizeof *with);
+    if (!with || dup2(backlog, at) != at)
+        _exit(126);
+    memcpy(with, daemon, count * sizeof *with);
+    snprintf(number_text, sizeof number_text, "%d", at);
+    with[count] = "--control-backlog-fd";
+    with[count + 1] = number_text;
+    return with;
+}
+
+int main(int argc, char **argv)
+{
+    static struct request r = {.start_on = -1, .wake_fd = -1, .hangup_fd = -1, .pmi_first = -1, .pmi_last = -2};
+    parse(&r, argc, argv);
+    detach();
+    become_user(&r);
+    char **daemon = r.daemon;
+    const int backlog = r.start_on >= 0 ? stand_by(&r) : -1;
+    if (backlog >= 0 && lseek(backlog, 0, SEEK_END) > 0)
+        daemon = with_backlog(daemon, backlog, r.wake_fd);
     if (backlog >= 0)
         close(backlog);
     execv(daemon[0], daemon);
