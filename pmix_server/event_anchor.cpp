@@ -60,21 +60,17 @@ EventAnchor::~EventAnchor()
         deregister_namespace(nspace_, {0}, std::chrono::milliseconds(200));
 }
 
-void EventAnchor::start(std::function<void(bool)> settled)
-{
-    settled_ = std::move(settled);
-    started_us_ = now_us();
-    const protocol::DaemonArgs& args = services_.args;
-    nspace_ = nspace_of(args.job_id, args.step_id);
+namespace {
 
+// The anchor's namespace: one process on this node, its session files
+// (OpenPMIx 5) where the step's go.
+InfoArray* anchor_job_info(const protocol::DaemonArgs& args, const std::string& nsdir)
+{
     const NamespaceMaps maps = namespace_maps({args.hostname}, {0});
     const std::uint32_t one = 1;
     const pmix_rank_t leader = 0;
     const std::uint32_t node = args.node_id;
-    // Its session files (OpenPMIx 5) go where the step's do.
-    const std::string nsdir = make_namespace_dir(args.dir, nspace_);
-    const bool have_nsdir = !nsdir.empty();
-    auto* info = new InfoArray(have_nsdir ? 11 : 10);
+    auto* info = new InfoArray(nsdir.empty() ? 10 : 11);
     PMIX_INFO_LOAD(&info->info[0], PMIX_UNIV_SIZE, &one, PMIX_UINT32);
     PMIX_INFO_LOAD(&info->info[1], PMIX_JOB_SIZE, &one, PMIX_UINT32);
     PMIX_INFO_LOAD(&info->info[2], PMIX_MAX_PROCS, &one, PMIX_UINT32);
@@ -85,71 +81,15 @@ void EventAnchor::start(std::function<void(bool)> settled)
     PMIX_INFO_LOAD(&info->info[7], PMIX_PROC_MAP, maps.procs.c_str(), PMIX_STRING);
     PMIX_INFO_LOAD(&info->info[8], PMIX_HOSTNAME, args.hostname.c_str(), PMIX_STRING);
     PMIX_INFO_LOAD(&info->info[9], PMIX_NODEID, &node, PMIX_UINT32);
-    if (have_nsdir)
+    if (!nsdir.empty())
         PMIX_INFO_LOAD(&info->info[10], PMIX_NSDIR, nsdir.c_str(), PMIX_STRING);
-
-    // Library callbacks run on PMIx's thread: each posts to the loop.
-    struct Call {
-        EventAnchor* self;
-        InfoArray* info;
-    };
-    auto* call = new Call{this, info};
-    const pmix_status_t rc = PMIx_server_register_nspace(
-        nspace_.c_str(), 1, info->info, info->n,
-        [](pmix_status_t status, void* cbdata) {
-            auto* call = static_cast<Call*>(cbdata);
-            // No exception into the library. A post that cannot be made
-            // (out of memory) is logged and leaves the anchor unsettled.
-            guarded("the event anchor's namespace", [call, status] {
-                call->self->services_.post([call, status] {
-                    EventAnchor* self = call->self;
-                    delete call->info;
-                    delete call;
-                    if (status != PMIX_SUCCESS) {
-                        self->settle(false, "its namespace was refused");
-                        return;
-                    }
-                    pmix_proc_t proc;
-                    PMIX_PROC_LOAD(&proc, self->nspace_.c_str(), 0);
-                    const pmix_status_t rc = PMIx_server_register_client(
-                        &proc, ::getuid(), ::getgid(), nullptr,
-                        [](pmix_status_t st, void* cbdata) {
-                            auto* self = static_cast<EventAnchor*>(cbdata);
-                            guarded("the event anchor's client", [self, st] {
-                                self->services_.post([self, st] {
-                                    if (st != PMIX_SUCCESS)
-                                        self->settle(false, "its client was refused");
-                                    else
-                                        self->spawn();
-                                });
-                            });
-                        },
-                        self);
-                    if (rc != PMIX_SUCCESS)
-                        self->settle(false, "its client was refused");
-                });
-            });
-        },
-        call);
-    if (rc != PMIX_SUCCESS) {
-        delete info;
-        delete call;
-        settle(false, "its namespace was refused");
-        return;
-    }
-    registered_ = true;
+    return info;
 }
 
-void EventAnchor::spawn()
+// The daemon's environment with the client's PMIx variables (`added`,
+// freed here) over it.
+std::vector<std::string> client_environment(char** added)
 {
-    pmix_proc_t proc;
-    PMIX_PROC_LOAD(&proc, nspace_.c_str(), 0);
-    char** added = nullptr;
-    if (PMIx_server_setup_fork(&proc, &added) != PMIX_SUCCESS) {
-        settle(false, "no PMIx environment for it");
-        return;
-    }
-    // The daemon's environment with the client's PMIx variables over it.
     std::map<std::string, std::string> env;
     for (char** e = environ; e && *e; ++e) {
         const std::string kv = *e;
@@ -164,39 +104,132 @@ void EventAnchor::spawn()
     std::vector<std::string> kept;
     for (auto& [key, kv] : env)
         kept.push_back(std::move(kv));
+    return kept;
+}
+
+// The anchor, this program again, with `stdin` and `stdout` and nothing
+// else of the daemon's: its links, its listeners, its clients' connections
+// stay its own, and close when it closes them; no signal of the daemon's
+// mask or dispositions is the anchor's. 0 or an errno.
+int spawn_anchor(pid_t& pid, int stdin_fd, int stdout_fd, std::vector<std::string>& env)
+{
     std::vector<char*> envp;
-    for (auto& kv : kept)
+    for (auto& kv : env)
         envp.push_back(kv.data());
     envp.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    if (const int rc = posix_spawn_file_actions_init(&actions); rc != 0)
+        return rc;
+    int rc = posix_spawn_file_actions_adddup2(&actions, stdin_fd, 0);
+    if (rc == 0)
+        rc = posix_spawn_file_actions_adddup2(&actions, stdout_fd, 1);
+    if (rc == 0)
+        rc = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+    posix_spawnattr_t attr;
+    if (rc == 0 && (rc = posix_spawnattr_init(&attr)) == 0) {
+        sigset_t none, all;
+        sigemptyset(&none);
+        sigfillset(&all);
+        rc = posix_spawnattr_setsigmask(&attr, &none);
+        if (rc == 0)
+            rc = posix_spawnattr_setsigdefault(&attr, &all);
+        if (rc == 0)
+            rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+        char self_exe[] = "/proc/self/exe";
+        char name[] = "exitpolicy-pmixd";
+        char flag[] = "--event-anchor";
+        char* argv[] = {name, flag, nullptr};
+        if (rc == 0)
+            rc = posix_spawn(&pid, self_exe, &actions, &attr, argv, envp.data());
+        posix_spawnattr_destroy(&attr);
+    }
+    posix_spawn_file_actions_destroy(&actions);
+    return rc;
+}
 
+}  // namespace
+
+void EventAnchor::start(std::function<void(bool)> settled)
+{
+    settled_ = std::move(settled);
+    started_us_ = now_us();
+    const protocol::DaemonArgs& args = services_.args;
+    nspace_ = nspace_of(args.job_id, args.step_id);
+    auto* info = anchor_job_info(args, make_namespace_dir(args.dir, nspace_));
+
+    // Library callbacks run on PMIx's thread: each posts to the loop. No
+    // exception into the library; a post that cannot be made (out of
+    // memory) is logged and leaves the anchor unsettled.
+    struct Call {
+        EventAnchor* self;
+        InfoArray* info;
+    };
+    auto* call = new Call{this, info};
+    const pmix_status_t rc = PMIx_server_register_nspace(
+        nspace_.c_str(), 1, info->info, info->n,
+        [](pmix_status_t status, void* cbdata) {
+            auto* call = static_cast<Call*>(cbdata);
+            guarded("the event anchor's namespace", [call, status] {
+                call->self->services_.post([call, status] {
+                    EventAnchor* self = call->self;
+                    delete call->info;
+                    delete call;
+                    self->namespace_in(status);
+                });
+            });
+        },
+        call);
+    if (rc != PMIX_SUCCESS) {
+        delete info;
+        delete call;
+        settle(false, "its namespace was refused");
+        return;
+    }
+    registered_ = true;
+}
+
+void EventAnchor::namespace_in(int status)
+{
+    if (status != PMIX_SUCCESS) {
+        settle(false, "its namespace was refused");
+        return;
+    }
+    pmix_proc_t proc;
+    PMIX_PROC_LOAD(&proc, nspace_.c_str(), 0);
+    const pmix_status_t rc = PMIx_server_register_client(
+        &proc, ::getuid(), ::getgid(), nullptr,
+        [](pmix_status_t st, void* cbdata) {
+            auto* self = static_cast<EventAnchor*>(cbdata);
+            guarded("the event anchor's client", [self, st] {
+                self->services_.post([self, st] {
+                    if (st != PMIX_SUCCESS)
+                        self->settle(false, "its client was refused");
+                    else
+                        self->spawn();
+                });
+            });
+        },
+        this);
+    if (rc != PMIX_SUCCESS)
+        settle(false, "its client was refused");
+}
+
+void EventAnchor::spawn()
+{
+    pmix_proc_t proc;
+    PMIX_PROC_LOAD(&proc, nspace_.c_str(), 0);
+    char** added = nullptr;
+    if (PMIx_server_setup_fork(&proc, &added) != PMIX_SUCCESS) {
+        settle(false, "no PMIx environment for it");
+        return;
+    }
+    auto env = client_environment(added);
     protocol::Fd in[2], out[2];
     if (!protocol::make_pipe(in[0], in[1]) || !protocol::make_pipe(out[0], out[1])) {
         settle(false, std::strerror(errno));
         return;
     }
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, in[0].get(), 0);
-    posix_spawn_file_actions_adddup2(&actions, out[1].get(), 1);
-    // Nothing else of the daemon's: its links, its listeners, its clients'
-    // connections stay its own, and close when it closes them.
-    posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-    // No signal of the daemon's mask or dispositions is the anchor's.
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    char self_exe[] = "/proc/self/exe";
-    char name[] = "exitpolicy-pmixd";
-    char flag[] = "--event-anchor";
-    char* argv[] = {name, flag, nullptr};
-    const int rc = posix_spawn(&pid_, self_exe, &actions, &attr, argv, envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
+    const int rc = spawn_anchor(pid_, in[0].get(), out[1].get(), env);
     to_child_ = std::move(in[1]);
     from_child_ = std::move(out[0]);
     if (rc != 0) {
@@ -206,6 +239,11 @@ void EventAnchor::spawn()
     }
     // Through the gate that holds the step's clients until it registered.
     activation::let_through(pid_);
+    watch_word();
+}
+
+void EventAnchor::watch_word()
+{
     reading_.reset(event_new(
         services_.base, from_child_.get(), EV_READ | EV_PERSIST,
         [](evutil_socket_t fd, short, void* arg) {
@@ -223,7 +261,8 @@ void EventAnchor::spawn()
         },
         this));
     event_add(reading_.get(), nullptr);
-    services_.timers.after_ms(static_cast<std::uint32_t>(settle_bound.count()), [this] { settle(false, "it did not register in time"); });
+    services_.timers.after_ms(static_cast<std::uint32_t>(settle_bound.count()),
+                              [this] { settle(false, "it did not register in time"); });
 }
 
 void EventAnchor::settle(bool ok, const char* why)

@@ -73,7 +73,9 @@ public:
     }
 
 private:
-    void spawn();
+    void namespace_in(int status);  // on the loop: the library has the namespace, or not
+    void spawn();                   // the anchor's process, once its client is registered
+    void watch_word();              // until it says it registered, or the bound
     void settle(bool ok, const char* why);
 
     Services services_;

@@ -183,26 +183,46 @@ Result<bool> PmixHost::init(const std::string& tmpdir, const PlannedServer* plan
     return Result<bool>::ok(true);
 }
 
-Result<bool> PmixHost::register_namespace(const protocol::StepMap& map, std::function<void(int status)> done)
+namespace {
+
+// The step's ranks by node, in rank order, and each rank's local (and node)
+// rank: its place among its node's.
+struct RankLayout {
+    std::vector<std::vector<std::uint32_t>> by_node;
+    std::vector<std::uint16_t> local_rank;
+};
+
+RankLayout rank_layout(const protocol::StepMap& map)
 {
-    const protocol::DaemonArgs& args = step_.args();
-    nspace_ = map.nspace;
-    const auto ntasks = static_cast<std::uint32_t>(map.rank_node.size());
-    const auto nnodes = map.hostnames.size();
-
-    // Ranks by node, in rank order: local and node ranks follow from it.
-    std::vector<std::vector<std::uint32_t>> by_node(nnodes);
-    for (std::uint32_t r = 0; r < ntasks; ++r)
-        by_node[map.rank_node[r]].push_back(r);
-    std::vector<std::uint16_t> local_rank(ntasks);
-    for (const auto& ranks : by_node)
+    RankLayout layout{std::vector<std::vector<std::uint32_t>>(map.hostnames.size()),
+                      std::vector<std::uint16_t>(map.rank_node.size())};
+    for (std::uint32_t r = 0; r < map.rank_node.size(); ++r)
+        layout.by_node[map.rank_node[r]].push_back(r);
+    for (const auto& ranks : layout.by_node)
         for (std::size_t i = 0; i < ranks.size(); ++i)
-            local_rank[ranks[i]] = static_cast<std::uint16_t>(i);
+            layout.local_rank[ranks[i]] = static_cast<std::uint16_t>(i);
+    return layout;
+}
 
-    const NamespaceMaps maps = namespace_maps(map.hostnames, map.rank_node);
+// What a namespace's job info says beside its sizes and maps.
+struct JobExtras {
+    const std::string& topology_xml;  // none when empty
+    bool recoverable;
+    const std::string& tmpdir;
+    const std::string& nsdir;  // the namespace's session directory; none when empty
+    std::size_t count() const
+    {
+        return (topology_xml.empty() ? 0 : 1) + (recoverable ? 1 : 0) + (nsdir.empty() ? 0 : 3);
+    }
+};
+constexpr std::size_t job_info_base = 13;
 
-    const auto& mine = by_node[args.node_id];
-    const std::uint32_t local_size = static_cast<std::uint32_t>(mine.size());
+// The job info: job_info_base + extras.count() entries from `i` on.
+void load_job_info(pmix_info_t* i, const protocol::DaemonArgs& args, const protocol::StepMap& map,
+                   const std::vector<std::uint32_t>& mine, const JobExtras& extras)
+{
+    const auto ntasks = static_cast<std::uint32_t>(map.rank_node.size());
+    const auto local_size = static_cast<std::uint32_t>(mine.size());
     const std::uint32_t leader = mine.empty() ? 0 : mine.front();
     const std::uint32_t appnum = 0;
     const std::uint32_t nodeid = args.node_id;
@@ -210,20 +230,7 @@ Result<bool> PmixHost::register_namespace(const protocol::StepMap& map, std::fun
     for (auto r : mine)
         peers.push_back(std::to_string(r));
     const std::string local_peers = join(peers, ",");
-
-    // Job info, then one PMIX_PROC_DATA array per rank (local and node rank
-    // for every process: with any per-process data OpenPMIx derives nothing).
-    if (topology_thread_.joinable())
-        topology_thread_.join();
-    const bool recoverable = map.recoverable;
-    // The namespace's session directory (namespace_dir): without it the
-    // clients fall back to /tmp, where nobody removes what a failed step
-    // leaves.
-    const std::string nsdir = make_namespace_dir(args.dir, nspace_);
-    const bool have_nsdir = !nsdir.empty();
-    const std::size_t njob = 13 + (topology_xml_.empty() ? 0 : 1) + (recoverable ? 1 : 0) + (have_nsdir ? 3 : 0);
-    auto info = std::make_unique<InfoArray>(njob + ntasks);
-    pmix_info_t* i = info->info;
+    const NamespaceMaps maps = namespace_maps(map.hostnames, map.rank_node);
     PMIX_INFO_LOAD(&i[0], PMIX_UNIV_SIZE, &ntasks, PMIX_UINT32);
     PMIX_INFO_LOAD(&i[1], PMIX_JOB_SIZE, &ntasks, PMIX_UINT32);
     PMIX_INFO_LOAD(&i[2], PMIX_MAX_PROCS, &ntasks, PMIX_UINT32);
@@ -238,20 +245,26 @@ Result<bool> PmixHost::register_namespace(const protocol::StepMap& map, std::fun
     PMIX_INFO_LOAD(&i[11], PMIX_HOSTNAME, args.hostname.c_str(), PMIX_STRING);
     const std::string jobid = std::to_string(args.job_id) + "." + std::to_string(args.step_id);
     PMIX_INFO_LOAD(&i[12], PMIX_JOBID, jobid.c_str(), PMIX_STRING);
-    std::size_t next = 13;
-    if (!topology_xml_.empty())
-        PMIX_INFO_LOAD(&i[next++], PMIX_HWLOC_XML_V2, topology_xml_.c_str(), PMIX_STRING);
+    std::size_t next = job_info_base;
+    if (!extras.topology_xml.empty())
+        PMIX_INFO_LOAD(&i[next++], PMIX_HWLOC_XML_V2, extras.topology_xml.c_str(), PMIX_STRING);
     // Run-through: the step goes on after a task fails (PRRTE's
     // --enable-recovery); clients can see it.
-    if (recoverable)
-        PMIX_INFO_LOAD(&i[next++], PMIX_JOB_RECOVERABLE, &recoverable, PMIX_BOOL);
-    if (have_nsdir) {
+    if (extras.recoverable)
+        PMIX_INFO_LOAD(&i[next++], PMIX_JOB_RECOVERABLE, &extras.recoverable, PMIX_BOOL);
+    if (!extras.nsdir.empty()) {
         const bool rm_clean = true;
-        PMIX_INFO_LOAD(&i[next++], PMIX_TMPDIR, args.dir.c_str(), PMIX_STRING);
-        PMIX_INFO_LOAD(&i[next++], PMIX_NSDIR, nsdir.c_str(), PMIX_STRING);
+        PMIX_INFO_LOAD(&i[next++], PMIX_TMPDIR, extras.tmpdir.c_str(), PMIX_STRING);
+        PMIX_INFO_LOAD(&i[next++], PMIX_NSDIR, extras.nsdir.c_str(), PMIX_STRING);
         PMIX_INFO_LOAD(&i[next++], PMIX_TDIR_RMCLEAN, &rm_clean, PMIX_BOOL);
     }
-    for (std::uint32_t r = 0; r < ntasks; ++r) {
+}
+
+// One PMIX_PROC_DATA array per rank from `i` on: local and node rank for
+// every process (with any per-process data OpenPMIx derives nothing).
+void load_proc_data(pmix_info_t* i, const protocol::StepMap& map, const std::vector<std::uint16_t>& local_rank)
+{
+    for (std::uint32_t r = 0; r < map.rank_node.size(); ++r) {
         pmix_data_array_t* arr = nullptr;
         PMIX_DATA_ARRAY_CREATE(arr, 5, PMIX_INFO);
         auto* p = static_cast<pmix_info_t*>(arr->array);
@@ -261,9 +274,32 @@ Result<bool> PmixHost::register_namespace(const protocol::StepMap& map, std::fun
         PMIX_INFO_LOAD(&p[2], PMIX_NODE_RANK, &local_rank[r], PMIX_UINT16);
         PMIX_INFO_LOAD(&p[3], PMIX_NODEID, &node, PMIX_UINT32);
         PMIX_INFO_LOAD(&p[4], PMIX_HOSTNAME, map.hostnames[node].c_str(), PMIX_STRING);
-        PMIX_INFO_LOAD(&i[njob + r], PMIX_PROC_DATA, arr, PMIX_DATA_ARRAY);
+        PMIX_INFO_LOAD(&i[r], PMIX_PROC_DATA, arr, PMIX_DATA_ARRAY);
         PMIX_DATA_ARRAY_FREE(arr);
     }
+}
+
+}  // namespace
+
+Result<bool> PmixHost::register_namespace(const protocol::StepMap& map, std::function<void(int status)> done)
+{
+    const protocol::DaemonArgs& args = step_.args();
+    nspace_ = map.nspace;
+    const RankLayout layout = rank_layout(map);
+    const auto& mine = layout.by_node[args.node_id];
+
+    // Job info, then one PMIX_PROC_DATA array per rank.
+    if (topology_thread_.joinable())
+        topology_thread_.join();
+    // The namespace's session directory (namespace_dir): without it the
+    // clients fall back to /tmp, where nobody removes what a failed step
+    // leaves.
+    const std::string nsdir = make_namespace_dir(args.dir, nspace_);
+    const JobExtras extras{topology_xml_, map.recoverable, args.dir, nsdir};
+    const std::size_t njob = job_info_base + extras.count();
+    auto info = std::make_unique<InfoArray>(njob + map.rank_node.size());
+    load_job_info(info->info, args, map, mine, extras);
+    load_proc_data(info->info + njob, map, layout.local_rank);
 
     // The registration in progress: the library holds it as cbdata, the
     // loop takes it back. The namespace first; the clients once it is in.
@@ -274,7 +310,7 @@ Result<bool> PmixHost::register_namespace(const protocol::StepMap& map, std::fun
     pending->nspace = nspace_;
     pending->ranks = args.ranks;
     Registration* raw = pending.get();
-    const pmix_status_t rc = PMIx_server_register_nspace(nspace_.c_str(), static_cast<int>(local_size),
+    const pmix_status_t rc = PMIx_server_register_nspace(nspace_.c_str(), static_cast<int>(mine.size()),
                                                          raw->info->info, raw->info->n, &Registration::nspace_in,
                                                          lend(std::move(pending)));
     if (rc != PMIX_SUCCESS) {
