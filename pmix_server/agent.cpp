@@ -138,7 +138,9 @@ Result<bool> Agent::on_frame(protocol::Channel& from, protocol::Type type, std::
 // front end or the parent), from below (a child), or either. A frame with
 // no route, or from the wrong side, is a peer's error and closes its link.
 // Frames from below for the front end alone pass up undecoded; the front
-// end reads them.
+// end reads them. One table, one row per route, read as one: it is as long
+// as the frames an agent handles, and kept whole so that what a frame does
+// here, and from which side, is found in one place.
 Result<bool> Agent::dispatch(bool from_above, protocol::Channel* from, protocol::Type type, std::span<const std::uint8_t> body)
 {
     using protocol::decoded;

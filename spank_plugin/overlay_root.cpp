@@ -349,7 +349,9 @@ void OverlayRoot::data_request(const protocol::DataRequest& r)
 }
 
 // What each frame from a daemon or slurmstepd does here; a frame with no
-// route is a peer's error and closes its link.
+// route is a peer's error and closes its link. One table, one row per
+// route, kept whole (as Agent::dispatch's): it is as long as the frames
+// the root takes.
 Result<bool> OverlayRoot::daemon_frame(const Peer& from, protocol::Type type, std::span<const std::uint8_t> body)
 {
     using protocol::decoded;
