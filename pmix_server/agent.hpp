@@ -24,6 +24,7 @@
 #include "protocol/channel.hpp"
 #include "protocol/fences.hpp"
 #include "protocol/handles.hpp"
+#include "protocol/place.hpp"
 #include "protocol/timeouts.hpp"
 #include "protocol/tree.hpp"
 #include "protocol/wire.hpp"
@@ -45,12 +46,7 @@ struct evconnlistener;
 
 namespace exitpolicy::pmix_server {
 
-struct AgentSetup {
-    std::uint32_t job_id = 0;
-    std::uint32_t step_id = 0;
-    std::uint32_t node_id = 0;
-    std::string hostname;              // this node's name
-    std::vector<std::uint32_t> ranks;  // this node's tasks
+struct AgentSetup : protocol::NodePlace {
     std::string fe_host;
     std::uint16_t fe_port = 0;
 };

@@ -80,11 +80,7 @@ int Daemon::run()
     if (!make_loop())
         return 1;
     AgentSetup setup;
-    setup.job_id = args_.job_id;
-    setup.step_id = args_.step_id;
-    setup.node_id = args_.node_id;
-    setup.hostname = args_.hostname;
-    setup.ranks = args_.ranks;
+    setup.place() = args_.place();
     setup.fe_host = args_.fe_host;
     setup.fe_port = args_.fe_port;
     agent_ = std::make_unique<Agent>(base_.get(), std::move(setup), secret_, static_cast<Agent::Node&>(*this));

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "exitpolicy/result.hpp"
+#include "protocol/place.hpp"
 
 #include <cstdint>
 #include <string>
@@ -14,14 +15,10 @@
 
 namespace exitpolicy::protocol {
 
-struct DaemonArgs {
-    std::uint32_t job_id = 0;
-    std::uint32_t step_id = 0;
-    std::uint32_t node_id = 0;
+// The node's place in the step (place.hpp), then the rest.
+struct DaemonArgs : NodePlace {
     std::uint32_t nnodes = 0;
     std::uint32_t ntasks = 0;
-    std::vector<std::uint32_t> ranks;  // this node's tasks
-    std::string hostname;              // this node's name
     std::string fe_host;
     std::uint16_t fe_port = 0;
     int secret_fd = -1;

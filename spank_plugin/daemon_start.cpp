@@ -91,13 +91,9 @@ protocol::DaemonArgs daemon_args_for(const LinkSetup& link, std::uint32_t nnodes
 {
     const Config& config = state().config;
     protocol::DaemonArgs args;
-    args.job_id = link.job_id;
-    args.step_id = link.step_id;
-    args.node_id = link.node_id;
+    args.place() = link.place();
     args.nnodes = nnodes;
     args.ntasks = ntasks;
-    args.ranks = link.ranks;
-    args.hostname = link.hostname;
     args.fe_host = link.host;
     args.fe_port = link.port;
     args.dir = dir;

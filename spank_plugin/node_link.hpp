@@ -9,6 +9,7 @@
 
 #include "exitpolicy/result.hpp"
 #include "protocol/auth.hpp"
+#include "protocol/place.hpp"
 #include "protocol/timeouts.hpp"
 #include "protocol/wire.hpp"
 
@@ -21,15 +22,10 @@
 
 namespace exitpolicy::spank_plugin {
 
-struct LinkSetup {
+struct LinkSetup : protocol::NodePlace {
     std::string host;  // the FE's address (srun's SLURM_SRUN_COMM_HOST)
     std::uint16_t port = 0;
     protocol::Secret secret{};
-    std::uint32_t job_id = 0;
-    std::uint32_t step_id = 0;
-    std::uint32_t node_id = 0;
-    std::string hostname;
-    std::vector<std::uint32_t> ranks;  // this node's tasks
 };
 
 class NodeLink {
