@@ -22,25 +22,18 @@ void call(const std::function<void()>& fn) noexcept
 struct Timers::Timer {
     Timers* owner = nullptr;
     std::function<void()> fn;
-    event* ev = nullptr;
+    protocol::EventHandle ev;
     std::list<std::unique_ptr<Timer>>::iterator at;
-    ~Timer()
-    {
-        if (ev)
-            event_free(ev);
-    }
 };
 
 Timers::Timers(event_base* base) : base_(base)
 {
-    deferred_event_ = event_new(base_, -1, 0, &Timers::run_deferred, this);
+    deferred_event_.reset(event_new(base_, -1, 0, &Timers::run_deferred, this));
 }
 
 Timers::~Timers()
 {
     pending_.clear();  // each frees its event: it never fires
-    if (deferred_event_)
-        event_free(deferred_event_);
 }
 
 void Timers::after_ms(std::uint32_t ms, std::function<void()> fn)
@@ -49,7 +42,7 @@ void Timers::after_ms(std::uint32_t ms, std::function<void()> fn)
     Timer* raw = t.get();
     raw->owner = this;
     raw->fn = std::move(fn);
-    raw->ev = evtimer_new(
+    raw->ev.reset(evtimer_new(
         base_,
         [](evutil_socket_t, short, void* arg) {
             auto* fired = static_cast<Timer*>(arg);
@@ -58,7 +51,7 @@ void Timers::after_ms(std::uint32_t ms, std::function<void()> fn)
             owner->pending_.erase(fired->at);  // frees it and its event
             call(work);
         },
-        raw);
+        raw));
     if (!raw->ev) {
         log::error("cannot create a timer");
         return;
@@ -66,14 +59,14 @@ void Timers::after_ms(std::uint32_t ms, std::function<void()> fn)
     pending_.push_back(std::move(t));
     raw->at = std::prev(pending_.end());
     const timeval limit{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000) * 1000};
-    evtimer_add(raw->ev, &limit);
+    evtimer_add(raw->ev.get(), &limit);
 }
 
 void Timers::defer(std::function<void()> fn)
 {
     deferred_.push_back(std::move(fn));
-    if (deferred_event_ && !event_pending(deferred_event_, EV_TIMEOUT, nullptr))
-        event_active(deferred_event_, EV_TIMEOUT, 0);
+    if (deferred_event_ && !event_pending(deferred_event_.get(), EV_TIMEOUT, nullptr))
+        event_active(deferred_event_.get(), EV_TIMEOUT, 0);
 }
 
 void Timers::run_deferred(int, short, void* arg)

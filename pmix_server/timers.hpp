@@ -7,14 +7,13 @@
 // Loop thread only. A callback that throws is logged and dropped.
 #pragma once
 
+#include "protocol/handles.hpp"
+
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <list>
 #include <memory>
-
-struct event;
-struct event_base;
 
 namespace exitpolicy::pmix_server {
 
@@ -36,7 +35,7 @@ private:
     static void run_deferred(int, short, void* arg);
     event_base* base_;
     std::list<std::unique_ptr<Timer>> pending_;
-    event* deferred_event_ = nullptr;
+    protocol::EventHandle deferred_event_;
     std::deque<std::function<void()>> deferred_;
 };
 

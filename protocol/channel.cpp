@@ -53,39 +53,34 @@ std::chrono::milliseconds Channel::handshake_deadline() noexcept
 Channel::Channel(bufferevent* bev, const Secret& secret, Handlers handlers, bool server)
     : bev_(bev), secret_(secret), life_(std::make_shared<Life>(Life{std::move(handlers)})), server_(server)
 {
-    bufferevent_setcb(bev_, nullptr, nullptr, on_event, this);
-    bufferevent_set_max_single_write(bev_, max_per_turn);
-    bufferevent_enable(bev_, EV_WRITE);
+    bufferevent_setcb(bev_.get(), nullptr, nullptr, on_event, this);
+    bufferevent_set_max_single_write(bev_.get(), max_per_turn);
+    bufferevent_enable(bev_.get(), EV_WRITE);
 }
 
 Channel::~Channel()
 {
     life_->alive = false;  // for a callback in progress, which holds life_ too
-    if (deadline_)
-        event_free(deadline_);
-    if (reader_)
-        event_free(reader_);
-    if (in_)
-        evbuffer_free(in_);
-    if (bev_)
-        bufferevent_free(bev_);
+    // Its members free the rest: the deadline, the buffer, the reader,
+    // then the socket.
 }
 
 bool Channel::start_reading()
 {
-    in_ = evbuffer_new();
-    reader_ = event_new(bufferevent_get_base(bev_), bufferevent_getfd(bev_), EV_READ | EV_PERSIST, on_readable, this);
-    return in_ && reader_ && event_add(reader_, nullptr) == 0;
+    in_.reset(evbuffer_new());
+    reader_.reset(
+        event_new(bufferevent_get_base(bev_.get()), bufferevent_getfd(bev_.get()), EV_READ | EV_PERSIST, on_readable, this));
+    return in_ && reader_ && event_add(reader_.get(), nullptr) == 0;
 }
 
 bool Channel::arm_deadline()
 {
-    deadline_ = event_new(bufferevent_get_base(bev_), -1, 0, on_deadline, this);
+    deadline_.reset(event_new(bufferevent_get_base(bev_.get()), -1, 0, on_deadline, this));
     if (!deadline_)
         return false;
     const std::int64_t ms = handshake_deadline_ms.load();
     const timeval after{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
-    return event_add(deadline_, &after) == 0;
+    return event_add(deadline_.get(), &after) == 0;
 }
 
 std::unique_ptr<Channel> Channel::accept(event_base* base, int fd, const Secret& secret, std::uint32_t job_id,
@@ -118,16 +113,14 @@ Result<std::unique_ptr<Channel>> Channel::connect(event_base* base, const std::s
     const std::string service = std::to_string(port);
     if (const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0)
         return R::fail("cannot resolve " + host + ": " + ::gai_strerror(rc));
-    bufferevent* bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
-    const int rc = bev ? bufferevent_socket_connect(bev, found->ai_addr, static_cast<int>(found->ai_addrlen)) : -1;
+    BufferEventHandle bev(bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE));
+    const int rc =
+        bev ? bufferevent_socket_connect(bev.get(), found->ai_addr, static_cast<int>(found->ai_addrlen)) : -1;
     ::freeaddrinfo(found);
-    if (rc != 0) {
-        if (bev)
-            bufferevent_free(bev);
+    if (rc != 0)
         return R::fail("cannot connect to " + host + ":" + service + ": " + std::strerror(errno));
-    }
-    tune_socket(bufferevent_getfd(bev));
-    std::unique_ptr<Channel> c(new Channel(bev, secret, std::move(handlers), false));
+    tune_socket(bufferevent_getfd(bev.get()));
+    std::unique_ptr<Channel> c(new Channel(bev.release(), secret, std::move(handlers), false));
     if (!c->arm_deadline() || !c->start_reading())
         return R::fail("cannot connect to " + host + ":" + service + ": no memory for a timer or a buffer");
     c->challenge_.job_id = job_id;  // what we expect the server to serve
@@ -139,7 +132,7 @@ Result<std::unique_ptr<Channel>> Channel::connect(event_base* base, const std::s
 void Channel::write(std::span<const std::uint8_t> first, std::span<const std::uint8_t> second)
 {
     std::size_t sent = 0;
-    if (evbuffer_get_length(bufferevent_get_output(bev_)) == 0) {
+    if (evbuffer_get_length(bufferevent_get_output(bev_.get())) == 0) {
         iovec iov[2] = {{const_cast<std::uint8_t*>(first.data()), first.size()},
                         {const_cast<std::uint8_t*>(second.data()), second.size()}};
         msghdr msg{};
@@ -147,14 +140,14 @@ void Channel::write(std::span<const std::uint8_t> first, std::span<const std::ui
         msg.msg_iovlen = second.empty() ? 1 : 2;
         // A failure is the bufferevent's to meet and report when it writes
         // the lot; not here, inside the owner's call.
-        if (const ssize_t n = ::sendmsg(bufferevent_getfd(bev_), &msg, MSG_NOSIGNAL | MSG_DONTWAIT); n > 0)
+        if (const ssize_t n = ::sendmsg(bufferevent_getfd(bev_.get()), &msg, MSG_NOSIGNAL | MSG_DONTWAIT); n > 0)
             sent = static_cast<std::size_t>(n);
     }
     if (sent < first.size())
-        bufferevent_write(bev_, first.data() + sent, first.size() - sent);
+        bufferevent_write(bev_.get(), first.data() + sent, first.size() - sent);
     sent = sent > first.size() ? sent - first.size() : 0;
     if (sent < second.size())
-        bufferevent_write(bev_, second.data() + sent, second.size() - sent);
+        bufferevent_write(bev_.get(), second.data() + sent, second.size() - sent);
 }
 
 void Channel::send_raw(const Bytes& frame)
@@ -200,13 +193,13 @@ void Channel::send(const std::shared_ptr<const Bytes>& frame, const FrameDigest&
     const auto release = [](const void*, std::size_t, void* held) {
         delete static_cast<std::shared_ptr<const Bytes>*>(held);
     };
-    if (!keep || evbuffer_add_reference(bufferevent_get_output(bev_), frame->data(), frame->size(), release, keep) != 0) {
+    if (!keep || evbuffer_add_reference(bufferevent_get_output(bev_.get()), frame->data(), frame->size(), release, keep) != 0) {
         delete keep;
         send(*frame, digest);
         return;
     }
     const Tag sealed = seal_.seal(digest);
-    bufferevent_write(bev_, sealed.data(), sealed.size());
+    bufferevent_write(bev_.get(), sealed.data(), sealed.size());
 }
 
 void Channel::close(const std::string& why)
@@ -219,11 +212,11 @@ void Channel::close(Reason reason, const std::string& why)
     if (closing_)
         return;
     closing_ = true;
-    bufferevent_disable(bev_, EV_READ | EV_WRITE);
+    bufferevent_disable(bev_.get(), EV_READ | EV_WRITE);
     if (reader_)
-        event_del(reader_);
+        event_del(reader_.get());
     if (deadline_)
-        event_del(deadline_);
+        event_del(deadline_.get());
     // The owner may destroy us inside: nothing of ours is touched after it.
     const std::shared_ptr<Life> life = life_;
     if (life->handlers.closed)
@@ -257,7 +250,7 @@ std::optional<Channel::Failure> Channel::handle(Type type, std::span<const std::
         // first, and the peer is told by a closed connection, not a welcome.
         // Frames sent in `ready` queue behind it.
         const Bytes welcome = Welcome{server_proof(secret_, challenge_.nonce, peer_.nonce)}.encode();
-        bufferevent_write(bev_, welcome.data(), welcome.size());
+        bufferevent_write(bev_.get(), welcome.data(), welcome.size());
     } else if (type == Type::challenge) {
         auto c = Challenge::decode(body);
         if (!c)
@@ -286,7 +279,7 @@ std::optional<Channel::Failure> Channel::handle(Type type, std::span<const std::
     seal_ = FrameSeal(session_key(secret_, challenge_.nonce, server_ ? peer_.nonce : hello_.nonce), server_);
     for (const Bytes& frame : std::exchange(held_, {}))
         send(frame);
-    event_del(deadline_);
+    event_del(deadline_.get());
     if (life_->handlers.ready)
         life_->handlers.ready(*this);
     return std::nullopt;
@@ -299,11 +292,11 @@ void Channel::on_readable(int fd, short, void* arg) noexcept
         if (c->closing_)
             return;
         const std::size_t floor = c->ready_ ? min_read : 0;
-        const std::size_t have = evbuffer_get_length(c->in_);
+        const std::size_t have = evbuffer_get_length(c->in_.get());
         std::size_t want = c->ready_ ? min_read : header_size - std::min(have, header_size);
         if (have >= header_size) {
             std::array<std::uint8_t, header_size> head{};
-            evbuffer_copyout(c->in_, head.data(), head.size());
+            evbuffer_copyout(c->in_.get(), head.data(), head.size());
             // A bad header was refused when it came: here it is a length.
             if (auto h = decode_header(head, c->ready_ ? max_body_trusted : max_body)) {
                 const std::size_t whole = header_size + h->length + (c->ready_ ? tag_size : 0);
@@ -314,7 +307,7 @@ void Channel::on_readable(int fd, short, void* arg) noexcept
         if (!c->ready_)
             want = std::clamp<std::size_t>(want, 1, handshake_read);
         evbuffer_iovec space[2];
-        const int n = evbuffer_reserve_space(c->in_, static_cast<ev_ssize_t>(want), space, 2);
+        const int n = evbuffer_reserve_space(c->in_.get(), static_cast<ev_ssize_t>(want), space, 2);
         if (n <= 0) {
             c->close(Reason::internal_error, "no memory to read into");
             return;
@@ -339,7 +332,7 @@ void Channel::on_readable(int fd, short, void* arg) noexcept
             space[used].iov_len = std::min(space[used].iov_len, left);
             left -= space[used].iov_len;
         }
-        evbuffer_commit_space(c->in_, space, used);
+        evbuffer_commit_space(c->in_.get(), space, used);
     } catch (...) {
         return;
     }
@@ -354,9 +347,9 @@ void Channel::deliver()
     const std::shared_ptr<Life> life = life_;
     std::string error;
     try {
-        while (life->alive && !closing_ && evbuffer_get_length(in_) >= header_size) {
+        while (life->alive && !closing_ && evbuffer_get_length(in_.get()) >= header_size) {
             std::array<std::uint8_t, header_size> head{};
-            evbuffer_copyout(in_, head.data(), head.size());
+            evbuffer_copyout(in_.get(), head.data(), head.size());
             auto h = decode_header(head, ready_ ? max_body_trusted : max_body);
             if (!h) {
                 close(Reason::bad_frame, h.error());
@@ -364,16 +357,16 @@ void Channel::deliver()
             }
             // After the handshake each frame is followed by its tag.
             const std::size_t tag_bytes = ready_ ? tag_size : 0;
-            if (evbuffer_get_length(in_) < header_size + h->length + tag_bytes)
+            if (evbuffer_get_length(in_.get()) < header_size + h->length + tag_bytes)
                 return;  // the rest is on its way
             // Not zeroed first: every byte is overwritten at once.
             const std::size_t size = header_size + h->length;
             const auto bytes = std::make_unique_for_overwrite<std::uint8_t[]>(size);
             const std::span<const std::uint8_t> frame(bytes.get(), size);
-            evbuffer_remove(in_, bytes.get(), size);
+            evbuffer_remove(in_.get(), bytes.get(), size);
             if (tag_bytes) {
                 Tag sealed{};
-                evbuffer_remove(in_, sealed.data(), sealed.size());
+                evbuffer_remove(in_.get(), sealed.data(), sealed.size());
                 if (!seal_.open(frame, sealed)) {
                     close(Reason::auth_failed, "a frame failed its integrity check");
                     return;

@@ -40,6 +40,7 @@
 #pragma once
 
 #include "auth.hpp"
+#include "handles.hpp"
 #include "sockets.hpp"
 #include "timeouts.hpp"
 #include "wire.hpp"
@@ -153,10 +154,10 @@ private:
         bool alive = true;
     };
 
-    bufferevent* bev_;       // the socket, and what is written to it
-    ::event* reader_ = nullptr;
-    evbuffer* in_ = nullptr;  // read, not yet delivered
-    ::event* deadline_ = nullptr;  // the handshake's, until ready or closed
+    BufferEventHandle bev_;  // the socket, and what is written to it
+    EventHandle reader_;
+    EvbufferHandle in_;     // read, not yet delivered
+    EventHandle deadline_;  // the handshake's, until ready or closed
     Secret secret_;
     std::shared_ptr<Life> life_;
     bool server_;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // handles.hpp - owners of libevent's objects (EventHandle,
-// BufferEventHandle, ListenerHandle, EventBaseHandle), beside a
+// EvbufferHandle, BufferEventHandle, ListenerHandle, EventBaseHandle), beside a
 // descriptor's (fd.hpp). Each is move-only and frees what it holds exactly
 // once, in its noexcept destructor or reset(); one given away with
 // release() is the taker's to free.
@@ -8,6 +8,7 @@
 
 #include "protocol/fd.hpp"
 
+#include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
@@ -25,6 +26,7 @@ struct Freer {
     }
 };
 using EventHandle = std::unique_ptr<event, Freer<event, event_free>>;
+using EvbufferHandle = std::unique_ptr<evbuffer, Freer<evbuffer, evbuffer_free>>;
 using BufferEventHandle = std::unique_ptr<bufferevent, Freer<bufferevent, bufferevent_free>>;
 using ListenerHandle = std::unique_ptr<evconnlistener, Freer<evconnlistener, evconnlistener_free>>;
 using EventBaseHandle = std::unique_ptr<event_base, Freer<event_base, event_base_free>>;

@@ -128,13 +128,7 @@ AcceptBackoff::AcceptBackoff(evconnlistener* listener, std::function<void(const 
                              std::function<bool()> relieve)
     : listener_(listener), log_(std::move(log)), relieve_(std::move(relieve))
 {
-    timer_ = event_new(evconnlistener_get_base(listener_), -1, 0, on_timer, this);
-}
-
-AcceptBackoff::~AcceptBackoff()
-{
-    if (timer_)
-        event_free(timer_);
+    timer_.reset(event_new(evconnlistener_get_base(listener_), -1, 0, on_timer, this));
 }
 
 void AcceptBackoff::failed(int error) noexcept
@@ -160,7 +154,7 @@ void AcceptBackoff::failed(int error) noexcept
         return;
     const timeval later{0, static_cast<suseconds_t>(pause.count() * 1000)};
     evconnlistener_disable(listener_);
-    event_add(timer_, &later);
+    event_add(timer_.get(), &later);
 }
 
 void AcceptBackoff::on_timer(int, short, void* arg) noexcept

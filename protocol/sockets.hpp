@@ -6,6 +6,7 @@
 #pragma once
 
 #include "exitpolicy/result.hpp"
+#include "protocol/handles.hpp"
 
 #include <chrono>
 #include <cstddef>
@@ -14,9 +15,6 @@
 #include <optional>
 #include <sys/types.h>
 #include <string>
-
-struct event;
-struct evconnlistener;
 
 namespace exitpolicy::protocol {
 
@@ -81,7 +79,6 @@ public:
     // that makes room at once, and the listener is not paused.
     AcceptBackoff(evconnlistener* listener, std::function<void(const std::string&)> log,
                   std::function<bool()> relieve = {});
-    ~AcceptBackoff();
     AcceptBackoff(const AcceptBackoff&) = delete;
     AcceptBackoff& operator=(const AcceptBackoff&) = delete;
 
@@ -95,7 +92,7 @@ private:
     evconnlistener* listener_;
     std::function<void(const std::string&)> log_;
     std::function<bool()> relieve_;
-    ::event* timer_ = nullptr;
+    EventHandle timer_;
     bool failing_ = false;
 };
 
