@@ -342,9 +342,9 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
     e.go_write.reset();
     LaunchedDaemon launched;
     launched.pid = *pid;
-    launched.pidfd = pidfd.release();
-    launched.control = e.control_ours.release();
-    set_nonblocking(launched.control);
+    launched.pidfd = std::move(pidfd);
+    launched.control = std::move(e.control_ours);
+    set_nonblocking(launched.control.get());
     if (launch.reserved_fd >= 0) {
         // The tasks start at once: whatever the daemon has to say on its
         // way up goes to its log; if it never comes up, its control link
@@ -353,17 +353,17 @@ Result<LaunchedDaemon> launch_daemon(const DaemonLaunch& launch)
         // "ready" says when it has become the daemon.
         if (standby) {
             launched.standby = true;
-            launched.ready = e.ready_read.release();
-            set_nonblocking(launched.ready);
+            launched.ready = std::move(e.ready_read);
+            set_nonblocking(launched.ready.get());
         }
-        return R::ok(launched);
+        return R::ok(std::move(launched));
     }
     if (auto ready = await_ready(e.ready_read, Clock::now() + launch.ready_timeout); !ready) {
-        ::close(std::exchange(launched.control, -1));  // no Stop to a daemon that is not ready
+        launched.control.reset();  // no Stop to a daemon that is not ready
         stop_daemon(launched, std::chrono::milliseconds(0));
         return R::fail(ready.error());
     }
-    return R::ok(launched);
+    return R::ok(std::move(launched));
 }
 
 Result<bool> send_backlog(int control, protocol::Bytes& backlog, std::optional<Clock::time_point> deadline)
@@ -395,13 +395,13 @@ Result<bool> send_backlog(int control, protocol::Bytes& backlog, std::optional<C
 
 Result<bool> tell_daemon(LaunchedDaemon& daemon, const protocol::TaskStarted& started, bool send_now)
 {
-    if (daemon.control < 0)
+    if (!daemon.control)
         return Result<bool>::fail(std::string(daemon_name) + " has no control link");
     const protocol::Bytes frame = started.encode();
     daemon.backlog.insert(daemon.backlog.end(), frame.begin(), frame.end());
     if (!send_now)
         return Result<bool>::ok(true);
-    return send_backlog(daemon.control, daemon.backlog, std::nullopt);
+    return send_backlog(daemon.control.get(), daemon.backlog, std::nullopt);
 }
 
 Result<std::vector<std::string>> request_environment(const std::string& dir, std::uint32_t rank, pid_t pid,
@@ -433,15 +433,15 @@ bool daemon_serving(LaunchedDaemon& daemon)
 {
     if (!daemon.standby || daemon.serving)
         return daemon.pid > 0;
-    if (daemon.ready < 0)
+    if (!daemon.ready)
         return false;
     // One write of at most 64 bytes (Daemon::ready), whole in the pipe.
     char buf[64];
-    const ssize_t n = ::read(daemon.ready, buf, sizeof buf);
+    const ssize_t n = ::read(daemon.ready.get(), buf, sizeof buf);
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return false;
     daemon.serving = n > 0 && std::string_view(buf, static_cast<std::size_t>(n)).starts_with("ready");
-    ::close(std::exchange(daemon.ready, -1));  // said ready, or never will
+    daemon.ready.reset();  // said ready, or never will
     return daemon.serving;
 }
 
@@ -450,11 +450,10 @@ std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::mill
     const auto deadline = Clock::now() + timeout;
     std::vector<protocol::Ack> confirmed;
     std::set<std::pair<std::uint32_t, std::uint32_t>> seen;
-    if (daemon.standby && !daemon_serving(daemon) && daemon.control >= 0)
-        ::close(std::exchange(daemon.control, -1));  // a standby's hang-up: it exits unstarted
-    if (daemon.ready >= 0)
-        ::close(std::exchange(daemon.ready, -1));
-    if (const int fd = daemon.control; fd >= 0) {
+    if (daemon.standby && !daemon_serving(daemon))
+        daemon.control.reset();  // a standby's hang-up: it exits unstarted
+    daemon.ready.reset();
+    if (const int fd = daemon.control.get(); fd >= 0) {
         // The ack may not make it out before the daemon closes: EOF, once
         // it has closed everything on its way out, is the answer that counts.
         // Before it, the daemon says which outcomes srun has.
@@ -488,19 +487,18 @@ std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::mill
                 budget -= std::min(budget, static_cast<std::size_t>(n));
             }
         }
-        ::close(fd);
+        daemon.control.reset();
     }
     // Every daemon launch_daemon gives has a pidfd: no signal ever goes
     // to a bare pid.
-    if (daemon.pidfd >= 0) {
+    if (const int pidfd = daemon.pidfd.get(); pidfd >= 0) {
         // A pidfd turns readable when its process ends.
-        if (!protocol::process::ended(daemon.pidfd))
-            wait_fd(daemon.pidfd, POLLIN, deadline);
-        if (!protocol::process::ended(daemon.pidfd))
-            protocol::process::signal(daemon.pidfd, SIGKILL);
-        ::close(daemon.pidfd);
+        if (!protocol::process::ended(pidfd))
+            wait_fd(pidfd, POLLIN, deadline);
+        if (!protocol::process::ended(pidfd))
+            protocol::process::signal(pidfd, SIGKILL);
     }
-    daemon = LaunchedDaemon{};
+    daemon = LaunchedDaemon{};  // closes what it held
     return confirmed;
 }
 

@@ -13,6 +13,7 @@
 #include "exitpolicy/result.hpp"
 #include "outcome_sink.hpp"
 #include "step_dir.hpp"
+#include "protocol/fd.hpp"
 #include "protocol/timeouts.hpp"
 #include "protocol/wire.hpp"
 
@@ -116,14 +117,14 @@ std::string unsafe_for_root(const std::string& path);
 // which no path in a directory of the user's can redirect.
 struct LaunchedDaemon {
     pid_t pid = -1;
-    int pidfd = -1;
-    int control = -1;
+    protocol::Fd pidfd;
+    protocol::Fd control;
     // A daemon that stands by (DaemonLaunch::wake_fd): the read end of its
     // ready pipe (non-blocking) until it has said "ready" (serving) or
     // closed it.
     bool standby = false;
     bool serving = false;
-    int ready = -1;
+    protocol::Fd ready;
     // Frames for the control link that it had no room for yet (a daemon
     // that reads nothing: stopped, or one whose standby could not keep
     // what it read): sent before anything else, as room comes. At most one

@@ -187,7 +187,7 @@ Result<StartedDaemon> start_daemon(spank_t sp, const LinkSetup& link, FrontEndSi
             log::error("step %u.%u: %s", link.job_id, link.step_id, removed.error().c_str());
         return Result<StartedDaemon>::fail("PMIx service failed: " + launched.error());
     }
-    StartedDaemon started{dir, launch.uid, launch.gid, *launched, std::nullopt};
+    StartedDaemon started{dir, launch.uid, launch.gid, std::move(*launched), std::nullopt};
     if (sockets.reserved)
         started.planned = protocol::PlannedServer{sockets.reserved->port, link.node_id, dir, link.hostname,
                                                   args.planned_version};

@@ -228,7 +228,7 @@ void start_pmix_service(spank_t sp, const LinkSetup& setup, const Bootstrap& boo
     else {
         remote.service = std::move(*started);
         auto& daemon = remote.service.daemon;
-        auto daemon_sink = std::make_unique<DaemonSink>(daemon.control, ack_timeout, &daemon.backlog);
+        auto daemon_sink = std::make_unique<DaemonSink>(daemon.control.get(), ack_timeout, &daemon.backlog);
         remote.daemon_sink = daemon_sink.get();
         remote.sinks.insert(remote.sinks.begin(), std::move(daemon_sink));
         set_step_environment(sp);
@@ -310,7 +310,7 @@ int task_post_fork(spank_t sp)
     // A task whose environment was planned here never asks the daemon: the
     // daemon learns which process it is from us, with its start time, so
     // that a pid its task left behind is never taken for it.
-    if (!remote.service.planned || remote.service.daemon.control < 0)
+    if (!remote.service.planned || !remote.service.daemon.control)
         return 0;
     // Slurm forks every task, then calls this for each, then lets them all
     // exec: the daemon hears of them in one write after the last, not
@@ -328,7 +328,7 @@ int task_post_fork(spank_t sp)
     if (started)
         told = tell_daemon(remote.service.daemon, protocol::TaskStarted{rank, pid, *started}, last);
     else if (last && !remote.service.daemon.backlog.empty())
-        told = send_backlog(remote.service.daemon.control, remote.service.daemon.backlog, std::nullopt);
+        told = send_backlog(remote.service.daemon.control.get(), remote.service.daemon.backlog, std::nullopt);
     // Never waits: what the link has no room for goes with a later word.
     if (!told)
         log::error("step %u.%u: cannot tell the node daemon of rank %u: %s", remote.job_id, remote.step_id, rank,
@@ -369,8 +369,8 @@ int task_exit(spank_t sp)
 
     // What the daemon has not yet been told of its tasks' starts, as far as
     // its link takes it now.
-    if (remote.service.daemon.control >= 0 && !remote.service.daemon.backlog.empty())
-        send_backlog(remote.service.daemon.control, remote.service.daemon.backlog, std::nullopt);
+    if (remote.service.daemon.control && !remote.service.daemon.backlog.empty())
+        send_backlog(remote.service.daemon.control.get(), remote.service.daemon.backlog, std::nullopt);
     std::string errors;
     for (auto& sink : remote.sinks) {
         // A daemon that still stands by, or is starting, reads nothing yet:

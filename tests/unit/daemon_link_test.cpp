@@ -177,13 +177,13 @@ TEST_F(DaemonLinkTest, RootKeepsTheForkedPidAndTheSecretReachesFdThree)
     ASSERT_TRUE(launched) << launched.error();
     EXPECT_EQ(read("seen"), std::to_string(launched->pid) + " " + secret);
     EXPECT_NE(launched->pid, 1);
-    EXPECT_GE(launched->pidfd, 0);
+    EXPECT_GE(launched->pidfd.get(), 0);
     const pid_t pid = launched->pid;
     stop_daemon(*launched, 100ms);  // a shell does not stop when asked: killed at the bound
     EXPECT_TRUE(gone(pid));
     EXPECT_EQ(launched->pid, -1);
-    EXPECT_EQ(launched->pidfd, -1);
-    EXPECT_EQ(launched->control, -1);
+    EXPECT_EQ(launched->pidfd.get(), -1);
+    EXPECT_EQ(launched->control.get(), -1);
 }
 
 // slurmstepd of a step with many tasks holds many descriptors: the
@@ -273,7 +273,7 @@ protected:
         for (int fd : l.pmi_fds)
             ::close(fd);
         ASSERT_TRUE(launched) << launched.error();
-        daemon = *launched;
+        daemon = std::move(*launched);
     }
     void TearDown() override
     {
@@ -374,7 +374,7 @@ TEST_F(StandbyTest, ItReadsEveryTaskStartAsItComesAndTheDaemonGetsThemAll)
     // standby reads it all, the daemon is never started for it.
     for (int i = 0; i < 500 && !daemon.backlog.empty(); ++i) {
         std::this_thread::sleep_for(10ms);
-        ASSERT_TRUE(send_backlog(daemon.control, daemon.backlog, std::nullopt));
+        ASSERT_TRUE(send_backlog(daemon.control.get(), daemon.backlog, std::nullopt));
     }
     EXPECT_TRUE(daemon.backlog.empty()) << daemon.backlog.size() << " bytes never went";
     // Sent is not yet read: the standby keeps what it has read when it
@@ -382,7 +382,7 @@ TEST_F(StandbyTest, ItReadsEveryTaskStartAsItComesAndTheDaemonGetsThemAll)
     // once it has read all (the kernel's count of what the link still
     // holds), it has kept all.
     int unread = -1;
-    for (int i = 0; i < 500 && (::ioctl(daemon.control, SIOCOUTQ, &unread) != 0 || unread > 0); ++i)
+    for (int i = 0; i < 500 && (::ioctl(daemon.control.get(), SIOCOUTQ, &unread) != 0 || unread > 0); ++i)
         std::this_thread::sleep_for(10ms);
     EXPECT_EQ(unread, 0) << "the standby did not read the link";
     EXPECT_FALSE(started());
@@ -408,7 +408,7 @@ TEST_F(StandbyTest, AStoppedStandbyNeverHoldsSlurmstepd)
     ASSERT_EQ(::kill(daemon.pid, SIGCONT), 0);
     for (int i = 0; i < 500 && !daemon.backlog.empty(); ++i) {
         std::this_thread::sleep_for(10ms);
-        ASSERT_TRUE(send_backlog(daemon.control, daemon.backlog, std::nullopt));
+        ASSERT_TRUE(send_backlog(daemon.control.get(), daemon.backlog, std::nullopt));
     }
     EXPECT_TRUE(daemon.backlog.empty()) << daemon.backlog.size() << " bytes never went";
 }

@@ -102,7 +102,7 @@ public:
     LaunchedDaemon launched()
     {
         LaunchedDaemon d;
-        d.control = std::exchange(control_, -1);
+        d.control.reset(std::exchange(control_, -1));
         return d;
     }
     std::atomic<int> outcomes{0};
@@ -221,7 +221,7 @@ TEST(DaemonSinkTest, WhatTheDaemonTookAndSrunNeverConfirmedIsForTheDirectWay)
     ASSERT_EQ(resend.size(), 2u);
     EXPECT_EQ(resend[0].rank, 0u);
     EXPECT_EQ(resend[1].rank, 2u);
-    EXPECT_EQ(launched.control, -1);
+    EXPECT_EQ(launched.control.get(), -1);
 }
 
 TEST(DaemonSinkTest, ADaemonThatSaysNothingOnItsWayOutConfirmsNothing)
@@ -260,7 +260,7 @@ TEST(DaemonSinkTest, AFloodOfAcksOnTheWayOutIsNeverKept)
         ::close(fd);
     });
     LaunchedDaemon launched;
-    launched.control = pair[0];
+    launched.control.reset(pair[0]);
     const auto confirmed = stop_daemon(launched, 1s, 4);
     flood.join();
     EXPECT_EQ(confirmed.size(), 4u);
