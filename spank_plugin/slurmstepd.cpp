@@ -6,10 +6,10 @@
 // variable is set), connect to the FE once and authenticate, and start the
 // node daemon (daemon_start.hpp) when the step gets the PMIx service; in a
 // batch step, pass sbatch's --exit-* options on to the job script's srun as
-// SLURM_EXIT_* variables. task_exit: hand the task's outcome to the first sink that takes
-// it (outcome_sink.hpp: the node daemon's, then the FE's); exit: wait
-// (bounded) for what is unacknowledged, stop the daemon. No threads; any
-// trouble is logged once and the step goes on as without us.
+// SLURM_EXIT_* variables. task_exit: hand the task's outcome to the first
+// sink that takes it (outcome_sink.hpp: the node daemon's, then the FE's);
+// exit: wait (bounded) for what is unacknowledged, stop the daemon. No
+// threads; any trouble is logged once and the step goes on as without us.
 #include "spank_plugin/log.hpp"
 #include "spank.hpp"
 #include "daemon_link.hpp"
