@@ -53,6 +53,12 @@ set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${EXITPOLICY_BUILD_DIR:-$src/build}
 what=${1:-all}
+# The benchmarks' working directories, one per benchmark under one of
+# this run's, removed when the run ends, however it ends.
+work=$(mktemp -d /tmp/exitpolicy-bench.XXXXXX)
+chmod 755 "$work"
+trap 'rm -rf "$work"' EXIT
+workdir() { local d; d=$(mktemp -d "$work/XXXXXX") && chmod 755 "$d" && echo "$d"; }
 
 bash "$src/contrib/install-deps"
 # The benchmarks load the plugin from this build tree, with its daemon.
@@ -107,8 +113,8 @@ if [ "$what" = seal ]; then
   exit 0
 fi
 if [ "$what" = scale ]; then
-  trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
-  cd "$(mktemp -d /tmp/exitpolicy-bench.XXXXXX)"
+  trap '"$cluster" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+  cd "$(workdir)"
   echo "== steps over N nodes, 2 ranks per node, ${SCALE_ROUNDS:-5} interleaved rounds each (bench/scale_bench.py)"
   header=--header
   for n in ${SCALE_NODES:-4 16 32 64}; do
@@ -124,21 +130,21 @@ if [ "$what" = all ] || [ "$what" = many ]; then
   # A cluster of its own: one node that takes that many tasks of a step
   # (Slurm's MaxTasksPerNode is 512 by default).
   many_dir=/tmp/exitpolicy-bench-many-cluster
-  trap 'EXITPOLICY_CLUSTER_DIR=$many_dir "$cluster" down >/dev/null 2>&1 || true' EXIT
+  trap 'EXITPOLICY_CLUSTER_DIR=$many_dir "$cluster" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
   EXITPOLICY_CLUSTER_DIR=$many_dir EXITPOLICY_CLUSTER_SLURM_CONF_EXTRA="MaxTasksPerNode=${MANY_TASKS:-1024}" \
     "$cluster" up 1 >/dev/null
   echo "== many tasks of one step on one node (bench/many_tasks.py)"
-  (cd "$(mktemp -d /tmp/exitpolicy-bench.XXXXXX)" && chmod 755 . &&
+  (cd "$(workdir)" &&
     EXITPOLICY_CLUSTER_DIR=$many_dir "$cluster" exec /usr/bin/python3 "$src/bench/many_tasks.py" \
       "$build/spank_plugin/exitpolicy.so" "$many_dir/etc/plugstack.d" "${MANY_TASKS:-1024}" "${MANY_ROUNDS:-15}")
   EXITPOLICY_CLUSTER_DIR=$many_dir "$cluster" down >/dev/null
-  trap - EXIT
+  trap 'rm -rf "$work"' EXIT
   [ "$what" = many ] && exit 0
 fi
 if [ "$what" != decide ] && [ "$what" != nodeloss ]; then
-  trap '"$cluster" down >/dev/null 2>&1 || true' EXIT
+  trap '"$cluster" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
   "$cluster" up 4 >/dev/null
-  cd "$(mktemp -d /tmp/exitpolicy-bench.XXXXXX)"
+  cd "$(workdir)"
 fi
 case $what in
   all|srun)
@@ -173,7 +179,7 @@ esac
 case $what in
   all|nodeloss)
     echo "== a lost node: PMIx events vs Slurm's own notice (bench/nodeloss_bench.py)"
-    cd "$(mktemp -d /tmp/exitpolicy-bench.XXXXXX)"
+    cd "$(workdir)"
     /usr/bin/python3 "$src/bench/nodeloss_bench.py" "$build/spank_plugin/exitpolicy.so" "$build/tests/clients" \
       "${NODELOSS_RUNS:-5}" ;;
 esac
