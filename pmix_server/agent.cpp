@@ -22,7 +22,28 @@
 namespace exitpolicy::pmix_server {
 
 Agent::Agent(event_base* base, AgentSetup setup, protocol::Secret secret, Node& node)
-    : base_(base), setup_(std::move(setup)), secret_(secret), node_(node), timers_(base)
+    : base_(base),
+      setup_(std::move(setup)),
+      secret_(secret),
+      node_(node),
+      timers_(base),
+      outcomes_(timers_, {[this](const protocol::Bytes& frame) { send_up(frame); },
+                          [this](std::uint32_t child, const protocol::Bytes& frame) {
+                              const auto linked = std::find_if(children_.begin(), children_.end(), [child](const auto& c) {
+                                  return c->is_ready() && c->tag == child;
+                              });
+                              if (linked != children_.end())
+                                  (*linked)->send(frame);
+                          }}),
+      fences_(base, setup_.node_id, setup_.ranks,
+              {[this](const protocol::Bytes& frame) { send_up(frame); },
+               [this](const protocol::Bytes& frame) { send_down(std::nullopt, frame); },
+               [this](const std::vector<std::uint32_t>& ranks) {
+                   return protocol::fence_expected(*tree_, map_->rank_node, setup_.node_id, ranks);
+               },
+               [this] { return tree_ && !tree_->children(setup_.node_id).empty(); }}),
+      dmodex_waiting_(timers_),
+      data_waiting_(timers_)
 {
 }
 
@@ -70,52 +91,8 @@ void Agent::serving()
 
 void Agent::task_failed(const protocol::Event& e)
 {
-    fail_fences_with(e.rank);
+    fences_.rank_dead(e.rank);
     send_up(e.encode());
-}
-
-void Agent::report(const protocol::Outcome& o)
-{
-    unacked_[{o.rank, o.epoch}] = o;
-    outgoing_.push_back(o);
-    schedule_outcomes();
-}
-
-void Agent::on_acks(const protocol::Acks& acks)
-{
-    std::map<std::uint32_t, protocol::Acks> down;  // by the child that sent them up
-    for (const auto& one : acks.list) {
-        const std::pair key{one.rank, one.epoch};
-        if (unacked_.erase(key) == 0)
-            continue;  // a repeat: it was sent up twice
-        if (const auto child = relayed_for_.find(key); child != relayed_for_.end()) {
-            down[child->second].list.push_back(one);
-            relayed_for_.erase(child);
-        } else {
-            confirmed_.push_back(one);
-        }
-    }
-    for (auto& [node, list] : down) {
-        const auto linked = std::find_if(children_.begin(), children_.end(),
-                                         [node](const auto& c) { return c->is_ready() && c->tag == node; });
-        // A child no longer linked here sends them again on its new way up.
-        if (linked != children_.end())
-            protocol::in_pieces(list.list, protocol::max_ranks,
-                            [&](std::vector<protocol::Ack> part) { (*linked)->send(protocol::Acks{std::move(part)}.encode()); });
-    }
-}
-
-void Agent::schedule_outcomes()
-{
-    if (!std::exchange(outgoing_scheduled_, true))
-        timers_.defer([this] { send_outcomes(); });
-}
-
-void Agent::send_outcomes()
-{
-    outgoing_scheduled_ = false;
-    protocol::in_pieces(std::exchange(outgoing_, {}), protocol::max_ranks,
-                    [&](std::vector<protocol::Outcome> batch) { send_up(protocol::Outcomes{std::move(batch)}.encode()); });
 }
 
 Result<bool> Agent::on_frame(protocol::Channel& from, protocol::Type type, std::span<const std::uint8_t> body)
@@ -172,7 +149,7 @@ Result<bool> Agent::dispatch(bool from_above, protocol::Channel* from, protocol:
          }},
         {T::acks, Side::above, [](const In& in) {  // the FE has these
              return decoded<protocol::Acks>(in.body, [&](const auto& acks) {
-                 in.a.on_acks(acks);
+                 in.a.outcomes_.acknowledged(acks);
                  in.a.drained();
              });
          }},
@@ -191,11 +168,8 @@ Result<bool> Agent::dispatch(bool from_above, protocol::Channel* from, protocol:
                  // Acknowledged to the child only once the FE has them: a
                  // relay that dies with them on their way loses nothing, as
                  // the child sends them again on its next way up.
-                 for (const auto& o : batch.list) {
-                     if (in.from)
-                         in.a.relayed_for_[{o.rank, o.epoch}] = in.from->tag;
-                     in.a.report(o);
-                 }
+                 for (const auto& o : batch.list)
+                     in.a.outcomes_.report(o, in.from ? std::optional(in.from->tag) : std::nullopt);
              });
          }},
         {T::event, Side::either, [](const In& in) {
@@ -205,10 +179,10 @@ Result<bool> Agent::dispatch(bool from_above, protocol::Channel* from, protocol:
              return decoded<protocol::NodeDown>(in.body, [&](const auto& n) { in.a.on_node_down(n); });
          }},
         {T::fence_up, Side::either, [](const In& in) {
-             return decoded<protocol::FenceUp>(in.body, [&](const auto& f) { in.a.on_fence_up(f); });
+             return decoded<protocol::FenceUp>(in.body, [&](const auto& f) { in.a.fences_.from_below(f); });
          }},
         {T::fence_down, Side::either, [](const In& in) {
-             return decoded<protocol::FenceDown>(in.body, [&](const auto& f) { in.a.on_fence_down(f); });
+             return decoded<protocol::FenceDown>(in.body, [&](const auto& f) { in.a.fences_.from_above(f); });
          }},
         {T::dmodex_req, Side::either, [](const In& in) {
              return decoded<protocol::DmodexReq>(in.body, [&](const auto& r) { in.a.on_dmodex_req(r); });
@@ -247,17 +221,6 @@ Result<bool> Agent::dispatch(bool from_above, protocol::Channel* from, protocol:
                               (from_above ? "above" : "below"));
 }
 
-void Agent::flush_outcomes()
-{
-    // Everything not acknowledged, once: what waited for the turn's end is
-    // among it.
-    outgoing_.clear();
-    for (const auto& [key, o] : unacked_)
-        outgoing_.push_back(o);
-    if (!outgoing_.empty())
-        schedule_outcomes();
-}
-
 void Agent::drain()
 {
     // Every outcome acknowledged upstream first, and the links of the
@@ -277,8 +240,8 @@ void Agent::drain()
     timers_.after_ms(static_cast<std::uint32_t>(drain_limit.count()), [this] {
         if (stopping_)
             return;
-        if (!unacked_.empty())
-            log::error("%zu outcomes not acknowledged at exit", unacked_.size());
+        if (const auto n = outcomes_.unacked(); n > 0)
+            log::error("%zu outcomes not acknowledged at exit", n);
         if (const auto n = linked_children(); n > 0)
             log::info("leaving the tree with %zu child daemons still linked; they link further up", n);
         else if (!step_done_)
@@ -294,7 +257,7 @@ void Agent::drain()
 // stopping.
 bool Agent::drained()
 {
-    if (draining_ && !stopping_ && step_done_ && unacked_.empty() && linked_children() == 0)
+    if (draining_ && !stopping_ && step_done_ && outcomes_.unacked() == 0 && linked_children() == 0)
         quit(0);
     return stopping_;
 }

@@ -11,6 +11,13 @@
 // outcomes (kept until acknowledged), the adoption of a child whose parent
 // left, and the drain at the step's end.
 //
+// The agent owns the links, the step map and tree, and what came down (to
+// replay to a child adopted later); each frame's route is here (dispatch).
+// The fences in progress are a FenceRelay's (fence_relay.hpp), the
+// outcomes on their way up an OutcomeRelay's (outcome_relay.hpp), the
+// requests awaiting answers PendingRequests' (pending_requests.hpp): each
+// owns its state and reaches the tree through the agent's links.
+//
 // What it needs of its node it asks through Agent::Node: the node daemon's
 // PMIx side (daemon.hpp) gives one, and so does the overlay simulation
 // (bench/overlay_sim.cpp), which runs hundreds of agents without Slurm or
@@ -18,6 +25,9 @@
 // share a loop.
 #pragma once
 
+#include "fence_relay.hpp"
+#include "outcome_relay.hpp"
+#include "pending_requests.hpp"
 #include "timers.hpp"
 
 #include "exitpolicy/result.hpp"
@@ -104,16 +114,17 @@ public:
 
     const protocol::StepMap* map() const noexcept { return map_ ? &*map_ : nullptr; }
     bool linked_up() const;
-    std::size_t unacked() const noexcept { return unacked_.size(); }
+    std::size_t unacked() const noexcept { return outcomes_.unacked(); }
     // This node's own outcomes (not a child's) that the FE acknowledged.
-    const std::vector<protocol::Ack>& confirmed() const noexcept { return confirmed_; }
+    const std::vector<protocol::Ack>& confirmed() const noexcept { return outcomes_.confirmed(); }
 
     // ---- what the node asks (loop thread) ----
     // A fence over `ranks` (empty: all) with this node's data: the next
-    // instance over that set. It fails at once when a participant is known
-    // dead; with timeout_s > 0 an instance still pending here after that
-    // long fails everywhere with PMIX_ERR_TIMEOUT.
-    void fence(std::vector<std::uint32_t> ranks, protocol::Bytes data, int timeout_s, Done done);
+    // instance over that set (fence_relay.hpp).
+    void fence(std::vector<std::uint32_t> ranks, protocol::Bytes data, int timeout_s, Done done)
+    {
+        fences_.call(std::move(ranks), std::move(data), timeout_s, std::move(done));
+    }
     // The data `rank` committed, from the node that owns it.
     void direct_modex(std::uint32_t rank, int timeout_s, Done done);
     // Publish, lookup, unpublish: to the FE and back. A lookup that waits
@@ -122,12 +133,9 @@ public:
     // A local task ended abnormally: fences over it fail, and the event
     // goes to the FE, which tells every node.
     void task_failed(const protocol::Event& e);
-    // A task's outcome (a local one, or one a child passed up), up to the
-    // FE; sent again after a new link up until acknowledged. What is
-    // reported in one loop turn goes up in one frame. A child's outcome is
-    // acknowledged to it when the FE's acknowledgement comes down, not
-    // before: every holder keeps an outcome until the FE has it.
-    void report(const protocol::Outcome& o);
+    // A local task's outcome, up to the FE; sent again after a new link up
+    // until acknowledged (outcome_relay.hpp).
+    void report(const protocol::Outcome& o) { outcomes_.report(o); }
     // Up to the FE as it is (an abort, a relayed event, a teardown request,
     // a task's log line).
     void to_root(const protocol::Bytes& frame) { send_up(frame); }
@@ -139,8 +147,6 @@ public:
     void drain();
 
 private:
-    using Fences = protocol::FenceTable<std::optional<Done>>;  // the local caller's
-
     void quit(int code);
     void start_fe_link();
     bool listen_children();
@@ -164,23 +170,9 @@ private:
     void adopt(protocol::Channel& child);
     void parent_lost(const std::string& why);
     void connect_up();
-    Fences::Instance& open_fence(const std::string& key, const protocol::FenceKey& id);
-    void on_fence_up(const protocol::FenceUp& f);
-    void on_fence_down(const protocol::FenceDown& f);
-    void pass_fence_up(const std::string& key, Fences::Instance& f);
-    void finish_fence(const std::string& key, const protocol::FenceKey& id, int status, const protocol::Bytes& data);
-    void fence_timed_out(const std::string& key);
-    void fail_fences_with(std::uint32_t rank);
-    void fail_fence(std::string key, int status);
     void on_dmodex_req(const protocol::DmodexReq& r);
     void on_dmodex_resp(const protocol::DmodexResp& r);
     void on_data_reply(const protocol::DataReply& r);
-    // The FE's acknowledgements: what was this node's is confirmed(), what
-    // a child sent up goes down to it.
-    void on_acks(const protocol::Acks& acks);
-    void schedule_outcomes();
-    void send_outcomes();
-    void flush_outcomes();
     // A drain is done once nothing waits for an ack and no child is linked
     // below: the node is told to stop. Whether the agent is stopping.
     bool drained();
@@ -219,29 +211,16 @@ private:
     };
     std::vector<Held> early_;
 
-    // Outcomes sent up and not yet acknowledged, by rank and epoch; those
-    // waiting for the end of the loop turn to go up together.
-    std::map<std::pair<std::uint32_t, std::uint32_t>, protocol::Outcome> unacked_;
-    std::vector<protocol::Outcome> outgoing_;
-    // Which child sent up each outcome it relays (its node: Channel::tag).
-    std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint32_t> relayed_for_;
-    std::vector<protocol::Ack> confirmed_;
-    bool outgoing_scheduled_ = false;
-    Fences fences_;  // instances in progress here, and those finished
-    std::map<std::string, std::uint64_t> fence_calls_;  // local fence calls per participant set
-    // Instances that failed here before the local call came (their status):
-    // that call fails at once.
-    std::map<std::string, int> failed_ahead_;
-    std::set<std::uint32_t> dead_;  // ranks known to have ended abnormally or been lost
+    OutcomeRelay outcomes_;
+    FenceRelay fences_;
     // Events and node losses that came from above, in order: replayed to a
     // child adopted later, which may have missed them while it reconnected.
     std::vector<protocol::Bytes> history_;
     std::set<std::uint32_t> events_seen_;  // ranks whose event came from above
     std::set<std::uint32_t> nodes_down_;
-    std::uint64_t next_dmodex_ = 1;
-    std::map<std::uint64_t, Done> dmodex_waiting_;
-    std::uint64_t next_data_ = 1;
-    std::map<std::uint64_t, DataDone> data_waiting_;
+    // Direct-modex and publish/lookup requests awaiting their answer.
+    PendingRequests<Done> dmodex_waiting_;
+    PendingRequests<DataDone> data_waiting_;
 };
 
 }  // namespace exitpolicy::pmix_server

@@ -260,7 +260,7 @@ void Agent::on_map(const protocol::StepMap& map)
             log::debug("linked to the parent daemon");
             fe_.reset();  // the parent is our way up from now on
             flush_up(c);
-            flush_outcomes();  // any the FE link carried but did not see acknowledged
+            outcomes_.resend();  // any the FE link carried but did not see acknowledged
             node_.linked_up();
         };
         h.closed = [this](protocol::Channel&, protocol::Channel::Reason, const std::string& why) {

@@ -34,7 +34,7 @@ void Agent::on_node_down(const protocol::NodeDown& d)
     log::info("node %s is lost with %zu ranks", d.hostname.c_str(), d.ranks.size());
     tree_->leave(d.node);
     for (std::uint32_t r : d.ranks)
-        fail_fences_with(r);
+        fences_.rank_dead(r);
     node_.node_lost(d);
 }
 
@@ -51,10 +51,9 @@ void Agent::parent_lost(const std::string& why)
     }
     // Every fence in progress here went, or would have gone, through the
     // parent: it fails here and below (never succeeds short, never hangs).
-    for (auto& key : fences_.affected([](const auto&) { return true; }))
-        fail_fence(std::move(key), protocol::pmix::unreach);
+    fences_.fail_where([](const auto&) { return true; }, protocol::pmix::unreach);
     // Publish / lookup requests it carried are lost with it.
-    for (auto& [id, done] : std::exchange(data_waiting_, {}))
+    for (auto& [id, done] : data_waiting_.take_all())
         done(protocol::DataReply{id, setup_.node_id, protocol::pmix::unreach, {}, {}, {}});
     connect_up();
 }
@@ -73,7 +72,7 @@ void Agent::connect_up()
         log::info("adopted by %s", up_node_ ? map_->hostnames[*up_node_].c_str() : "the front end");
         fe_.reset();  // the enrollment link, if it was still open
         flush_up(c);
-        flush_outcomes();  // what the lost parent took but may not have passed on
+        outcomes_.resend();  // what the lost parent took but may not have passed on
         node_.linked_up();
     };
     h.closed = [this, target](protocol::Channel& c, protocol::Channel::Reason, const std::string& why) {
@@ -134,13 +133,13 @@ void Agent::node_left(std::uint32_t node)
     down_queue_.erase(node);
     send_up(protocol::Gone{node}.encode());
     // Fences whose contributions may have been on their way through it.
-    const auto through = fences_.affected([&](const std::vector<std::uint32_t>& ranks) {
-        return ranks.empty() || std::any_of(ranks.begin(), ranks.end(), [&](std::uint32_t r) {
-                   return r < map_->rank_node.size() && tree_->in_static_subtree(map_->rank_node[r], node);
-               });
-    });
-    for (auto key : through)
-        fail_fence(std::move(key), protocol::pmix::unreach);
+    fences_.fail_where(
+        [&](const std::vector<std::uint32_t>& ranks) {
+            return ranks.empty() || std::any_of(ranks.begin(), ranks.end(), [&](std::uint32_t r) {
+                       return r < map_->rank_node.size() && tree_->in_static_subtree(map_->rank_node[r], node);
+                   });
+        },
+        protocol::pmix::unreach);
 }
 
 }  // namespace exitpolicy::pmix_server
