@@ -3,12 +3,13 @@
 """many_tasks.py - one step of many tasks on one node, with and without the plugin.
 
 Times `srun -N1 -nTASKS --overcommit true` on a one-node cluster that takes
-that many tasks (bench/run.sh many raises Slurm's MaxTasksPerNode), in three
+that many tasks (bench/run.sh many raises Slurm's MaxTasksPerNode), in four
 configurations, interleaved so that machine noise hits all of them alike: no
 plugin; the plugin as sites get it (pmix=auto: the node daemon stands by,
 slurmstepd tells it of every task's start, each task gets its PMIx and PMI
 environment); the same with --exit-policy=main-rank (every task's outcome
-goes to srun). Prints each configuration's median and the median of the
+goes to srun); main-rank on a site with pmix=never (no node daemon: the
+outcomes go from slurmstepd to srun alone). Prints each configuration's median and the median of the
 per-round ratios against "no plugin", paired round by round.
 
 Each step starts on an idle cluster: slurmstepd goes on for a second or two
@@ -48,6 +49,9 @@ configs = {
     "no plugin": (None, []),
     "pmix=auto": (f"optional {plugin}\n", []),
     "pmix=auto, main-rank": (f"optional {plugin}\n", ["--exit-policy=main-rank"]),
+    # A site without the PMIx service (or a step under Slurm's mpi/pmix):
+    # every outcome goes to srun from slurmstepd alone.
+    "pmix=never, main-rank": (f"optional {plugin} pmix=never\n", ["--exit-policy=main-rank"]),
 }
 # Another build of the plugin beside this one, in the same rounds (a
 # change measured against what it changes): MANY_OTHER_PLUGIN=PATH.

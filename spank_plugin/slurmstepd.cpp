@@ -307,6 +307,14 @@ int task_post_fork(spank_t sp)
     // daemon from seeing it close.
     if (int local = 0; item(sp, S_TASK_ID, local) && local >= 0)
         remote.pmi.forked(static_cast<std::size_t>(local));
+    std::uint32_t rank = 0;
+    pid_t pid = 0;
+    const bool known = item(sp, S_TASK_GLOBAL_ID, rank) && item(sp, S_TASK_PID, pid);
+    // Every task whose outcome goes to srun, with or without a node
+    // daemon: a success is batched while a node-mate's end waits
+    // (node_mate_waiting).
+    if (known && !remote.sinks.empty())
+        remote.running.insert(pid);
     // A task whose environment was planned here never asks the daemon: the
     // daemon learns which process it is from us, with its start time, so
     // that a pid its task left behind is never taken for it.
@@ -317,13 +325,9 @@ int task_post_fork(spank_t sp)
     // woken once per task (what is left goes with the next word, a task's
     // exit).
     const bool last = ++remote.tasks_forked >= remote.local_tasks;
-    std::uint32_t rank = 0;
-    pid_t pid = 0;
     std::optional<std::uint64_t> started;
-    if (item(sp, S_TASK_GLOBAL_ID, rank) && item(sp, S_TASK_PID, pid)) {
-        remote.running.insert(pid);
+    if (known)
         started = protocol::process::start_time(pid);  // none: gone already, its outcome says the rest
-    }
     Result<bool> told = Result<bool>::ok(true);
     if (started)
         told = tell_daemon(remote.service.daemon, protocol::TaskStarted{rank, pid, *started}, last);
