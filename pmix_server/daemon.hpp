@@ -12,8 +12,8 @@
 #pragma once
 
 #include "agent.hpp"
-#include "exitpolicy/node_failures.hpp"
 #include "protocol/daemon_args.hpp"
+#include "local_ends.hpp"
 #include "local_links.hpp"
 #include "local_tasks.hpp"
 #include "step_services.hpp"
@@ -88,12 +88,10 @@ private:
     // order): the namespace is registered, and the agent serves.
     void serve();
     // This node learned that `rank` ended abnormally: a PMIx client that
-    // fails here after it is collateral (exitpolicy/node_failures.hpp). An
-    // own end is an exit or a signal of the task's own, not an abort or a
-    // tear-down kill.
+    // fails here after it is collateral (local_ends.hpp), and the PMI
+    // service's clients hear of it. An own end is an exit or a signal of
+    // the task's own, not an abort or a tear-down kill.
     void failure_known(std::uint32_t rank, bool by_itself);
-    // The facts of a local end, for failures_ to judge.
-    bool collateral(std::uint32_t rank, std::int64_t when_us, bool by_itself) const;
     // Teardown: SIGTERM to every local task still running, SIGKILL to
     // those left after kill_after_ms.
     void terminate_local(const std::string& why, std::uint32_t kill_after_ms);
@@ -165,17 +163,9 @@ private:
     // process that reused a pid.
     // The local tasks as processes; made with the loop.
     std::unique_ptr<LocalTasks> tasks_;
-    // The failures this node knows of, and its judgement of its tasks'
-    // ends against them, on this node's clock.
-    exitpolicy::NodeFailures failures_;
-    struct AbortCall {
-        int status = 0;
-        std::int64_t when_us = 0;  // the failure's moment: the kill comes later
-    };
-    std::map<std::uint32_t, AbortCall> aborts_;
-    std::set<std::uint32_t> connected_;
-    std::set<std::uint32_t> finalized_;
-    std::set<std::uint32_t> notified_;     // ranks whose end our clients heard of
+    // How the local tasks ended, and the failures this node knows of.
+    LocalEnds ends_;
+    std::set<std::uint32_t> notified_;  // ranks whose end our clients heard of
 };
 
 }  // namespace exitpolicy::pmix_server

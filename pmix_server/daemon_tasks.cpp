@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // daemon_tasks.cpp - the node's tasks: their clients' abort, log and
-// finalization, failures known here and elsewhere (the facts: which end is
-// collateral to them is exitpolicy/node_failures.hpp's judgement), the
-// local teardown, each task's exit watched through its pidfd, and the
-// outcomes passed on. See daemon.hpp.
+// finalization, failures known here and elsewhere (the facts are
+// local_ends.hpp's, which end is collateral to them the core's
+// judgement), the local teardown, and the outcomes passed on. See
+// daemon.hpp.
 #include "daemon.hpp"
 
 #include "event_anchor.hpp"
@@ -30,18 +30,6 @@
 #include <utility>
 
 namespace exitpolicy::pmix_server {
-namespace {
-
-bool ended_by_itself(int wait_status, bool aborted)
-{
-    TaskOutcome t;
-    t.wait_status = wait_status;
-    if (aborted)
-        t.abort_status = 0;  // whatever its status: an abort
-    return exitpolicy::ended_by_itself(t);
-}
-
-}  // namespace
 
 void Daemon::peer_failed(const protocol::Event& e)
 {
@@ -56,12 +44,7 @@ void Daemon::abort(std::uint32_t rank, int status, std::string message)
 {
     // The first call is the failure's moment: Open MPI's MPI_Abort calls
     // PMIx_Abort twice (its peers, then everyone), the teardown in between.
-    const std::int64_t at_us = aborts_.try_emplace(rank, AbortCall{status, protocol::process::realtime_us()}).first->second.when_us;
-    // MPICH 4.2 does not wait to be ended after its abort: a node-mate can
-    // fail over the aborting rank a few milliseconds later (MPI_Finalize's
-    // flush to it, say). A task the kernel still runs now cannot be what
-    // the application reacted to.
-    failures_.abort_called(rank, at_us, application_abort(message), [this] { return tasks_->running(); });
+    ends_.abort_called(rank, status, message, [this] { return tasks_->running(); });
     failure_known(rank, false);  // the PMI service's clients hear of it; the first failure is set above
     log::info("rank %u called abort with status %d: %s", rank, status, message.c_str());
     agent_->to_root(protocol::Abort{rank, status, protocol::clipped(message)}.encode());
@@ -87,7 +70,7 @@ void Daemon::task_log(std::uint32_t rank, const std::string& text)
 
 void Daemon::client_connected(std::uint32_t rank)
 {
-    connected_.insert(rank);
+    ends_.connected(rank);
     // OpenPMIx talks to its clients over loopback TCP without TCP_NODELAY:
     // an event sent while the client still owes a delayed ACK (right after a
     // fence, say) waits up to 40 ms. The sockets are the library's, but
@@ -112,26 +95,14 @@ void Daemon::client_connected(std::uint32_t rank)
 
 void Daemon::client_finalized(std::uint32_t rank)
 {
-    finalized_.insert(rank);
+    ends_.finalized(rank);
 }
 
 void Daemon::failure_known(std::uint32_t rank, bool by_itself)
 {
     if (pmi_)
         pmi_->failed(rank);
-    failures_.known(rank, protocol::process::realtime_us(), by_itself);
-}
-
-bool Daemon::collateral(std::uint32_t rank, std::int64_t when_us, bool by_itself) const
-{
-    exitpolicy::NodeFailures::End end;
-    end.rank = rank;
-    end.when_us = when_us;
-    end.by_itself = by_itself;
-    end.client = connected_.count(rank) != 0;
-    end.torn_down = tasks_->torn_down(rank);
-    end.aborted = aborts_.count(rank) != 0;
-    return failures_.collateral(end);
+    ends_.failure_known(rank, by_itself);
 }
 
 void Daemon::terminate_local(const std::string& why, std::uint32_t kill_after_ms)
@@ -154,25 +125,12 @@ void Daemon::task_outcome(const protocol::Outcome& in)
     tasks_->ended(o.rank);
     if (const std::int64_t exited_at = tasks_->exited_at_us(o.rank); exited_at > 0)
         o.end_time_us = std::min(o.end_time_us, exited_at);
-    const auto aborted = aborts_.find(o.rank);
-    if (aborted != aborts_.end()) {
-        o.flags |= protocol::Outcome::flag_aborted;
-        o.abort_status = aborted->second.status;
-        o.end_time_us = std::min(o.end_time_us, aborted->second.when_us);
-    }
-    const bool was_client = connected_.count(o.rank) != 0;
-    if (was_client) {
-        o.flags |= protocol::Outcome::flag_finalized_known;
-        if (finalized_.count(o.rank))
-            o.flags |= protocol::Outcome::flag_finalized;
-    }
+    ends_.describe(o);
     if (const auto event = protocol::pmix::termination_event(o, args_.node_id)) {
-        const bool called_abort = aborted != aborts_.end();
-        const std::int64_t when = called_abort ? aborted->second.when_us : o.end_time_us;
-        const bool own = ended_by_itself(o.wait_status, called_abort);
-        if (collateral(o.rank, when, own))
+        const auto verdict = ends_.judge(o, tasks_->torn_down(o.rank));
+        if (verdict.collateral)
             o.flags |= protocol::Outcome::flag_collateral;
-        failure_known(o.rank, own);
+        failure_known(o.rank, verdict.by_itself);
         // Our own clients first, then everyone else through the FE.
         if (notified_.insert(o.rank).second)
             when_served([this, rank = o.rank, code = event->code, exit_code = event->exit_code] {
