@@ -78,7 +78,7 @@ def test_the_rpm_requires_the_slurm_release_it_was_built_for(rpm):
     assert f"slurm >= {major}.{minor:02d}" in requires, requires
     assert f"slurm < {major}.{minor + 1:02d}" in requires, requires
     # The libraries it links, found by rpmbuild's own dependency generator.
-    for library in ("libpmix.so", "libevent-2.1.so", "libevent_pthreads-2.1.so", "libhwloc.so",
+    for library in ("libpmix.so", "libevent_core-2.1.so", "libevent_pthreads-2.1.so", "libhwloc.so",
                     "libcrypto.so"):
         assert any(r.startswith(library) for r in requires), f"no {library}: {requires}"
 
