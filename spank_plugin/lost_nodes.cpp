@@ -9,67 +9,63 @@
 // reported an end: check_lost declares it once (NodeDown down the tree, to
 // every daemon's clients as PMIX_EVENT_NODE_DOWN and a termination event per
 // lost rank), its ranks count as lost_code, and fences over them fail. See
-// overlay_root.hpp.
-#include "overlay_root.hpp"
+// lost_nodes.hpp; the FE thread.
+#include "lost_nodes.hpp"
 #include "user_line.hpp"
 
 #include "exitpolicy/report.hpp"
-#include "protocol/events.hpp"
 
 #include <algorithm>
 
 namespace exitpolicy::spank_plugin {
 
-void OverlayRoot::stepd_opened(std::uint32_t node)
+LostNodes::LostNodes(std::uint32_t nnodes, int lost_code, const std::optional<protocol::Tree>& tree, Root& root,
+                     OutcomeCollector& collector)
+    : nnodes_(nnodes),
+      lost_code_(lost_code),
+      tree_(tree),
+      root_(root),
+      collector_(collector),
+      stepd_links_(nnodes, 0),
+      daemon_gone_(nnodes, false),
+      declared_down_(nnodes, false)
 {
-    ++stepd_links[node];
 }
 
-void OverlayRoot::stepd_closed(std::uint32_t node)
+void LostNodes::stepd_opened(std::uint32_t node)
 {
-    --stepd_links[node];
-    // A standby whose slurmstepd is gone will never be woken: its node is
-    // done with the step before any daemon of it enrolled.
-    if (stepd_links[node] == 0 && standbys[node] && !enrolled[node])
-        make_absent(node);
-    check_lost(node);
+    ++stepd_links_[node];
 }
 
-void OverlayRoot::tree_link_closed(std::uint32_t node, bool adopted)
+std::uint32_t LostNodes::stepd_closed(std::uint32_t node)
+{
+    return --stepd_links_[node];
+}
+
+void LostNodes::tree_link_closed(std::uint32_t node, bool adopted)
 {
     // Its way up was this link (not just the enrollment): it left. Not the
     // tree as it is now: a node whose parent daemon has just left is
     // below the FE now, yet its enrollment link was not its way up.
-    if (tree && (adopted || !tree->static_parent(node)))
+    if (tree_ && (adopted || !tree_->static_parent(node)))
         node_left(node);
 }
 
-bool OverlayRoot::adopt(std::uint32_t node)
+bool LostNodes::adopt(std::uint32_t node)
 {
-    if (!tree)
+    if (!tree_)
         return false;
-    for (auto a = tree->static_parent(node); a; a = tree->static_parent(*a))
+    for (auto a = tree_->static_parent(node); a; a = tree_->static_parent(*a))
         node_left(*a);
     return true;
 }
 
-// A daemon left the tree (its link to us closed, its parent reported
-// it, or an orphan below it asked us to adopt it).
-void OverlayRoot::node_left(std::uint32_t node)
+void LostNodes::node_left(std::uint32_t node)
 {
-    if (!tree || node >= setup.nnodes)
+    if (!tree_ || node >= nnodes_)
         return;
-    daemon_gone[node] = true;
-    if (tree->leave(node)) {
-        // Fences whose contributions may have been on their way through it.
-        fail_fences(protocol::pmix::unreach, [&](const std::vector<std::uint32_t>& ranks) {
-            return collector.with_rank_nodes([&](const std::vector<std::uint32_t>& node_of_rank) {
-                return std::any_of(ranks.begin(), ranks.end(), [&](std::uint32_t r) {
-                    return r < node_of_rank.size() && tree->in_static_subtree(node_of_rank[r], node);
-                });
-            });
-        });
-    }
+    daemon_gone_[node] = true;
+    root_.left_tree(node);
     check_lost(node);
 }
 
@@ -77,32 +73,23 @@ void OverlayRoot::node_left(std::uint32_t node)
 // link is closed while some of its ranks never reported an end: the
 // daemons tell their clients (PMIX_EVENT_NODE_DOWN, and a termination
 // event per lost rank).
-void OverlayRoot::check_lost(std::uint32_t node)
+void LostNodes::check_lost(std::uint32_t node)
 {
-    if (!map_sent() || !daemon_gone[node] || stepd_links[node] != 0 || declared_down[node])
+    if (!tree_ || !daemon_gone_[node] || stepd_links_[node] != 0 || declared_down_[node])
         return;
     protocol::NodeDown down;
     down.node = node;
-    down.exit_code = setup.lost_code;
-    down.hostname = collector.node_name(node);
-    down.ranks = collector.unreported(node);
+    down.exit_code = lost_code_;
+    down.hostname = collector_.node_name(node);
+    down.ranks = collector_.unreported(node);
     if (down.ranks.empty())
         return;
-    declared_down[node] = true;
-    dead.insert(down.ranks.begin(), down.ranks.end());
-    lost_ranks.insert(lost_ranks.end(), down.ranks.begin(), down.ranks.end());
-    std::sort(lost_ranks.begin(), lost_ranks.end());
+    declared_down_[node] = true;
+    lost_ranks_.insert(lost_ranks_.end(), down.ranks.begin(), down.ranks.end());
+    std::sort(lost_ranks_.begin(), lost_ranks_.end());
     user_line("%s: node lost (its node daemon and slurmstepd are gone) with rank%s %s", down.hostname.c_str(),
               down.ranks.size() == 1 ? "" : "s", compress_ranks(down.ranks).c_str());
-    fail_fences(protocol::pmix::proc_term_wo_sync, [&](const std::vector<std::uint32_t>& ranks) {
-        return std::any_of(down.ranks.begin(), down.ranks.end(),
-                           [&](std::uint32_t r) { return std::binary_search(ranks.begin(), ranks.end(), r); });
-    });
-    const protocol::Bytes frame = down.encode();
-    history_.push_back(frame);
-    broadcast(frame);
-    failure(down.hostname + " was lost");
-    outcome_recorded();  // the others may be over already
+    root_.node_lost(down);
 }
 
 }  // namespace exitpolicy::spank_plugin

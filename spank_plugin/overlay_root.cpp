@@ -40,20 +40,20 @@ OverlayRoot::OverlayRoot(const FrontEndSetup& step, event_base* loop, Links& fe_
       links(fe_links),
       collector(collected),
       enrolled(step.nnodes, std::nullopt),
-      standbys(step.nnodes, std::nullopt),
-      absent(step.nnodes, false),
-      stepd_links(step.nnodes, 0),
-      daemon_gone(step.nnodes, false),
-      declared_down(step.nnodes, false)
+      standbys(step.nnodes, loop, *this, collected),
+      lost(step.nnodes, step.lost_code, tree, *this, collected),
+      published([this](std::uint32_t node, const protocol::Bytes& frame) { route(node, frame); })
 {
-}
-
-OverlayRoot::~OverlayRoot()
-{
-    wakes.clear();  // their connections, while the loop is there
 }
 
 // ---- what the links tell ----
+
+void OverlayRoot::stepd_closed(std::uint32_t node)
+{
+    if (lost.stepd_closed(node) == 0)
+        standbys.slurmstepd_gone(node);
+    lost.check_lost(node);
+}
 
 void OverlayRoot::direct_outcome(const protocol::Outcome& o, std::uint32_t node)
 {
@@ -64,7 +64,7 @@ void OverlayRoot::direct_outcome(const protocol::Outcome& o, std::uint32_t node)
     // in the history, which every node hears after its map.
     if (node >= setup.nnodes || dead.count(o.rank))
         return;
-    if ((map_sent() && daemon_gone[node]) || standbys[node])
+    if ((map_sent() && lost.daemon_gone(node)) || standbys.stands_by(node))
         if (const auto e = protocol::pmix::termination_event(o, node))
             event(*e);
 }
@@ -73,6 +73,7 @@ void OverlayRoot::direct_outcome(const protocol::Outcome& o, std::uint32_t node)
 // never come, and whose data nobody can serve any more).
 void OverlayRoot::outcome_recorded()
 {
+    const auto& lost_ranks = lost.lost_ranks();
     if (step_done_sent || !map_sent() || !(collector.complete() || (!lost_ranks.empty() && collector.missing_only(lost_ranks))))
         return;
     step_done_sent = true;
@@ -158,7 +159,7 @@ void OverlayRoot::route(std::uint32_t to, const protocol::Bytes& frame)
 
 Result<bool> OverlayRoot::enroll(const Peer& from, const protocol::Enroll& e)
 {
-    if (absent[from.node] && map_sent()) {
+    if (standbys.absent(from.node) && map_sent()) {
         user_line("%s: that node's PMIx service reached srun too late, after the other nodes had been wired up "
                   "without it (a slow or overloaded node); its tasks get no PMIx service",
                   collector.node_name(from.node).c_str());
@@ -168,13 +169,10 @@ Result<bool> OverlayRoot::enroll(const Peer& from, const protocol::Enroll& e)
     if (!slot)
         ++enrolled_count;
     slot = std::make_pair(from.address, e.port);
-    if (absent[from.node]) {  // its slurmstepd left, yet it came
-        absent[from.node] = false;
-        --absent_count;
-    }
+    standbys.enrolled(from.node);
     // The first daemon: the others that stand by start now.
     if (enrolled_count == 1 && !map_sent())
-        wake_all();
+        standbys.wake_all();
     send_map();
     return Result<bool>::ok(true);
 }
@@ -182,7 +180,7 @@ Result<bool> OverlayRoot::enroll(const Peer& from, const protocol::Enroll& e)
 // Once every node has enrolled, or is absent, and one has: the map.
 void OverlayRoot::send_map()
 {
-    if (map_sent() || enrolled_count == 0 || enrolled_count + absent_count < setup.nnodes)
+    if (map_sent() || enrolled_count == 0 || enrolled_count + standbys.absent_count() < setup.nnodes)
         return;
     protocol::StepMap map;
     map.nspace = protocol::step_nspace(setup.job_id, setup.step_id);
@@ -197,9 +195,9 @@ void OverlayRoot::send_map()
     }
     tree.emplace(setup.nnodes, setup.fanout);
     for (std::uint32_t node = 0; node < setup.nnodes; ++node)
-        if (absent[node]) {
+        if (standbys.absent(node)) {
             tree->leave(node);
-            daemon_gone[node] = true;
+            lost.gone_from_start(node);
         }
     collector.step_map_sent();  // finish() waits a moment more for the tree
     links.send_daemons(map.encode());
@@ -210,8 +208,8 @@ void OverlayRoot::send_map()
     for (const auto& frame : history_)
         broadcast(frame);
     for (std::uint32_t node = 0; node < setup.nnodes; ++node)
-        if (absent[node])
-            check_lost(node);
+        if (standbys.absent(node))
+            lost.check_lost(node);
 }
 
 void OverlayRoot::fence_up(const protocol::FenceUp& up)
@@ -280,6 +278,36 @@ void OverlayRoot::event(const protocol::Event& e)
     });
 }
 
+// ---- LostNodes::Root ----
+
+void OverlayRoot::left_tree(std::uint32_t node)
+{
+    if (tree->leave(node)) {
+        // Fences whose contributions may have been on their way through it.
+        fail_fences(protocol::pmix::unreach, [&](const std::vector<std::uint32_t>& ranks) {
+            return collector.with_rank_nodes([&](const std::vector<std::uint32_t>& node_of_rank) {
+                return std::any_of(ranks.begin(), ranks.end(), [&](std::uint32_t r) {
+                    return r < node_of_rank.size() && tree->in_static_subtree(node_of_rank[r], node);
+                });
+            });
+        });
+    }
+}
+
+void OverlayRoot::node_lost(const protocol::NodeDown& down)
+{
+    dead.insert(down.ranks.begin(), down.ranks.end());
+    fail_fences(protocol::pmix::proc_term_wo_sync, [&](const std::vector<std::uint32_t>& ranks) {
+        return std::any_of(down.ranks.begin(), down.ranks.end(),
+                           [&](std::uint32_t r) { return std::binary_search(ranks.begin(), ranks.end(), r); });
+    });
+    const protocol::Bytes frame = down.encode();
+    history_.push_back(frame);
+    broadcast(frame);
+    failure(down.hostname + " was lost");
+    outcome_recorded();  // the others may be over already
+}
+
 // Fails, on every node, each fence in progress at the root whose
 // participants (sorted ranks; every rank when empty) `hit` says are
 // affected.
@@ -289,63 +317,6 @@ void OverlayRoot::fail_fences(int status, const std::function<bool(const std::ve
         fences.affected([&](const std::vector<std::uint32_t>& ranks) { return ranks.empty() || hit(ranks); });
     for (const auto& key : failed)
         fail_fence(key, *protocol::parse_fence_key(key), status);
-}
-
-// Answers a lookup if it can: true when answered.
-bool OverlayRoot::try_lookup(const protocol::DataRequest& r)
-{
-    protocol::DataReply reply{r.id, r.node, 0, {}, {}, {}};
-    for (const auto& key : r.keys) {
-        auto it = published.find(key);
-        if (it == published.end())
-            continue;
-        reply.keys.push_back(key);
-        reply.ranks.push_back(it->second.first);
-        reply.values.push_back(it->second.second);
-    }
-    const bool all = reply.keys.size() == r.keys.size();
-    if (!all && r.wait)
-        return false;
-    if (reply.keys.empty())
-        reply.status = protocol::pmix::not_found;
-    auto frame = reply.encode();
-    if (frame.empty()) {
-        // More than a frame carries: the lookup fails, the link goes on.
-        user_line("a lookup of %zu keys by rank %u finds more than one frame carries (%u MiB): it fails",
-                  r.keys.size(), r.rank, static_cast<unsigned>(protocol::max_body_trusted >> 20));
-        frame = protocol::DataReply{r.id, r.node, protocol::pmix::out_of_resource, {}, {}, {}}.encode();
-    }
-    route(r.node, frame);
-    return true;
-}
-
-void OverlayRoot::data_request(const protocol::DataRequest& r)
-{
-    using Op = protocol::DataRequest::Op;
-    protocol::DataReply reply{r.id, r.node, 0, {}, {}, {}};
-    switch (r.op) {
-    case Op::publish:
-        for (std::size_t i = 0; i < r.keys.size(); ++i)
-            if (published.count(r.keys[i]))
-                reply.status = protocol::pmix::duplicate_key;  // the first publication stands
-        if (reply.status == protocol::pmix::success)
-            for (std::size_t i = 0; i < r.keys.size(); ++i)
-                published[r.keys[i]] = {r.rank, r.values[i]};
-        route(r.node, reply.encode());
-        std::erase_if(waiting_lookups, [this](const protocol::DataRequest& w) { return try_lookup(w); });
-        return;
-    case Op::lookup:
-        if (!try_lookup(r))
-            waiting_lookups.push_back(r);
-        return;
-    case Op::unpublish:
-        std::erase_if(published, [&](const auto& kv) {
-            return kv.second.first == r.rank &&
-                   (r.keys.empty() || std::find(r.keys.begin(), r.keys.end(), kv.first) != r.keys.end());
-        });
-        route(r.node, reply.encode());
-        return;
-    }
 }
 
 // What each frame from a daemon or slurmstepd does here; a frame with no
@@ -368,10 +339,10 @@ Result<bool> OverlayRoot::daemon_frame(const Peer& from, protocol::Type type, st
     };
     static const Route routes[] = {
         {T::data_request, [](const In& in) {
-             return decoded<protocol::DataRequest>(in.body, [&](const auto& r) { in.root.data_request(r); });
+             return decoded<protocol::DataRequest>(in.body, [&](const auto& r) { in.root.published.request(r); });
          }},
         {T::gone, [](const In& in) {
-             return decoded<protocol::Gone>(in.body, [&](const auto& g) { in.root.node_left(g.node); });
+             return decoded<protocol::Gone>(in.body, [&](const auto& g) { in.root.lost.node_left(g.node); });
          }},
         {T::enroll, [](const In& in) {
              return decoded<protocol::Enroll>(in.body, [&](const auto& e) { return in.root.enroll(in.from, e); });
@@ -380,7 +351,7 @@ Result<bool> OverlayRoot::daemon_frame(const Peer& from, protocol::Type type, st
              return decoded<protocol::Standby>(in.body, [&](const auto& s) {
                  if (in.from.role != protocol::Role::stepd)
                      return Result<bool>::fail("a standby's port from a daemon");
-                 in.root.standby(in.from, s);
+                 in.root.standbys.standby(in.from.node, in.from.address, s);
                  return Result<bool>::ok(true);
              });
          }},

@@ -3,24 +3,33 @@
 //
 // In a step with the PMIx service every node's daemon enrolls with the FE
 // (its address and the port it takes children on), a standing-by one once
-// woken (standbys.cpp); once all have, each gets the step map, and the FE is the root of the k-ary tree over the
-// step's nodes (protocol/tree.hpp). As the root it routes what comes up to
-// the node it is for, completes fences (the data goes down to every node),
-// keeps what is published for lookups, and tells every node of failures:
-// a task that ended abnormally (an event), a node lost (its daemon left the
-// tree and its slurmstepd's link is closed while some of its ranks never
-// reported). Events, losses and the teardown are kept in order and
+// woken (standbys.hpp); once all have, each gets the step map, and the FE is
+// the root of the k-ary tree over the step's nodes (protocol/tree.hpp). As
+// the root it routes what comes up to the node it is for, completes fences
+// (the data goes down to every node), keeps what is published for lookups
+// (published_data.hpp), and tells every node of failures: a task that ended
+// abnormally (an event), a node lost (its daemon left the tree and its
+// slurmstepd's link is closed while some of its ranks never reported;
+// lost_nodes.hpp). Events, losses and the teardown are kept in order and
 // replayed to a daemon adopted later. Unless the step is recoverable, a
 // failure tears the step down after teardown_grace; an abort at once.
 //
-// It reaches the daemons through Links, which the FE's connections give
-// (front_end.cpp), and keeps what srun's main thread reads (the nodes, the
-// outcomes, the aborts, problems) in the OutcomeCollector. Everything runs
-// on the FE thread; the teardown's grace is a timer on its loop.
+// It owns the enrollment, the step map and the tree, the fences at the
+// root, the dead ranks, the history and the teardown; the standbys, the
+// nodes' liveness and the published data are each their own part's, which
+// asks the root through a narrow interface (Standbys::Roll,
+// LostNodes::Root, a reply callback). It reaches the daemons through Links,
+// which the FE's connections give (front_end.cpp), and keeps what srun's
+// main thread reads (the nodes, the outcomes, the aborts, problems) in the
+// OutcomeCollector. Everything runs on the FE thread; the teardown's grace
+// is a timer on its loop.
 #pragma once
 
 #include "front_end_setup.hpp"
+#include "lost_nodes.hpp"
 #include "outcome_collector.hpp"
+#include "published_data.hpp"
+#include "standbys.hpp"
 
 #include "exitpolicy/result.hpp"
 #include "protocol/fences.hpp"
@@ -30,8 +39,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <memory>
 #include <optional>
 #include <set>
 #include <span>
@@ -39,13 +46,11 @@
 #include <utility>
 #include <vector>
 
-struct bufferevent;
-struct event;
 struct event_base;
 
 namespace exitpolicy::spank_plugin {
 
-class OverlayRoot {
+class OverlayRoot final : private Standbys::Roll, private LostNodes::Root {
 public:
     // What the root asks of the FE's connections.
     class Links {
@@ -69,7 +74,6 @@ public:
     };
 
     OverlayRoot(const FrontEndSetup& step, event_base* loop, Links& fe_links, OutcomeCollector& collected);
-    ~OverlayRoot();
     OverlayRoot(const OverlayRoot&) = delete;
     OverlayRoot& operator=(const OverlayRoot&) = delete;
 
@@ -79,19 +83,19 @@ public:
 
     // ---- what the links tell ----
     // Node `node`'s slurmstepd linked; its link closed.
-    void stepd_opened(std::uint32_t node);
+    void stepd_opened(std::uint32_t node) { lost.stepd_opened(node); }
     void stepd_closed(std::uint32_t node);
     // Node `node`'s link to the FE closed (it is no longer tree_linked):
     // when that link was its way up (the node is below the FE as built, or
     // the FE `adopted` it on that link), it left the tree. A node below a
     // daemon enrolls on a link it drops once linked to that daemon; when
     // the daemon has just left, the FE may see that drop only after.
-    void tree_link_closed(std::uint32_t node, bool adopted);
+    void tree_link_closed(std::uint32_t node, bool adopted) { lost.tree_link_closed(node, adopted); }
     // An orphan of node `node` asks to be adopted: every daemon between it
     // and the root left the tree. False before the step map (no adoption);
     // else what it may have missed (history()) is to be sent on its link
     // before that link is its way up.
-    bool adopt(std::uint32_t node);
+    bool adopt(std::uint32_t node) { return lost.adopt(node); }
     const std::vector<protocol::Bytes>& history() const noexcept { return history_; }
     // slurmstepd reported the end of one of node `node`'s tasks on its own
     // link, the first for that rank + epoch: when that node's daemon is
@@ -104,22 +108,17 @@ public:
     void outcome_recorded();
 
 private:
-    // A node's daemon that stands by, and where it is woken (standbys.cpp).
-    struct Standby {
-        std::string address;
-        std::uint16_t port = 0;
-        bool woken = false;
-    };
-    struct Waking {
-        OverlayRoot* root;
-        std::uint32_t node;
-        protocol::BufferEventHandle bev;  // its connection to the wake port
-    };
+    // ---- Standbys::Roll: what the standbys ask of the enrollment ----
+    bool has_enrolled(std::uint32_t node) const override { return enrolled[node].has_value(); }
+    bool any_enrolled() const override { return enrolled_count > 0; }
+    bool map_sent() const noexcept override { return tree.has_value(); }
+    void node_absent(std::uint32_t) override { send_map(); }
 
-    bool map_sent() const noexcept { return tree.has_value(); }
+    // ---- LostNodes::Root: what a daemon's leaving and a node's loss do ----
+    void left_tree(std::uint32_t node) override;
+    void node_lost(const protocol::NodeDown& down) override;
+
     std::vector<std::uint32_t> children();
-    void node_left(std::uint32_t node);
-    void check_lost(std::uint32_t node);
     void broadcast(const protocol::Bytes& frame);
     void teardown(const std::string& reason);
     void failure(const std::string& what);
@@ -127,19 +126,12 @@ private:
     void route(std::uint32_t to, const protocol::Bytes& frame);
     Result<bool> enroll(const Peer& from, const protocol::Enroll& e);
     void send_map();
-    void standby(const Peer& from, const protocol::Standby& s);
-    void wake_all();
-    void wake(std::uint32_t node);
-    void wake_failed(std::uint32_t node, const std::string& why);
-    void make_absent(std::uint32_t node);
     void fence_up(const protocol::FenceUp& up);
     void fence_too_large(const std::string& key, const protocol::FenceKey& id);
     void fail_fence(const std::string& key, const protocol::FenceKey& id, int status);
     void event(const protocol::Event& e);
     void notice(const Peer& from, const protocol::Notice& n);
     void fail_fences(int status, const std::function<bool(const std::vector<std::uint32_t>&)>& hit);
-    bool try_lookup(const protocol::DataRequest& r);
-    void data_request(const protocol::DataRequest& r);
 
     const FrontEndSetup setup;
     event_base* base;
@@ -148,27 +140,19 @@ private:
 
     std::vector<std::optional<std::pair<std::string, std::uint32_t>>> enrolled;  // address, port
     std::uint32_t enrolled_count = 0;
-    std::vector<std::optional<Standby>> standbys;
-    // Will never enroll: its slurmstepd left first, or it cannot be woken.
-    std::vector<bool> absent;
-    std::uint32_t absent_count = 0;
-    std::map<bufferevent*, std::unique_ptr<Waking>> wakes;  // connecting
     std::optional<protocol::Tree> tree;  // made as the step map goes out
     // Fences at the root of the tree: in progress, and finished (a late
     // contribution to one is dropped).
     protocol::FenceTable<> fences;
     std::set<std::uint32_t> dead;  // ranks that ended abnormally or were lost
-    // Run-through and lost nodes, by node id.
-    std::vector<std::uint32_t> stepd_links;  // slurmstepd's open links
-    std::vector<bool> daemon_gone;           // left the tree
-    std::vector<bool> declared_down;
     // Events and node losses as broadcast, replayed to a daemon adopted later.
     std::vector<protocol::Bytes> history_;
     bool step_done_sent = false;
-    std::vector<std::uint32_t> lost_ranks;  // sorted: the ranks of nodes declared lost
-    // Published data (PMIx_Publish), and lookups waiting for it.
-    std::map<std::string, std::pair<std::uint32_t, protocol::Bytes>> published;
-    std::vector<protocol::DataRequest> waiting_lookups;
+    // The parts, each the owner of its own state. Standbys' wake
+    // connections are freed with it, while the loop is there.
+    Standbys standbys;
+    LostNodes lost;           // run-through and lost nodes
+    PublishedData published;  // PMIx_Publish, and lookups waiting for it
     // Teardown: scheduled after a failure, sent once.
     bool teardown_scheduled = false;
     bool teardown_sent = false;

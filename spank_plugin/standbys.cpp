@@ -14,9 +14,10 @@
 // not start (its slurmstepd says port 0). The step map
 // goes out once every node has enrolled or is absent; an absent node has
 // port 0 in it and has left the tree on every side from the start (its
-// children link to the next ancestor). See overlay_root.hpp.
-#include "overlay_root.hpp"
+// children link to the next ancestor). See standbys.hpp; the FE thread.
+#include "standbys.hpp"
 #include "user_line.hpp"
+
 #include "protocol/guard.hpp"
 #include "protocol/timeouts.hpp"
 
@@ -37,33 +38,59 @@ constexpr timeval wake_timeout{protocol::timeouts::standby_wake.count() / 1000,
 
 }  // namespace
 
-void OverlayRoot::standby(const Peer& from, const protocol::Standby& s)
+Standbys::Standbys(std::uint32_t nnodes, event_base* base, Roll& roll, OutcomeCollector& collector)
+    : nnodes_(nnodes),
+      base_(base),
+      roll_(roll),
+      collector_(collector),
+      standbys_(nnodes, std::nullopt),
+      absent_(nnodes, false)
 {
-    if (from.node >= setup.nnodes || s.port > 0xffff)
-        return;
-    if (s.port == 0) {  // its daemon could not start: none will come
-        make_absent(from.node);
-        return;
-    }
-    auto& slot = standbys[from.node];
-    if (slot)
-        return;  // told once; a link opened again says it again
-    slot = Standby{from.address, static_cast<std::uint16_t>(s.port), false};
-    // A daemon has enrolled already: this one is late to the wake.
-    if (enrolled_count > 0 && !map_sent())
-        wake(from.node);
 }
 
-void OverlayRoot::wake_all()
+void Standbys::standby(std::uint32_t node, const std::string& address, const protocol::Standby& s)
 {
-    for (std::uint32_t node = 0; node < setup.nnodes; ++node)
+    if (node >= nnodes_ || s.port > 0xffff)
+        return;
+    if (s.port == 0) {  // its daemon could not start: none will come
+        make_absent(node);
+        return;
+    }
+    auto& slot = standbys_[node];
+    if (slot)
+        return;  // told once; a link opened again says it again
+    slot = Standby{address, static_cast<std::uint16_t>(s.port), false};
+    // A daemon has enrolled already: this one is late to the wake.
+    if (roll_.any_enrolled() && !roll_.map_sent())
         wake(node);
 }
 
-void OverlayRoot::wake(std::uint32_t node)
+void Standbys::wake_all()
 {
-    auto& slot = standbys[node];
-    if (!slot || slot->woken || enrolled[node] || absent[node])
+    for (std::uint32_t node = 0; node < nnodes_; ++node)
+        wake(node);
+}
+
+// A standby whose slurmstepd is gone will never be woken: its node is
+// done with the step before any daemon of it enrolled.
+void Standbys::slurmstepd_gone(std::uint32_t node)
+{
+    if (standbys_[node] && !roll_.has_enrolled(node))
+        make_absent(node);
+}
+
+void Standbys::enrolled(std::uint32_t node)
+{
+    if (absent_[node]) {  // its slurmstepd left, yet it came
+        absent_[node] = false;
+        --absent_count_;
+    }
+}
+
+void Standbys::wake(std::uint32_t node)
+{
+    auto& slot = standbys_[node];
+    if (!slot || slot->woken || roll_.has_enrolled(node) || absent_[node])
         return;
     slot->woken = true;
     sockaddr_in sin{};
@@ -71,20 +98,21 @@ void OverlayRoot::wake(std::uint32_t node)
     sin.sin_port = htons(slot->port);
     protocol::BufferEventHandle owned;
     if (inet_pton(AF_INET, slot->address.c_str(), &sin.sin_addr) != 1 ||
-        !(owned = protocol::BufferEventHandle(bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE)))) {
+        !(owned = protocol::BufferEventHandle(bufferevent_socket_new(base_, -1, BEV_OPT_CLOSE_ON_FREE)))) {
         wake_failed(node, "no socket for " + slot->address);
         return;
     }
     bufferevent* bev = owned.get();
-    auto* waking = wakes.emplace(bev, std::make_unique<Waking>(Waking{this, node, std::move(owned)})).first->second.get();
+    auto* waking =
+        wakes_.emplace(bev, std::make_unique<Waking>(Waking{this, node, std::move(owned)})).first->second.get();
     bufferevent_setcb(
         bev, nullptr, nullptr,
         [](bufferevent* b, short what, void* arg) {
             const auto* w = static_cast<Waking*>(arg);
-            OverlayRoot* root = w->root;
+            Standbys* standbys = w->standbys;
             const std::uint32_t n = w->node;
             const int error = EVUTIL_SOCKET_ERROR();
-            root->wakes.erase(b);  // frees w and b
+            standbys->wakes_.erase(b);  // frees w and b
             // Queued on the standby's socket: it starts the daemon. Refused:
             // it has closed that socket, as it does once a task of its own
             // woke it (its daemon enrolls) or at its node's end (its
@@ -92,35 +120,35 @@ void OverlayRoot::wake(std::uint32_t node)
             if ((what & BEV_EVENT_CONNECTED) || (!(what & BEV_EVENT_TIMEOUT) && (error == ECONNREFUSED || error == ECONNRESET)))
                 return;
             protocol::guarded(
-                [&] { root->wake_failed(n, what & BEV_EVENT_TIMEOUT ? "no answer" : std::strerror(error)); },
-                [root](const char*) { root->collector.problem("a node daemon could not be woken"); });
+                [&] { standbys->wake_failed(n, what & BEV_EVENT_TIMEOUT ? "no answer" : std::strerror(error)); },
+                [standbys](const char*) { standbys->collector_.problem("a node daemon could not be woken"); });
         },
         waking);
     bufferevent_set_timeouts(bev, nullptr, &wake_timeout);
     if (bufferevent_socket_connect(bev, reinterpret_cast<sockaddr*>(&sin), sizeof sin) != 0) {
-        wakes.erase(bev);  // frees it
+        wakes_.erase(bev);  // frees it
         wake_failed(node, "cannot connect");
     }
 }
 
-void OverlayRoot::wake_failed(std::uint32_t node, const std::string& why)
+void Standbys::wake_failed(std::uint32_t node, const std::string& why)
 {
-    if (enrolled[node])
+    if (roll_.has_enrolled(node))
         return;  // a task of its own woke it meanwhile
     user_line("%s: srun cannot reach that node's PMIx service at %s:%u (%s; a firewall between srun's host and the "
               "node may block the port); its tasks get no PMIx service",
-              collector.node_name(node).c_str(), standbys[node]->address.c_str(), standbys[node]->port,
+              collector_.node_name(node).c_str(), standbys_[node]->address.c_str(), standbys_[node]->port,
               why.c_str());
     make_absent(node);
 }
 
-void OverlayRoot::make_absent(std::uint32_t node)
+void Standbys::make_absent(std::uint32_t node)
 {
-    if (absent[node] || enrolled[node] || map_sent())
+    if (absent_[node] || roll_.has_enrolled(node) || roll_.map_sent())
         return;
-    absent[node] = true;
-    ++absent_count;
-    send_map();
+    absent_[node] = true;
+    ++absent_count_;
+    roll_.node_absent(node);
 }
 
 }  // namespace exitpolicy::spank_plugin
