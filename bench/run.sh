@@ -14,6 +14,11 @@
 #                              pmix=auto (the daemon stands by), pmix=auto with a policy
 #                              (MANY_ROUNDS=15 paired rounds; bench/many_tasks.py);
 #                              MANY_OTHER_PLUGIN=PATH: another build in the same rounds
+#   bash bench/run.sh forks    what loading the plugin costs each fork and exec of the process
+#                              that loaded it, as slurmstepd forks every task: CPU time per
+#                              fork and exec of /bin/true (FORK_TASKS=800 each, FORK_ROUNDS=14
+#                              interleaved rounds; bench/fork_cost.c); FORK_OTHER_PLUGIN=PATH:
+#                              another build in the same rounds
 #   bash bench/run.sh cost     what a step pays, as one table: no plugin, pmix=never,
 #                              pmix=auto with tasks that never use PMIx and with Open
 #                              MPI ones, Slurm's --mpi=pmix; time (COST_ROUNDS=9
@@ -70,9 +75,16 @@ case $what in
     echo "== policy core: deciding and reporting (bench/decide_bench.cpp)"
     "$build/bench/decide_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
       --benchmark_min_time=0.5 2>/dev/null | grep -E '^Benchmark|_median' ;;
-  srun|many|cost|pmix|pmi|nodeloss|failure|seal|soak|scale|overlay) ;;
-  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, many, cost, pmix, pmi, nodeloss, failure, soak, scale, overlay" >&2; exit 2 ;;
+  srun|many|forks|cost|pmix|pmi|nodeloss|failure|seal|soak|scale|overlay) ;;
+  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, many, forks, cost, pmix, pmi, nodeloss, failure, soak, scale, overlay" >&2; exit 2 ;;
 esac
+if [ "$what" = all ] || [ "$what" = forks ]; then
+  echo "== what loading the plugin costs each fork and exec (bench/fork_cost.c)"
+  cc -std=c11 -O2 -o "$work/fork_cost" "$src/bench/fork_cost.c" -ldl
+  # shellcheck disable=SC2086 # FORK_OTHER_PLUGIN: a path, or nothing
+  "$work/fork_cost" "${FORK_TASKS:-800}" "${FORK_ROUNDS:-14}" "$build/spank_plugin/exitpolicy.so" ${FORK_OTHER_PLUGIN:-}
+  [ "$what" = forks ] && exit 0
+fi
 case $what in
   all|seal)
     echo "== the per-frame tag of authenticated links (bench/seal_bench.cpp)"
