@@ -35,7 +35,7 @@ Agent::Agent(event_base* base, AgentSetup setup, protocol::Secret secret, Node& 
                               if (linked != children_.end())
                                   (*linked)->send(frame);
                           }}),
-      fences_(base, setup_.node_id, setup_.ranks,
+      fences_(base, setup_.ranks,
               {[this](const protocol::Bytes& frame) { send_up(frame); },
                [this](const protocol::Bytes& frame) { send_down(std::nullopt, frame); },
                [this](const std::vector<std::uint32_t>& ranks) {

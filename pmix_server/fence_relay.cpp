@@ -11,8 +11,8 @@
 
 namespace exitpolicy::pmix_server {
 
-FenceRelay::FenceRelay(event_base* base, std::uint32_t node, std::vector<std::uint32_t> ranks, Links links)
-    : node_(node), ranks_(std::move(ranks)), links_(std::move(links)), timers_(base)
+FenceRelay::FenceRelay(event_base* base, std::vector<std::uint32_t> ranks, Links links)
+    : ranks_(std::move(ranks)), links_(std::move(links)), timers_(base)
 {
 }
 

@@ -49,8 +49,8 @@ public:
         std::function<bool()> relays;
     };
 
-    // node: this node's id; ranks: its tasks' ranks.
-    FenceRelay(event_base* base, std::uint32_t node, std::vector<std::uint32_t> ranks, Links links);
+    // ranks: this node's tasks' ranks.
+    FenceRelay(event_base* base, std::vector<std::uint32_t> ranks, Links links);
     FenceRelay(const FenceRelay&) = delete;
     FenceRelay& operator=(const FenceRelay&) = delete;
 
@@ -78,7 +78,6 @@ private:
     void timed_out(const std::string& key);
     void fail(std::string key, int status);
 
-    std::uint32_t node_;
     std::vector<std::uint32_t> ranks_;
     Links links_;
     Timers timers_;

@@ -45,7 +45,7 @@ protected:
     std::vector<protocol::Bytes> up_, down_;
     std::vector<Ended> ended;
     // Every instance awaits this node's share and its child's.
-    FenceRelay relay{loop.base(), 1, {2, 3},
+    FenceRelay relay{loop.base(), {2, 3},
                      {[this](const protocol::Bytes& f) { up_.push_back(f); },
                       [this](const protocol::Bytes& f) { down_.push_back(f); },
                       [](const std::vector<std::uint32_t>&) { return std::uint32_t{2}; }, [] { return true; }}};
