@@ -30,9 +30,9 @@ void OutcomeRelay::acknowledged(const protocol::Acks& acks)
             confirmed_.push_back(one);
         }
     }
-    for (auto& [node, list] : down)
-        protocol::in_pieces(list.list, protocol::max_ranks, [&, node = node](std::vector<protocol::Ack> part) {
-            links_.child(node, protocol::Acks{std::move(part)}.encode());
+    for (const auto& to : down)
+        protocol::in_pieces(to.second.list, protocol::max_ranks, [&](std::vector<protocol::Ack> part) {
+            links_.child(to.first, protocol::Acks{std::move(part)}.encode());
         });
 }
 
