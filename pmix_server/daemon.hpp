@@ -5,7 +5,7 @@
 // the step: the local socket (exit reports and Stop from slurmstepd,
 // environment requests from tasks), the local tasks (their pidfds, the
 // teardown's signals, what makes a failure collateral), and the PMIx server
-// (pmix_host.hpp), whose upcalls (upcalls.hpp) arrive on the PMIx progress
+// (pmix_service.hpp, pmix_host.hpp), whose upcalls (upcalls.hpp) arrive on the PMIx progress
 // thread and are posted to this loop through the StepServices interface
 // (step_services.hpp). Its agent in the overlay tree (agent.hpp) does everything
 // between nodes, and asks the node's part of it through Agent::Node.
@@ -18,8 +18,7 @@
 #include "local_tasks.hpp"
 #include "step_services.hpp"
 #include "pmi_server.hpp"
-#include "pmix_host.hpp"
-#include "socket_activation.hpp"
+#include "pmix_service.hpp"
 #include "timers.hpp"
 #include "work_queue.hpp"
 
@@ -31,7 +30,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 struct event;
@@ -40,9 +38,7 @@ struct evconnlistener;
 
 namespace exitpolicy::pmix_server {
 
-class EventAnchor;
-
-class Daemon final : public StepServices, private Agent::Node, private LocalLinks::Node {
+class Daemon final : public StepServices, private Agent::Node, private LocalLinks::Node, private PmixService::Step {
 public:
     Daemon(protocol::DaemonArgs args, protocol::Secret secret);
     ~Daemon() override;
@@ -84,6 +80,14 @@ private:
     void step_ends() override;
     void slurmstepd_gone() override;
 
+    // ---- PmixService::Step: what the PMIx server's start asks of the step ----
+    const protocol::StepMap* map() const override;
+    bool way_up_open() const override;
+    void initialized() override;
+    void registered() override;
+    void environment_released() override;
+    void failed() override;
+
     // Once both the step map and the PMIx server are there (in either
     // order): the namespace is registered, and the agent serves.
     void serve();
@@ -98,32 +102,17 @@ private:
     // The loop, its wake for posted work, its timers and the local tasks'
     // watches; false if libevent cannot make one.
     bool make_loop();
-    void start_pmix_when_asked();
     void watch_signals();
     // The local socket, and slurmstepd's control link.
     void open_local_links();
-    // The PMIx server's socket reserved and the tasks' environment planned
-    // (socket_activation.hpp), when this library allows it; else the
-    // server starts with the daemon, as it always did.
-    void plan_server();
     // The local tasks' PMI sockets (--pmi-fd), served by pmi_ once the map
     // has come.
     void adopt_pmi_sockets();
-    // Starts the PMIx server (once): at the daemon's start, or in a planned
-    // step when the first client connects or another node asks for a local
-    // rank's data.
-    void start_pmix();
-    // PMIx work for the clients: now if the server serves (namespace and
-    // clients registered, the event anchor settled, the way up open), else
-    // then, in order. It never starts the server: with no client, nobody is
-    // told.
-    void when_served(std::function<void()> fn);
-    void pmix_served();
-    void check_planned_environment();
     void ready();
 
     protocol::DaemonArgs args_;
     protocol::Secret secret_;
+    protocol::Fd ready_;  // "ready PID\n" once serving; closed unwritten if never (the plugin reads EOF)
     protocol::EventBaseHandle base_;
     protocol::EventHandle wake_;
     std::vector<protocol::EventHandle> signals_;  // SIGTERM, SIGINT, SIGHUP: stop as at the step's end
@@ -133,29 +122,9 @@ private:
 
     std::unique_ptr<LocalLinks> local_;
 
-    std::unique_ptr<PmixHost> pmix_;
+    // The PMIx server, its start and its event anchor.
+    std::unique_ptr<PmixService> pmix_;
     std::unique_ptr<PmiServer> pmi_;
-    std::optional<PlannedServer> planned_;
-    activation::Reserved reserved_;
-    protocol::EventHandle first_client_;  // the reserved socket turns readable
-    bool pmix_started_ = false;
-    bool pmix_served_ = false;
-    std::vector<std::function<void()>> until_served_;
-    // Keeps clients' default event handlers registered (event_anchor.hpp).
-    // It starts with the PMIx server and overlaps the rest of the start-up:
-    // only the tasks' environment requests wait until it registered or
-    // failed (bounded), so that no task starts before it; with a planned
-    // server, the clients wait at the gate instead (pmix_served).
-    std::unique_ptr<EventAnchor> anchor_;
-    bool anchor_settled_ = false;
-    // PMIx_server_init takes ~20 ms, more on a loaded machine: it runs on
-    // its own thread while the daemon enrolls, and posts its result to the
-    // loop (serve()).
-    std::thread pmix_init_;
-    std::optional<Result<bool>> pmix_init_result_;
-    bool serving_ = false;
-    bool ready_sent_ = false;
-    bool namespace_ready_ = false;
     bool stopping_ = false;
     int exit_code_ = 0;
     // The local tasks, as their env requests came (the kernel's word for

@@ -6,7 +6,6 @@
 // daemon.hpp.
 #include "daemon.hpp"
 
-#include "event_anchor.hpp"
 #include "exitpolicy/outcome.hpp"
 #include "pmix_server/log.hpp"
 #include "pmi_encoding.hpp"
@@ -35,7 +34,7 @@ void Daemon::peer_failed(const protocol::Event& e)
 {
     failure_known(e.rank, ended_by_itself(e.wait_status, e.code == protocol::pmix::proc_requested_abort));
     if (notified_.insert(e.rank).second)  // the origin told its own clients already
-        when_served([this, e] { pmix_->notify_terminated(e.rank, e.code, e.exit_code); });
+        pmix_->when_served([this, e] { pmix_->host().notify_terminated(e.rank, e.code, e.exit_code); });
 }
 
 // ---- abort, clients ----------------------------------------------------------------
@@ -133,8 +132,8 @@ void Daemon::task_outcome(const protocol::Outcome& in)
         failure_known(o.rank, verdict.by_itself);
         // Our own clients first, then everyone else through the FE.
         if (notified_.insert(o.rank).second)
-            when_served([this, rank = o.rank, code = event->code, exit_code = event->exit_code] {
-                pmix_->notify_terminated(rank, code, exit_code);
+            pmix_->when_served([this, rank = o.rank, code = event->code, exit_code = event->exit_code] {
+                pmix_->host().notify_terminated(rank, code, exit_code);
             });
         agent_->task_failed(*event);
     }

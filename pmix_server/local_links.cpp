@@ -4,6 +4,7 @@
 #include "local_links.hpp"
 
 #include "pmix_server/log.hpp"
+#include "protocol/fd.hpp"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -65,15 +66,14 @@ bool LocalLinks::listen(const std::string& path)
         base_,
         [](evconnlistener*, evutil_socket_t fd, sockaddr*, int, void* arg) {
             auto* links = static_cast<LocalLinks*>(arg);
+            protocol::Fd conn(fd);  // closed unless a link took it
             ucred cred{};
             socklen_t len = sizeof(cred);
             if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-                (cred.uid != 0 && cred.uid != links->user_)) {
-                ::close(fd);
+                (cred.uid != 0 && cred.uid != links->user_))
                 return;
-            }
-            if (!guarded("a local connection", [&] { links->add(fd, cred.uid, cred.pid, false); }))
-                ::close(fd);
+            if (guarded("a local connection", [&] { links->add(fd, cred.uid, cred.pid, false); }))
+                conn.release();
         },
         this, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 64, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)));
     if (!listener_) {
@@ -86,10 +86,11 @@ bool LocalLinks::listen(const std::string& path)
 
 void LocalLinks::adopt_control(int fd, int backlog_fd)
 {
+    const protocol::Fd backlog(backlog_fd);
     ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     evutil_make_socket_nonblocking(fd);
     add(fd, 0, -1, true);
-    if (backlog_fd < 0)
+    if (!backlog)
         return;
     Link& control = *links_.back();
     evbuffer* in = bufferevent_get_input(control.bev.get());
@@ -97,15 +98,14 @@ void LocalLinks::adopt_control(int fd, int backlog_fd)
     // A bufferevent's input takes data only from its socket (its end is
     // frozen): opened for this once.
     evbuffer_unfreeze(in, 0);
-    if (::lseek(backlog_fd, 0, SEEK_SET) == 0) {
+    if (::lseek(backlog.get(), 0, SEEK_SET) == 0) {
         char buf[4096];
         ssize_t n;
-        while ((n = ::read(backlog_fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
+        while ((n = ::read(backlog.get(), buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
             if (n > 0 && evbuffer_add(in, buf, static_cast<std::size_t>(n)) == 0)
                 total += static_cast<std::size_t>(n);
     }
     evbuffer_freeze(in, 0);
-    ::close(backlog_fd);
     log::debug("read %zu bytes the standby kept of slurmstepd's control link", total);
     read_frames(control);
 }

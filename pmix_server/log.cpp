@@ -2,6 +2,8 @@
 // log.cpp - see log.hpp.
 #include "pmix_server/log.hpp"
 
+#include "protocol/fd.hpp"
+
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -48,16 +50,16 @@ int open_owned(const char* path) noexcept
     // The name is predictable and the directory may be shared: never
     // follow a link, and take only a plain file of this user's with no
     // other name (not one another user made, or a hard link to elsewhere).
-    const int fd = ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0600);
-    if (fd < 0)
+    protocol::Fd fd(::open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0600));
+    if (!fd)
         return -1;
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || st.st_nlink != 1) {
-        ::close(fd);
+    if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || st.st_nlink != 1) {
+        fd.reset();
         errno = EPERM;
         return -1;
     }
-    return fd;
+    return fd.release();
 }
 
 int file_fd() noexcept

@@ -10,6 +10,7 @@
 #include "pmix_compat.hpp"
 
 #include "protocol/auth.hpp"
+#include "protocol/fd.hpp"
 
 #include <csignal>
 #include <cstdio>
@@ -66,13 +67,15 @@ int main(int argc, char** argv)
 
     char hex[65] = {};
     std::size_t got = 0;
-    while (got < 64) {
-        const ssize_t n = ::read(args->secret_fd, hex + got, 64 - got);
-        if (n <= 0)
-            break;
-        got += static_cast<std::size_t>(n);
+    {
+        const protocol::Fd secret_fd(args->secret_fd);
+        while (got < 64) {
+            const ssize_t n = ::read(secret_fd.get(), hex + got, 64 - got);
+            if (n <= 0)
+                break;
+            got += static_cast<std::size_t>(n);
+        }
     }
-    ::close(args->secret_fd);
     auto secret = protocol::secret_from_hex(std::string(hex, got));
     if (!secret) {
         pmix_server::log::error("bad secret on fd %d: %s", args->secret_fd, secret.error().c_str());

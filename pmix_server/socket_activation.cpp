@@ -232,7 +232,7 @@ void arm(const Reserved& r, int error)
 {
     State& s = state();
     std::lock_guard guard(s.lock);
-    s.reserved_fd = r.fd;
+    s.reserved_fd = r.fd.get();
     s.port = r.port;
     s.error = error;
 }

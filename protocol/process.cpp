@@ -2,6 +2,8 @@
 // process.cpp - pidfds and /proc/PID/stat. See process.hpp.
 #include "protocol/process.hpp"
 
+#include "protocol/fd.hpp"
+
 #include <cerrno>
 #include <ctime>
 #include <cstdio>
@@ -107,16 +109,16 @@ int move_above(int fd, int floor) noexcept
 
 int open_pidfd_of(pid_t pid, std::uint64_t started) noexcept
 {
-    const int fd = open_pidfd(pid);
-    if (fd < 0)
+    Fd fd(open_pidfd(pid));
+    if (!fd)
         return -1;
     // Checked after the pidfd pins the pid: what it names now stays.
     if (start_time(pid) != started) {
-        ::close(fd);
+        fd.reset();
         errno = ESRCH;
         return -1;
     }
-    return fd;
+    return fd.release();
 }
 
 }  // namespace exitpolicy::protocol::process

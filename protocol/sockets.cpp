@@ -27,15 +27,17 @@ namespace exitpolicy::protocol {
 
 namespace {
 
-// The owner of the TCP socket at `peer` connected to `self` (both of one
-// family), asked of the kernel's socket diagnostics by the exact
-// connection, as `ss` asks.
-std::optional<uid_t> tcp_socket_owner(const sockaddr_storage& peer, const sockaddr_storage& self) noexcept
+// The kernel's socket diagnostics request for the exact TCP connection
+// from `peer` to `self` (both of one family), as `ss` asks; none for
+// another family.
+struct DiagRequest {
+    nlmsghdr header;
+    inet_diag_req_v2 request;
+};
+
+std::optional<DiagRequest> diag_request(const sockaddr_storage& peer, const sockaddr_storage& self) noexcept
 {
-    struct {
-        nlmsghdr header;
-        inet_diag_req_v2 request;
-    } ask{};
+    DiagRequest ask{};
     ask.header.nlmsg_len = sizeof ask;
     ask.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
     ask.header.nlmsg_flags = NLM_F_REQUEST;
@@ -63,8 +65,21 @@ std::optional<uid_t> tcp_socket_owner(const sockaddr_storage& peer, const sockad
     } else {
         return std::nullopt;
     }
-    const int nl = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-    if (nl < 0)
+    return ask;
+}
+
+// The owner of the TCP socket at `peer` connected to `self` (both of one
+// family), asked of the kernel's socket diagnostics by the exact
+// connection.
+std::optional<uid_t> tcp_socket_owner(const sockaddr_storage& peer, const sockaddr_storage& self) noexcept
+{
+    const auto asked = diag_request(peer, self);
+    if (!asked)
+        return std::nullopt;
+    const DiagRequest& ask = *asked;
+    const inet_diag_req_v2& r = ask.request;
+    const Fd nl(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
+    if (!nl)
         return std::nullopt;
     sockaddr_nl kernel{};
     kernel.nl_family = AF_NETLINK;
@@ -72,11 +87,11 @@ std::optional<uid_t> tcp_socket_owner(const sockaddr_storage& peer, const sockad
     // One answer: the socket, or an error (none such).
     alignas(nlmsghdr) char reply[8192];
     timeval bound{1, 0};  // the kernel answers at once; never hang a caller on it
-    ::setsockopt(nl, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
-    if (::sendto(nl, &ask, sizeof ask, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) ==
+    ::setsockopt(nl.get(), SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+    if (::sendto(nl.get(), &ask, sizeof ask, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) ==
         static_cast<ssize_t>(sizeof ask)) {
         ssize_t n;
-        while ((n = ::recv(nl, reply, sizeof reply, 0)) < 0 && errno == EINTR) {
+        while ((n = ::recv(nl.get(), reply, sizeof reply, 0)) < 0 && errno == EINTR) {
         }
         const auto* h = reinterpret_cast<const nlmsghdr*>(reply);
         if (n >= static_cast<ssize_t>(sizeof(nlmsghdr)) && NLMSG_OK(h, static_cast<unsigned>(n)) &&
@@ -90,7 +105,6 @@ std::optional<uid_t> tcp_socket_owner(const sockaddr_storage& peer, const sockad
                 owner = static_cast<uid_t>(m->idiag_uid);
         }
     }
-    ::close(nl);
     return owner;
 }
 
@@ -171,22 +185,21 @@ Result<Listening> listen_loopback()
 Result<Listening> listen_on(std::uint32_t address, int backlog)
 {
     using R = Result<Listening>;
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
+    Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd)
         return R::fail(std::string("socket: ") + std::strerror(errno));
     sockaddr_in sin{};
     sin.sin_family = AF_INET;
     sin.sin_addr.s_addr = address;
     socklen_t len = sizeof sin;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin) != 0 || ::listen(fd, backlog) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&sin), &len) != 0) {
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin) != 0 || ::listen(fd.get(), backlog) != 0 ||
+        ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sin), &len) != 0) {
         const int e = errno;
-        ::close(fd);
         char text[INET_ADDRSTRLEN] = {};
         ::inet_ntop(AF_INET, &address, text, sizeof text);
         return R::fail(std::string("listening on ") + text + ": " + std::strerror(e));
     }
-    return R::ok(Listening{fd, ntohs(sin.sin_port)});
+    return R::ok(Listening{std::move(fd), ntohs(sin.sin_port)});
 }
 
 void tune_socket(int fd) noexcept

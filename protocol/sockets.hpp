@@ -22,7 +22,7 @@ namespace exitpolicy::protocol {
 // close-on-exec: where a node's PMIx server takes its clients, reserved by
 // slurmstepd before the server exists (planned_environment.hpp).
 struct Listening {
-    int fd = -1;
+    Fd fd;
     std::uint16_t port = 0;
 };
 Result<Listening> listen_loopback();

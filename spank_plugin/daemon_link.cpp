@@ -35,22 +35,21 @@ constexpr const char* daemon_name = "the node daemon";
 // Bounded like every call here: a daemon that is stopped (SIGSTOP) or
 // swamped leaves a connect pending on a full backlog, and this is the
 // task's or slurmstepd's own thread.
-Result<int> connect_local(const std::string& dir, Clock::time_point deadline)
+Result<protocol::Fd> connect_local(const std::string& dir, Clock::time_point deadline)
 {
     const std::string path = daemon_socket(dir);
     sockaddr_un sun{};
     sun.sun_family = AF_UNIX;
     if (path.size() >= sizeof(sun.sun_path))
-        return Result<int>::fail("socket path too long: " + path);
+        return Result<protocol::Fd>::fail("socket path too long: " + path);
     std::strcpy(sun.sun_path, path.c_str());
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        return Result<int>::fail(std::string("socket: ") + std::strerror(errno));
+    protocol::Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd)
+        return Result<protocol::Fd>::fail(std::string("socket: ") + std::strerror(errno));
     auto fail = [&](int err) {
-        ::close(fd);
-        return Result<int>::fail("cannot reach the node daemon at " + path + ": " + std::strerror(err));
+        return Result<protocol::Fd>::fail("cannot reach the node daemon at " + path + ": " + std::strerror(err));
     };
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)) != 0) {
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sun), sizeof(sun)) != 0) {
         if (errno != EINPROGRESS && errno != EAGAIN)
             return fail(errno);
         // A Unix socket's connect does not complete later: EAGAIN means a
@@ -59,13 +58,13 @@ Result<int> connect_local(const std::string& dir, Clock::time_point deadline)
             if (Clock::now() >= deadline)
                 return fail(ETIMEDOUT);
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
-            if (::connect(fd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)) == 0 || errno == EISCONN)
+            if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sun), sizeof(sun)) == 0 || errno == EISCONN)
                 break;
             if (errno != EAGAIN && errno != EINPROGRESS && errno != EALREADY)
                 return fail(errno);
         }
     }
-    return Result<int>::ok(fd);
+    return Result<protocol::Fd>::ok(std::move(fd));
 }
 
 }  // namespace
@@ -409,24 +408,21 @@ Result<std::vector<std::string>> request_environment(const std::string& dir, std
 {
     using R = Result<std::vector<std::string>>;
     const auto deadline = Clock::now() + timeout;
-    auto fd = connect_local(dir, deadline);
-    if (!fd)
-        return R::fail(fd.error());
-    auto done = [&](R r) {
-        ::close(*fd);
-        return r;
-    };
-    if (auto w = write_all(*fd, protocol::EnvRequest{rank, pid}.encode(), deadline, daemon_name); !w)
-        return done(R::fail(w.error()));
-    auto body = read_frame(*fd, protocol::Type::env_reply, deadline, daemon_name);
+    const auto link = connect_local(dir, deadline);
+    if (!link)
+        return R::fail(link.error());
+    const int fd = link->get();
+    if (auto w = write_all(fd, protocol::EnvRequest{rank, pid}.encode(), deadline, daemon_name); !w)
+        return R::fail(w.error());
+    auto body = read_frame(fd, protocol::Type::env_reply, deadline, daemon_name);
     if (!body)
-        return done(R::fail(body.error()));
+        return R::fail(body.error());
     auto reply = protocol::EnvReply::decode(*body);
     if (!reply)
-        return done(R::fail(reply.error()));
+        return R::fail(reply.error());
     if (reply->status != 0)
-        return done(R::fail(reply->error));
-    return done(R::ok(std::move(reply->env)));
+        return R::fail(reply->error);
+    return R::ok(std::move(reply->env));
 }
 
 bool daemon_serving(LaunchedDaemon& daemon)

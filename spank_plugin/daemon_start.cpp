@@ -48,10 +48,9 @@ std::optional<protocol::Listening> wake_socket(FrontEndSink& fe, const LinkSetup
     if (auto told = fe.standby(listening->port); !told) {
         log::debug("step %u.%u: the node daemon starts at once (cannot tell srun where to wake it: %s)",
                    link.job_id, link.step_id, told.error().c_str());
-        ::close(listening->fd);
         return std::nullopt;
     }
-    return *listening;
+    return std::move(*listening);
 }
 
 // The daemon's launch as the step's size and user and the installed files
@@ -133,7 +132,7 @@ DaemonSockets plan_sockets(FrontEndSink& fe, const LinkSetup& link, DaemonLaunch
                                                                   : protocol::unplannable_because(environ);
     if (unplanned.empty()) {
         if (auto r = protocol::listen_loopback())
-            sockets.reserved = *r;
+            sockets.reserved = std::move(*r);
         else
             unplanned = r.error();
     }
@@ -142,10 +141,10 @@ DaemonSockets plan_sockets(FrontEndSink& fe, const LinkSetup& link, DaemonLaunch
                    link.step_id, unplanned.c_str());
         return sockets;
     }
-    launch.reserved_fd = sockets.reserved->fd;
+    launch.reserved_fd = sockets.reserved->fd.get();
     args.planned_version = built->text;
     if ((sockets.wake = wake_socket(fe, link)))
-        launch.wake_fd = sockets.wake->fd;
+        launch.wake_fd = sockets.wake->fd.get();
     return sockets;
 }
 
@@ -167,21 +166,27 @@ Result<StartedDaemon> start_daemon(spank_t sp, const LinkSetup& link, FrontEndSi
     const std::string dir = *made;
     launch.secret_hex = protocol::to_hex(link.secret);
     auto args = daemon_args_for(link, nnodes, ntasks, dir, launch.uid);
-    const auto sockets = plan_sockets(fe, link, launch, args);
+    auto sockets = plan_sockets(fe, link, launch, args);
     launch.args = protocol::daemon_command_line(args);
+    // The daemon's ends, closed here once it has them: a task's PMI_Init
+    // fails at once if the daemon is gone.
+    std::vector<protocol::Fd> pmi_ends;
     if (auto made_pmi = pmi.make(link.ranks.size()))
-        launch.pmi_fds = *made_pmi;
+        pmi_ends = std::move(*made_pmi);
     else
         log::error("step %u.%u: no PMI-1/PMI-2 service: %s", link.job_id, link.step_id, made_pmi.error().c_str());
+    for (const auto& end : pmi_ends)
+        launch.pmi_fds.push_back(end.get());
     auto launched = launch_daemon(launch);
-    for (int fd : launch.pmi_fds)
-        ::close(fd);  // the daemon's: a task's PMI_Init fails at once if it is gone
+    pmi_ends.clear();
     if (!launched)
         pmi.close_all();
+    // The daemon's now: if it goes, the tasks' connections are refused;
+    // the standby's: srun's wake is refused once it is gone.
     if (sockets.reserved)
-        ::close(sockets.reserved->fd);  // the daemon's now: if it goes, the tasks' connections are refused
+        sockets.reserved->fd.reset();
     if (sockets.wake)
-        ::close(sockets.wake->fd);  // the standby's: srun's wake is refused once it is gone
+        sockets.wake->fd.reset();
     if (!launched) {
         if (auto removed = remove_step_dir(dir, launch.uid, launch.gid, remove_timeout); !removed)
             log::error("step %u.%u: %s", link.job_id, link.step_id, removed.error().c_str());

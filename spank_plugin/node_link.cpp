@@ -24,7 +24,7 @@ namespace {
 using namespace io;
 constexpr const char* fe = "the front end";
 
-Result<int> open_socket(const std::string& host, std::uint16_t port, Clock::time_point deadline)
+Result<protocol::Fd> open_socket(const std::string& host, std::uint16_t port, Clock::time_point deadline)
 {
     // An address, never a name: the host comes from the job's environment
     // (SLURM_SRUN_COMM_HOST, an address Slurm writes), which its user could
@@ -36,65 +36,41 @@ Result<int> open_socket(const std::string& host, std::uint16_t port, Clock::time
     addrinfo* found = nullptr;
     const std::string service = std::to_string(port);
     if (const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0)
-        return Result<int>::fail("cannot resolve the front end's host " + host + ": " + ::gai_strerror(rc));
+        return Result<protocol::Fd>::fail("cannot resolve the front end's host " + host + ": " + ::gai_strerror(rc));
     std::string error = "no address";
-    int fd = -1;
-    for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
-        fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0) {
+    protocol::Fd fd;
+    for (addrinfo* a = found; a && !fd; a = a->ai_next) {
+        fd.reset(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+        if (!fd) {
             error = std::strerror(errno);
             continue;
         }
-        protocol::tune_socket(fd);
-        if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+        protocol::tune_socket(fd.get());
+        if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0)
             break;
-        if (errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline)) {
+        if (errno == EINPROGRESS && wait_fd(fd.get(), POLLOUT, deadline)) {
             int err = 0;
             socklen_t len = sizeof(err);
-            ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+            ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
             if (err == 0)
                 break;
             error = std::strerror(err);
         } else {
             error = errno == EINPROGRESS ? "timed out" : std::strerror(errno);
         }
-        ::close(fd);
-        fd = -1;
+        fd.reset();
     }
     ::freeaddrinfo(found);
-    if (fd < 0)
-        return Result<int>::fail("cannot connect to the front end at " + host + ":" + service + ": " + error);
-    return Result<int>::ok(fd);
+    if (!fd)
+        return Result<protocol::Fd>::fail("cannot connect to the front end at " + host + ":" + service + ": " + error);
+    return Result<protocol::Fd>::ok(std::move(fd));
 }
 
 }  // namespace
 
-NodeLink::~NodeLink()
-{
-    close();
-}
-
-NodeLink::NodeLink(NodeLink&& other) noexcept : fd_(other.fd_), seal_(other.seal_)
-{
-    other.fd_ = -1;
-}
-
-NodeLink& NodeLink::operator=(NodeLink&& other) noexcept
-{
-    if (this != &other) {
-        close();
-        fd_ = other.fd_;
-        seal_ = other.seal_;
-        other.fd_ = -1;
-    }
-    return *this;
-}
-
 void NodeLink::close() noexcept
 {
-    if (fd_ >= 0)
-        ::close(fd_);
-    fd_ = -1;
+    fd_.reset();
 }
 
 Result<NodeLink> NodeLink::connect(const LinkSetup& setup, std::chrono::milliseconds timeout)
@@ -104,9 +80,9 @@ Result<NodeLink> NodeLink::connect(const LinkSetup& setup, std::chrono::millisec
     auto fd = open_socket(setup.host, setup.port, deadline);
     if (!fd)
         return R::fail(fd.error());
-    NodeLink link(*fd);
+    NodeLink link(std::move(*fd));
 
-    auto body = read_frame(link.fd_, protocol::Type::challenge, deadline, fe);
+    auto body = read_frame(link.fd_.get(), protocol::Type::challenge, deadline, fe);
     if (!body)
         return R::fail(body.error());
     auto challenge = protocol::Challenge::decode(*body);
@@ -126,10 +102,10 @@ Result<NodeLink> NodeLink::connect(const LinkSetup& setup, std::chrono::millisec
     hello.ranks = setup.ranks;
     hello.nonce = *nonce;
     hello.mac = protocol::client_proof(setup.secret, *challenge, hello);
-    if (auto w = write_all(link.fd_, hello.encode(), deadline, fe); !w)
+    if (auto w = write_all(link.fd_.get(), hello.encode(), deadline, fe); !w)
         return R::fail(w.error());
 
-    body = read_frame(link.fd_, protocol::Type::welcome, deadline, fe);
+    body = read_frame(link.fd_.get(), protocol::Type::welcome, deadline, fe);
     if (!body)
         return R::fail(body.error());
     auto welcome = protocol::Welcome::decode(*body);
@@ -143,9 +119,9 @@ Result<NodeLink> NodeLink::connect(const LinkSetup& setup, std::chrono::millisec
 
 Result<bool> NodeLink::post(const protocol::Bytes& frame, std::chrono::milliseconds timeout)
 {
-    if (fd_ < 0)
+    if (!fd_)
         return Result<bool>::fail("not connected to the front end");
-    if (auto w = write_sealed(fd_, frame, seal_, Clock::now() + timeout, fe); !w) {
+    if (auto w = write_sealed(fd_.get(), frame, seal_, Clock::now() + timeout, fe); !w) {
         close();
         return w;
     }
@@ -167,7 +143,7 @@ std::optional<std::uint32_t> NodeLink::local_address() const noexcept
 {
     sockaddr_in sin{};
     socklen_t len = sizeof sin;
-    if (fd_ < 0 || ::getsockname(fd_, reinterpret_cast<sockaddr*>(&sin), &len) != 0 || sin.sin_family != AF_INET)
+    if (!fd_ || ::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&sin), &len) != 0 || sin.sin_family != AF_INET)
         return std::nullopt;
     return sin.sin_addr.s_addr;
 }
@@ -179,12 +155,12 @@ Result<bool> NodeLink::post_outcome(const protocol::Outcome& outcome, std::chron
 
 Result<bool> NodeLink::post_outcomes(std::span<const protocol::Outcome> outcomes, std::chrono::milliseconds timeout)
 {
-    if (fd_ < 0)
+    if (!fd_)
         return Result<bool>::fail("not connected to the front end");
     protocol::Bytes out;
     for (const auto& o : outcomes)
         append_sealed(out, o.encode(), seal_);
-    if (auto w = write_all(fd_, out, Clock::now() + timeout, fe); !w) {
+    if (auto w = write_all(fd_.get(), out, Clock::now() + timeout, fe); !w) {
         close();
         return w;
     }
@@ -201,8 +177,8 @@ Result<std::vector<protocol::Ack>> NodeLink::read_acks(std::size_t want, std::ch
     // has begun gets the rest of it (at least frame_completion from the
     // start) to arrive, never a fresh deadline per frame.
     const auto bound = std::max(deadline, start + frame_completion);
-    while (fd_ >= 0 && acks.size() < want && wait_fd(fd_, POLLIN, deadline)) {
-        auto body = read_frame(fd_, protocol::Type::ack, bound, fe, &seal_);
+    while (fd_ && acks.size() < want && wait_fd(fd_.get(), POLLIN, deadline)) {
+        auto body = read_frame(fd_.get(), protocol::Type::ack, bound, fe, &seal_);
         auto ack = body ? protocol::Ack::decode(*body) : Result<protocol::Ack>::fail(body.error());
         if (!ack) {
             close();

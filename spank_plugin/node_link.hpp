@@ -9,6 +9,7 @@
 
 #include "exitpolicy/result.hpp"
 #include "protocol/auth.hpp"
+#include "protocol/fd.hpp"
 #include "protocol/place.hpp"
 #include "protocol/timeouts.hpp"
 #include "protocol/wire.hpp"
@@ -31,14 +32,11 @@ struct LinkSetup : protocol::NodePlace {
 class NodeLink {
 public:
     NodeLink() = default;
-    ~NodeLink();
-    NodeLink(NodeLink&& other) noexcept;
-    NodeLink& operator=(NodeLink&& other) noexcept;
 
     // Connects and authenticates both ways within timeout.
     static Result<NodeLink> connect(const LinkSetup& setup, std::chrono::milliseconds timeout);
 
-    bool connected() const noexcept { return fd_ >= 0; }
+    bool connected() const noexcept { return static_cast<bool>(fd_); }
 
     // A line for srun's stderr (not acknowledged).
     Result<bool> post_notice(const std::string& text, std::chrono::milliseconds timeout);
@@ -63,9 +61,9 @@ public:
     void close() noexcept;
 
 private:
-    explicit NodeLink(int fd) : fd_(fd) {}
+    explicit NodeLink(protocol::Fd fd) : fd_(std::move(fd)) {}
     Result<bool> post(const protocol::Bytes& frame, std::chrono::milliseconds timeout);
-    int fd_ = -1;
+    protocol::Fd fd_;
     protocol::FrameSeal seal_;  // every frame after the handshake is tagged
 };
 

@@ -10,46 +10,42 @@
 
 namespace exitpolicy::spank_plugin {
 
-Result<std::vector<int>> PmiSockets::make(std::size_t tasks)
+Result<std::vector<protocol::Fd>> PmiSockets::make(std::size_t tasks)
 {
-    using R = Result<std::vector<int>>;
+    using R = Result<std::vector<protocol::Fd>>;
     close_all();
     if (tasks > max_tasks)
         return R::fail(std::to_string(tasks) + " tasks on this node, more than " + std::to_string(max_tasks));
-    std::vector<int> daemon_ends;
+    std::vector<protocol::Fd> daemon_ends;
     for (std::size_t i = 0; i < tasks; ++i) {
         int pair[2] = {-1, -1};
         if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
             const int err = errno;
-            for (int fd : daemon_ends)
-                ::close(fd);
             close_all();
             return R::fail(std::string("socketpair: ") + std::strerror(err));
         }
-        daemon_ends.push_back(pair[0]);
-        task_ends_.push_back(pair[1]);
+        daemon_ends.emplace_back(pair[0]);
+        task_ends_.emplace_back(pair[1]);
     }
     return R::ok(std::move(daemon_ends));
 }
 
 int PmiSockets::keep_for_task(std::size_t local)
 {
-    if (local >= task_ends_.size() || task_ends_[local] < 0 || ::fcntl(task_ends_[local], F_SETFD, 0) != 0)
+    if (local >= task_ends_.size() || !task_ends_[local] || ::fcntl(task_ends_[local].get(), F_SETFD, 0) != 0)
         return -1;
-    return task_ends_[local];
+    return task_ends_[local].get();
 }
 
 void PmiSockets::forked(std::size_t local)
 {
-    if (local < task_ends_.size() && task_ends_[local] >= 0)
-        ::close(std::exchange(task_ends_[local], -1));
+    if (local < task_ends_.size())
+        task_ends_[local].reset();
 }
 
 void PmiSockets::close_all()
 {
-    for (int fd : std::exchange(task_ends_, {}))
-        if (fd >= 0)
-            ::close(fd);
+    task_ends_.clear();
 }
 
 Environment pmi_task_environment(int fd, std::uint32_t rank)

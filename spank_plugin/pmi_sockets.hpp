@@ -9,6 +9,7 @@
 #pragma once
 
 #include "exitpolicy/result.hpp"
+#include "protocol/fd.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -24,15 +25,10 @@ public:
     // descriptors, the daemon's poll set): they run without PMI, as before.
     static constexpr std::size_t max_tasks = 1000;
 
-    PmiSockets() = default;
-    ~PmiSockets() { close_all(); }
-    PmiSockets(const PmiSockets&) = delete;
-    PmiSockets& operator=(const PmiSockets&) = delete;
-
     // Makes `tasks` pairs, close-on-exec: the daemon's ends are returned
     // (the caller closes them once the daemon has them), the tasks' kept.
     // None made on any failure.
-    Result<std::vector<int>> make(std::size_t tasks);
+    Result<std::vector<protocol::Fd>> make(std::size_t tasks);
     // In task `local`'s process before its exec: its own end stays open
     // across the exec (the others close there); -1 when it has none.
     int keep_for_task(std::size_t local);
@@ -43,7 +39,7 @@ public:
     bool made() const { return !task_ends_.empty(); }
 
 private:
-    std::vector<int> task_ends_;
+    std::vector<protocol::Fd> task_ends_;
 };
 
 // What a task is told: its own (PMI_FD, PMI_RANK) and what every task of

@@ -4,6 +4,8 @@
 // step's start. See step_dir.hpp.
 #include "step_dir.hpp"
 
+#include "protocol/fd.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
@@ -51,12 +53,11 @@ void record(const std::string& dir, uid_t uid, gid_t gid)
 {
     if (!registry_ready())
         return;  // then nothing of it is ever removed as stale
-    const int fd = ::open(record_of(dir).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
+    const protocol::Fd fd(::open(record_of(dir).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd)
         return;
     const std::string owner = std::to_string(uid) + " " + std::to_string(gid) + "\n";
-    [[maybe_unused]] auto n = ::write(fd, owner.data(), owner.size());
-    ::close(fd);
+    [[maybe_unused]] auto n = ::write(fd.get(), owner.data(), owner.size());
 }
 
 // The owner recorded for `name` (a step directory's basename), if any.
@@ -110,6 +111,53 @@ std::set<std::string> listening_unix_sockets()
     return out;
 }
 
+// The step directories of this node (`mark`: ".<node>.") root made and
+// recorded: root's own record, never /tmp's listing, so that what someone
+// else planted there is no candidate, however many there are.
+std::vector<std::string> recorded_step_dirs(const std::string& prefix, const std::string& mark)
+{
+    std::vector<std::string> found;
+    DIR* made = registry_ready() ? ::opendir(registry) : nullptr;
+    if (!made)
+        return found;
+    while (const dirent* e = ::readdir(made)) {
+        const std::string name = e->d_name;
+        // exitpolicy.<job>.<step>.<node>.XXXXXX, this node's
+        const auto at = name.rfind(mark);
+        if (name.rfind(prefix, 0) == 0 && at != std::string::npos && at + mark.size() + 6 == name.size() &&
+            name.find('/') == std::string::npos)
+            found.push_back("/tmp/" + name);
+    }
+    ::closedir(made);
+    return found;
+}
+
+// `rm -rf` of `dir` as uid:gid, in a child with none of root's descriptors
+// and deaf to the step's SIGTERM; its pid, or -1 (errno) if it cannot fork.
+pid_t spawn_removal(const std::string& dir, uid_t uid, gid_t gid)
+{
+    const char* argv[] = {"/bin/rm", "-rf", "--one-file-system", "--", dir.c_str(), nullptr};
+    const pid_t child = ::fork();
+    if (child != 0)
+        return child;
+    const int devnull = ::open("/dev/null", O_RDWR);
+    if (devnull >= 0)
+        for (int fd : {0, 1, 2})
+            ::dup2(devnull, fd);
+    // None of root's descriptors goes with it to the user: a process
+    // of the user's could take one (pidfd_getfd) while rm runs.
+    ::close_range(3, ~0U, 0);
+    // Slurm 24.11's slurmstepd SIGTERMs the step's processes, this one
+    // too, while its SPANK exit hooks run: rm finishes first.
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGTERM, &ignore, nullptr);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0)
+        ::_exit(126);
+    ::execv(argv[0], const_cast<char* const*>(argv));
+    ::_exit(127);
+}
+
 }  // namespace
 
 std::string daemon_socket(const std::string& dir)
@@ -121,23 +169,9 @@ std::vector<std::string> remove_stale_step_dirs(const std::string& node, std::ch
                                                 std::chrono::milliseconds timeout)
 {
     std::vector<std::string> removed;
-    // Root's own record, never /tmp's listing: what someone else planted
-    // there is no candidate, however many there are.
-    DIR* made = registry_ready() ? ::opendir(registry) : nullptr;
-    if (!made)
-        return removed;
     const std::string prefix = "exitpolicy.";
     const std::string mark = "." + node + ".";
-    std::vector<std::string> candidates;
-    while (const dirent* e = ::readdir(made)) {
-        const std::string name = e->d_name;
-        // exitpolicy.<job>.<step>.<node>.XXXXXX, this node's
-        const auto at = name.rfind(mark);
-        if (name.rfind(prefix, 0) == 0 && at != std::string::npos && at + mark.size() + 6 == name.size() &&
-            name.find('/') == std::string::npos)
-            candidates.push_back("/tmp/" + name);
-    }
-    ::closedir(made);
+    const auto candidates = recorded_step_dirs(prefix, mark);
     if (candidates.empty())
         return removed;
     const auto listening = listening_unix_sockets();
@@ -193,28 +227,9 @@ Result<bool> remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::
         ::unlink(record_of(dir).c_str());
         return R::ok(true);
     }
-    const char* argv[] = {"/bin/rm", "-rf", "--one-file-system", "--", dir.c_str(), nullptr};
-    const pid_t child = ::fork();
+    const pid_t child = spawn_removal(dir, uid, gid);
     if (child < 0)
         return R::fail("cannot remove " + dir + ": fork: " + std::strerror(errno));
-    if (child == 0) {
-        const int devnull = ::open("/dev/null", O_RDWR);
-        if (devnull >= 0)
-            for (int fd : {0, 1, 2})
-                ::dup2(devnull, fd);
-        // None of root's descriptors goes with it to the user: a process
-        // of the user's could take one (pidfd_getfd) while rm runs.
-        ::close_range(3, ~0U, 0);
-        // Slurm 24.11's slurmstepd SIGTERMs the step's processes, this one
-        // too, while its SPANK exit hooks run: rm finishes first.
-        struct sigaction ignore {};
-        ignore.sa_handler = SIG_IGN;
-        ::sigaction(SIGTERM, &ignore, nullptr);
-        if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0)
-            ::_exit(126);
-        ::execv(argv[0], const_cast<char* const*>(argv));
-        ::_exit(127);
-    }
     const auto deadline = Clock::now() + timeout;
     int status = 0;
     while (true) {

@@ -65,7 +65,7 @@ struct Node {
         auto r = protocol::listen_loopback();
         if (!r)
             fail(r.error());
-        reserved = *r;
+        reserved = std::move(*r);
         const auto version = compat::running_version();
         if (!version || !compat::activation_errno(*version))
             fail("this OpenPMIx is not one the gate was made for");

@@ -255,12 +255,12 @@ protected:
         auto r = protocol::listen_loopback();
         auto w = protocol::listen_loopback();
         ASSERT_TRUE(r && w);
-        reserved = *r;
-        wake = *w;
+        reserved = std::move(*r);
+        wake = std::move(*w);
         auto l = launch("echo \" $* \" > " + dir + "/args; echo started > " + dir + "/started.tmp; mv " + dir +
                         "/started.tmp " + dir + "/started; echo 'ready 1' >&4; exec sleep 30");
-        l.reserved_fd = reserved.fd;
-        l.wake_fd = wake.fd;
+        l.reserved_fd = reserved.fd.get();
+        l.wake_fd = wake.fd.get();
         for (std::size_t i = 0; i < pmi_tasks(); ++i) {
             int pair[2];
             ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
@@ -268,8 +268,8 @@ protected:
             pmi_task_ends.push_back(pair[1]);
         }
         auto launched = launch_daemon(l);
-        ::close(reserved.fd);
-        ::close(wake.fd);
+        reserved.fd.reset();
+        wake.fd.reset();
         for (int fd : l.pmi_fds)
             ::close(fd);
         ASSERT_TRUE(launched) << launched.error();
@@ -455,8 +455,8 @@ TEST(PmiSocketsTest, EachTaskKeepsItsOwnEndAndSlurmstepdLetsGo)
     auto daemon_ends = sockets.make(2);
     ASSERT_TRUE(daemon_ends) << daemon_ends.error();
     ASSERT_EQ(daemon_ends->size(), 2u);
-    for (int fd : *daemon_ends)
-        EXPECT_EQ(::fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+    for (const auto& fd : *daemon_ends)
+        EXPECT_EQ(::fcntl(fd.get(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
     const int kept = sockets.keep_for_task(1);
     ASSERT_GE(kept, 0);
     EXPECT_EQ(::fcntl(kept, F_GETFD) & FD_CLOEXEC, 0);
@@ -464,17 +464,15 @@ TEST(PmiSocketsTest, EachTaskKeepsItsOwnEndAndSlurmstepdLetsGo)
     // What task 1 writes reaches the daemon's end 1.
     ASSERT_EQ(::write(kept, "x", 1), 1);
     char c = 0;
-    EXPECT_EQ(::read((*daemon_ends)[1], &c, 1), 1);
+    EXPECT_EQ(::read((*daemon_ends)[1].get(), &c, 1), 1);
     // Once both are forked, only the tasks hold their ends: the daemon's
     // see them close when the tasks end (here: nobody holds them).
     sockets.forked(0);
     sockets.forked(1);
     sockets.forked(1);  // twice: nothing more
     EXPECT_EQ(sockets.keep_for_task(0), -1);
-    for (int fd : *daemon_ends) {
-        EXPECT_EQ(::read(fd, &c, 1), 0);
-        ::close(fd);
-    }
+    for (const auto& fd : *daemon_ends)
+        EXPECT_EQ(::read(fd.get(), &c, 1), 0);
     EXPECT_FALSE(sockets.make(PmiSockets::max_tasks + 1));
     EXPECT_EQ(pmi_task_environment(11, 5), (Environment{{"PMI_FD", "11"}, {"PMI_RANK", "5"}}));
     EXPECT_EQ(pmi_step_environment(8, 42, 3), (Environment{{"PMI_SIZE", "8"}, {"PMI_JOBID", "42.3"}}));
@@ -542,15 +540,15 @@ TEST_F(DaemonLinkTest, WithAReservedSocketTheLaunchWaitsForNothing)
     ASSERT_TRUE(reserved) << reserved.error();
     EXPECT_GT(reserved->port, 0);
     struct stat st{};
-    ASSERT_EQ(::fstat(reserved->fd, &st), 0);
+    ASSERT_EQ(::fstat(reserved->fd.get(), &st), 0);
     const protocol::TaskStarted started{3, 4242, 99};
     const auto frame = started.encode();
     auto l = launch("readlink /proc/$$/fd/6 > " + dir + "/fd6.tmp; mv " + dir + "/fd6.tmp " + dir +
                     "/fd6; head -c " + std::to_string(frame.size()) + " <&5 > " + dir +
                     "/started.tmp; mv " + dir + "/started.tmp " + dir + "/started; exec sleep 30");
-    l.reserved_fd = reserved->fd;
+    l.reserved_fd = reserved->fd.get();
     auto launched = launch_daemon(l);
-    ::close(reserved->fd);
+    reserved->fd.reset();
     ASSERT_TRUE(launched) << launched.error();
     auto told = tell_daemon(*launched, started);
     ASSERT_TRUE(told) << told.error();

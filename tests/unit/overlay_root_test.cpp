@@ -324,13 +324,12 @@ struct WakeSocket {
         auto l = protocol::listen_loopback();
         EXPECT_TRUE(l) << l.error();
         if (l)
-            listening = *l;
+            listening = std::move(*l);
     }
-    ~WakeSocket() { ::close(listening.fd); }
     // Someone connected (not blocking).
     bool woken() const
     {
-        pollfd p{listening.fd, POLLIN, 0};
+        pollfd p{listening.fd.get(), POLLIN, 0};
         return ::poll(&p, 1, 0) == 1;
     }
     protocol::Listening listening;
