@@ -122,21 +122,26 @@ static std::string compress_ranks_impl(std::vector<std::uint32_t> ranks)
     return out;
 }
 
-static std::string hostlist_impl(std::vector<std::string> hosts)
+namespace {
+
+// A host name as a prefix and the number it ends with, if any.
+struct NumberedHost {
+    std::string prefix;
+    std::string digits;  // trailing number as written, may be empty
+    unsigned long value = 0;
+};
+
+// `hosts`, once each, in the order of their prefix and then their number.
+std::vector<NumberedHost> numbered_hosts(std::vector<std::string> hosts)
 {
-    struct Host {
-        std::string prefix;
-        std::string digits;  // trailing number as written, may be empty
-        unsigned long value = 0;
-    };
     std::sort(hosts.begin(), hosts.end());
     hosts.erase(std::unique(hosts.begin(), hosts.end()), hosts.end());
-    std::vector<Host> parsed;
+    std::vector<NumberedHost> parsed;
     for (const auto& h : hosts) {
         std::size_t cut = h.size();
         while (cut > 0 && h[cut - 1] >= '0' && h[cut - 1] <= '9')
             --cut;
-        Host host{h.substr(0, cut), h.substr(cut), 0};
+        NumberedHost host{h.substr(0, cut), h.substr(cut), 0};
         // Names with more digits than a long holds stay as they are.
         if (host.digits.size() > 18) {
             host.prefix = h;
@@ -146,10 +151,17 @@ static std::string hostlist_impl(std::vector<std::string> hosts)
             host.value = std::stoul(host.digits);
         parsed.push_back(std::move(host));
     }
-    std::sort(parsed.begin(), parsed.end(), [](const Host& a, const Host& b) {
+    std::sort(parsed.begin(), parsed.end(), [](const NumberedHost& a, const NumberedHost& b) {
         return std::tie(a.prefix, a.value, a.digits) < std::tie(b.prefix, b.value, b.digits);
     });
+    return parsed;
+}
 
+}  // namespace
+
+static std::string hostlist_impl(std::vector<std::string> hosts)
+{
+    const std::vector<NumberedHost> parsed = numbered_hosts(std::move(hosts));
     std::string out;
     for (std::size_t i = 0; i < parsed.size();) {
         if (!out.empty())
@@ -165,7 +177,7 @@ static std::string hostlist_impl(std::vector<std::string> hosts)
         std::size_t count = 0;
         std::size_t j = i;
         while (j < parsed.size() && parsed[j].prefix == prefix && !parsed[j].digits.empty()) {
-            const Host& lo = parsed[j];
+            const NumberedHost& lo = parsed[j];
             const std::size_t width = lo.digits.size() > 1 && lo.digits[0] == '0' ? lo.digits.size() : 0;
             std::size_t k = j;
             while (k + 1 < parsed.size() && parsed[k + 1].prefix == prefix &&

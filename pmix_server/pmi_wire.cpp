@@ -140,59 +140,65 @@ void Parser::feed(std::string_view bytes)
     buf_.append(bytes);
 }
 
+Result<std::optional<Request>> Parser::next_frame()
+{
+    if (buf_.size() < length_size)
+        return Next::ok(std::nullopt);
+    const string_view field(buf_.data(), length_size);
+    const string_view digits = trim_spaces(field);
+    std::size_t length = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), length);
+    if (digits.empty() || ec != std::errc{} || end != digits.data() + digits.size())
+        return Next::fail("not a PMI-2 request: the first 6 characters must be a decimal length (got " +
+                          quoted(field) + ")");
+    if (length == 0)
+        return Next::fail("not a PMI-2 request: a length of 0 (got " + quoted(field) + ")");
+    if (length > max_request)
+        return Next::fail("not a PMI-2 request: a length of " + std::to_string(length) + " is over the " +
+                          std::to_string(max_request) + " bytes taken");
+    if (buf_.size() - length_size < length)
+        return Next::ok(std::nullopt);
+    auto r = parse_body(string_view(buf_).substr(length_size, length));
+    if (!r)
+        return Next::fail(r.error());
+    buf_.erase(0, length_size + length);
+    return Next::ok(std::move(*r));
+}
+
+Result<std::optional<Request>> Parser::next_spawn(std::size_t first_end)
+{
+    Request r;
+    r.cmd = "spawn";
+    for (std::size_t from = first_end + 1;;) {
+        auto e = line_end(buf_, from, "a spawn block");
+        if (!e)
+            return Next::fail(e.error());
+        if (*e == std::string::npos)
+            return Next::ok(std::nullopt);
+        const string_view line = string_view(buf_).substr(from, *e - from);
+        from = *e + 1;
+        if (line == "endcmd") {
+            buf_.erase(0, from);
+            return Next::ok(std::move(r));
+        }
+        if (line.empty())
+            continue;
+        const auto eq = line.find('=');
+        add(r, line.substr(0, eq), eq == string_view::npos ? string_view{} : line.substr(eq + 1));
+    }
+}
+
 Result<std::optional<Request>> Parser::next()
 {
-    if (version_ == 2) {
-        if (buf_.size() < length_size)
-            return Next::ok(std::nullopt);
-        const string_view field(buf_.data(), length_size);
-        const string_view digits = trim_spaces(field);
-        std::size_t length = 0;
-        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), length);
-        if (digits.empty() || ec != std::errc{} || end != digits.data() + digits.size())
-            return Next::fail("not a PMI-2 request: the first 6 characters must be a decimal length (got " +
-                              quoted(field) + ")");
-        if (length == 0)
-            return Next::fail("not a PMI-2 request: a length of 0 (got " + quoted(field) + ")");
-        if (length > max_request)
-            return Next::fail("not a PMI-2 request: a length of " + std::to_string(length) + " is over the " +
-                              std::to_string(max_request) + " bytes taken");
-        if (buf_.size() - length_size < length)
-            return Next::ok(std::nullopt);
-        auto r = parse_body(string_view(buf_).substr(length_size, length));
-        if (!r)
-            return Next::fail(r.error());
-        buf_.erase(0, length_size + length);
-        return Next::ok(std::move(*r));
-    }
-
+    if (version_ == 2)
+        return next_frame();
     auto nl = line_end(buf_, 0, "a line");
     if (!nl)
         return Next::fail(nl.error());
     if (*nl == std::string::npos)
         return Next::ok(std::nullopt);
-    if (string_view(buf_).substr(0, *nl) == "mcmd=spawn") {
-        // One request for the whole block: its "k=v" lines up to "endcmd".
-        Request r;
-        r.cmd = "spawn";
-        for (std::size_t from = *nl + 1;;) {
-            auto e = line_end(buf_, from, "a spawn block");
-            if (!e)
-                return Next::fail(e.error());
-            if (*e == std::string::npos)
-                return Next::ok(std::nullopt);
-            const string_view line = string_view(buf_).substr(from, *e - from);
-            from = *e + 1;
-            if (line == "endcmd") {
-                buf_.erase(0, from);
-                return Next::ok(std::move(r));
-            }
-            if (line.empty())
-                continue;
-            const auto eq = line.find('=');
-            add(r, line.substr(0, eq), eq == string_view::npos ? string_view{} : line.substr(eq + 1));
-        }
-    }
+    if (string_view(buf_).substr(0, *nl) == "mcmd=spawn")
+        return next_spawn(*nl);
     auto r = parse_line(string_view(buf_).substr(0, *nl));
     if (!r)
         return Next::fail(r.error());

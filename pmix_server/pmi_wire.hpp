@@ -58,6 +58,12 @@ public:
     int version() const noexcept { return version_; }
 
 private:
+    // A PMI-2 frame: a 6-character decimal length, then the body.
+    Result<std::optional<Request>> next_frame();
+    // MPICH's PMI-1 spawn, "mcmd=spawn" (its line ends at `first_end`)
+    // then "k=v" lines up to "endcmd": one request for the whole block.
+    Result<std::optional<Request>> next_spawn(std::size_t first_end);
+
     std::string buf_;
     int version_ = 1;
 };

@@ -223,6 +223,11 @@ void Channel::close(Reason reason, const std::string& why)
         life->handlers.closed(*this, reason, why);
 }
 
+// A frame in: after the handshake, the owner's; before it, the
+// handshake's next step on either side (hello, challenge, welcome), and
+// then the channel is ready. Kept whole, over 60 lines: the authentication
+// is read in one place, with the order of its checks (no peer is known,
+// nothing is sealed and nothing held is sent before both proofs hold).
 std::optional<Channel::Failure> Channel::handle(Type type, std::span<const std::uint8_t> body)
 {
     auto bad = [](std::string why) { return Failure{Reason::bad_frame, std::move(why)}; };
