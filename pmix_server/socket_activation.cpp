@@ -4,6 +4,7 @@
 #include "socket_activation.hpp"
 
 #include "pmix_server/log.hpp"
+#include "protocol/fd.hpp"
 #include "protocol/sockets.hpp"
 
 #include <arpa/inet.h>
@@ -30,7 +31,7 @@ namespace {
 constexpr std::size_t max_held = 4096;
 
 struct Held {
-    int fd = -1;
+    protocol::Fd fd;
     sockaddr_storage addr{};
     socklen_t len = 0;
 };
@@ -47,7 +48,7 @@ struct State {
     pid_t let_through = -1;
     bool open = false;
     bool stopping = false;
-    int kick_fd = -1;  // open(): our own connection, to make the socket readable
+    protocol::Fd kick;  // open(): our own connection, to make the socket readable
     in_port_t kick_port = 0;  // its port, network order
     std::deque<Held> held;
     // Only this user's connections reach the library (-1: anyone's, until
@@ -119,8 +120,8 @@ bool connected_from(int fd, pid_t pid) noexcept
 
 // Whether the connection at `fd` is another user's: its peer's socket is
 // not the step's user's (or the kernel does not say whose it is: a peer
-// that is gone already). Such a connection is closed, with a line in the
-// log (at most one a second: another user must not fill it).
+// that is gone already). Such a connection is to be closed; a line in the
+// log says so (at most one a second: another user must not fill it).
 bool refused_stranger(State& s, int fd) noexcept
 {
     const uid_t allowed = s.owner.load();
@@ -129,7 +130,6 @@ bool refused_stranger(State& s, int fd) noexcept
     const auto owner = protocol::peer_owner(fd);
     if (owner && *owner == allowed)
         return false;
-    ::close(fd);
     const std::uint64_t count = ++s.refused;
     timespec now{};
     ::clock_gettime(CLOCK_MONOTONIC, &now);
@@ -157,12 +157,8 @@ bool room_to_hold(State& s) noexcept
         return true;
     std::erase_if(s.held, [](const Held& h) {
         char c;
-        const ssize_t n = ::recv(h.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-            ::close(h.fd);
-            return true;
-        }
-        return false;
+        const ssize_t n = ::recv(h.fd.get(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
     });
     return s.held.size() < max_held;
 }
@@ -182,46 +178,48 @@ int gated_accept(State& s, int fd, sockaddr* addr, socklen_t* len)
     if (s.stopping)
         return libc_accept(fd, addr, len);
     if (s.open && !s.held.empty()) {
-        const Held h = s.held.front();
+        Held h = std::move(s.held.front());
         s.held.pop_front();
         give(h, addr, len);
-        return h.fd;
+        return h.fd.release();
     }
     Held h;
     h.len = sizeof h.addr;
-    h.fd = libc_accept(fd, reinterpret_cast<sockaddr*>(&h.addr), &h.len);
-    if (h.fd < 0)
+    h.fd.reset(libc_accept(fd, reinterpret_cast<sockaddr*>(&h.addr), &h.len));
+    if (!h.fd)
         return -1;
-    if (refused_stranger(s, h.fd)) {
+    // What is not handed to the library is closed on the way out (h.fd),
+    // before errno says why.
+    if (refused_stranger(s, h.fd.get())) {
+        h.fd.reset();
         errno = s.error;
         return -1;
     }
     if (s.open) {
         if (s.kick_port == 0 || reinterpret_cast<const sockaddr_in&>(h.addr).sin_port != s.kick_port) {
             give(h, addr, len);
-            return h.fd;
+            return h.fd.release();
         }
         // Our own connection from open(): it did its work.
-        ::close(h.fd);
-        if (s.kick_fd >= 0)
-            ::close(std::exchange(s.kick_fd, -1));
+        h.fd.reset();
+        s.kick.reset();
         s.kick_port = 0;
         errno = s.error;
         return -1;
     }
-    if (connected_from(h.fd, s.let_through)) {
+    if (connected_from(h.fd.get(), s.let_through)) {
         // One connection: the others are looked for no more (each look
         // reads /proc/net/tcp).
         s.let_through = -1;
         give(h, addr, len);
-        return h.fd;
+        return h.fd.release();
     }
     // Bounded: a node's own ranks are far fewer, and another user's never
     // get this far; the step's user's own flood is closed.
     if (room_to_hold(s))
-        s.held.push_back(h);
+        s.held.push_back(std::move(h));
     else
-        ::close(h.fd);
+        h.fd.reset();
     errno = s.error;
     return -1;
 }
@@ -281,7 +279,8 @@ void open()
         return;
     // The held clients are already accepted: only a readable socket makes
     // the library ask for them.
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    protocol::Fd kick(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    const int fd = kick.get();
     sockaddr_in sin{};
     sin.sin_family = AF_INET;
     sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -290,10 +289,8 @@ void open()
     socklen_t len = sizeof mine;
     if (fd >= 0 && (::connect(fd, reinterpret_cast<sockaddr*>(&sin), sizeof sin) == 0 || errno == EINPROGRESS) &&
         ::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &len) == 0) {
-        s.kick_fd = fd;
+        s.kick = std::move(kick);
         s.kick_port = mine.sin_port;
-    } else if (fd >= 0) {
-        ::close(fd);
     }
 }
 
@@ -302,11 +299,8 @@ void close_held()
     State& s = state();
     std::lock_guard guard(s.lock);
     s.stopping = true;
-    for (const Held& h : s.held)
-        ::close(h.fd);
     s.held.clear();
-    if (s.kick_fd >= 0)
-        ::close(std::exchange(s.kick_fd, -1));
+    s.kick.reset();
 }
 
 std::size_t held()
