@@ -115,6 +115,10 @@ const std::vector<Row>& rows()
         // window; the application cannot have reacted to it.
         {"MpichsNodeMateRunningAtTheApplicationsAbortIsCollateral", {aborted(3, t0, true, {3, 4, 5})},
          client_end(4, t0 + 5 * ms, true), true},
+        // The aborting rank itself ends later (MPICH 4.2's abort returns,
+        // and the task exits after it): its end is the first failure's own.
+        {"TheAbortingTasksOwnLaterEndIsItsOwn", {aborted(3, t0, true, {3, 4})}, client_end(3, t0 + 50 * ms, false),
+         false},
         {"ANodeMateThatHadEndedAtTheAbortKeepsTheWindow", {aborted(3, t0, true, {3, 5})},
          client_end(4, t0 + 5 * ms, true), false},
         // An abort that answers an event (Open MPI's default handler) is no
