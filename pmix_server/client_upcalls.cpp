@@ -14,7 +14,7 @@ namespace {
 // namespace of its own: it is none of the step's tasks.
 bool is_anchor(const StepServices& step, const pmix_proc_t* proc)
 {
-    const protocol::DaemonArgs& args = step.args();
+    const ServedStep& args = step.served();
     return EventAnchor::nspace_of(args.job_id, args.step_id) == proc->nspace;
 }
 

@@ -43,6 +43,10 @@ namespace exitpolicy::pmix_server {
 Daemon::Daemon(protocol::DaemonArgs args, protocol::Secret secret)
     : args_(std::move(args)), secret_(secret), ready_(std::exchange(args_.ready_fd, -1))
 {
+    served_.place() = args_.place();
+    served_.ntasks = args_.ntasks;
+    served_.dir = args_.dir;
+    served_.topology = args_.topology;
 }
 
 Daemon::~Daemon()

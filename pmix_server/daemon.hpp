@@ -56,7 +56,7 @@ public:
     void task_log(std::uint32_t rank, const std::string& text) override;
     void client_connected(std::uint32_t rank) override;
     void client_finalized(std::uint32_t rank) override;
-    const protocol::DaemonArgs& args() const noexcept override { return args_; }
+    const ServedStep& served() const noexcept override { return served_; }
     event_base* base() const noexcept { return base_.get(); }
     // Runs fn on the loop after `ms` milliseconds.
     void after_ms(std::uint32_t ms, std::function<void()> fn);
@@ -113,6 +113,7 @@ private:
     protocol::DaemonArgs args_;
     protocol::Secret secret_;
     protocol::Fd ready_;  // "ready PID\n" once serving; closed unwritten if never (the plugin reads EOF)
+    ServedStep served_;   // what of args_ the PMIx side sees
     protocol::EventBaseHandle base_;
     protocol::EventHandle wake_;
     std::vector<protocol::EventHandle> signals_;  // SIGTERM, SIGINT, SIGHUP: stop as at the step's end

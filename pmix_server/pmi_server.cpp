@@ -94,7 +94,7 @@ void PmiServer::serve(const protocol::StepMap& map)
     if (serving_)
         return;
     serving_ = true;
-    const protocol::DaemonArgs& a = step_.args();
+    const ServedStep& a = step_.served();
     kvsname_ = std::to_string(a.job_id) + "." + std::to_string(a.step_id);
     if (auto mapping = process_mapping(map.rank_node); !mapping.empty())
         attributes_["PMI_process_mapping"] = mapping;
@@ -284,7 +284,7 @@ bool PmiServer::handle_v1(Conn& c, const pmi::Request& r)
     } else if (r.cmd == "get_my_kvsname") {
         send(c, "my_kvsname", {{"kvsname", kvsname_}, {"rc", "0"}});
     } else if (r.cmd == "get_universe_size") {
-        send(c, "universe_size", {{"size", std::to_string(step_.args().ntasks)}, {"rc", "0"}});
+        send(c, "universe_size", {{"size", std::to_string(step_.served().ntasks)}, {"rc", "0"}});
     } else if (r.cmd == "put") {
         return put(c, r, "put_result");
     } else if (r.cmd == "get") {
@@ -332,7 +332,7 @@ bool PmiServer::handle_v2(Conn& c, const pmi::Request& r)
             answer({{"rc", "0"}, {"found", "FALSE"}});
     };
     if (r.cmd == "fullinit") {
-        answer({{"rc", "0"}, {"rank", std::to_string(c.rank)}, {"size", std::to_string(step_.args().ntasks)},
+        answer({{"rc", "0"}, {"rank", std::to_string(c.rank)}, {"size", std::to_string(step_.served().ntasks)},
                 {"appnum", "0"}, {"pmiverbose", "0"}});
     } else if (r.cmd == "job-getid") {
         answer({{"rc", "0"}, {"jobid", kvsname_}});

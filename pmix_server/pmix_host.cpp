@@ -144,7 +144,7 @@ PmixHost::~PmixHost()
     if (topology_thread_.joinable())
         topology_thread_.join();
     if (registered_)
-        deregister_namespace(nspace_, step_.args().ranks, std::chrono::milliseconds(500));
+        deregister_namespace(nspace_, step_.served().ranks, std::chrono::milliseconds(500));
     if (initialized_)
         PMIx_server_finalize();
     set_step(nullptr);
@@ -168,9 +168,9 @@ Result<bool> PmixHost::init(const std::string& tmpdir, const PlannedServer* plan
     InfoArray info(planned ? 6 : 4);
     PMIX_INFO_LOAD(&info.info[0], PMIX_SERVER_TMPDIR, tmpdir.c_str(), PMIX_STRING);
     PMIX_INFO_LOAD(&info.info[1], PMIX_SYSTEM_TMPDIR, tmpdir.c_str(), PMIX_STRING);
-    const std::uint32_t node = step_.args().node_id;
+    const std::uint32_t node = step_.served().node_id;
     PMIX_INFO_LOAD(&info.info[2], PMIX_SERVER_RANK, &node, PMIX_PROC_RANK);
-    PMIX_INFO_LOAD(&info.info[3], PMIX_HOSTNAME, step_.args().hostname.c_str(), PMIX_STRING);
+    PMIX_INFO_LOAD(&info.info[3], PMIX_HOSTNAME, step_.served().hostname.c_str(), PMIX_STRING);
     if (planned) {
         const int port = planned->port;
         PMIX_INFO_LOAD(&info.info[4], PMIX_TCP_IPV4_PORT, &port, PMIX_INT);
@@ -218,7 +218,7 @@ struct JobExtras {
 constexpr std::size_t job_info_base = 13;
 
 // The job info: job_info_base + extras.count() entries from `i` on.
-void load_job_info(pmix_info_t* i, const protocol::DaemonArgs& args, const protocol::StepMap& map,
+void load_job_info(pmix_info_t* i, const ServedStep& args, const protocol::StepMap& map,
                    const std::vector<std::uint32_t>& mine, const JobExtras& extras)
 {
     const auto ntasks = static_cast<std::uint32_t>(map.rank_node.size());
@@ -283,7 +283,7 @@ void load_proc_data(pmix_info_t* i, const protocol::StepMap& map, const std::vec
 
 Result<bool> PmixHost::register_namespace(const protocol::StepMap& map, std::function<void(int status)> done)
 {
-    const protocol::DaemonArgs& args = step_.args();
+    const ServedStep& args = step_.served();
     nspace_ = map.nspace;
     const RankLayout layout = rank_layout(map);
     const auto& mine = layout.by_node[args.node_id];

@@ -117,7 +117,7 @@ public:
     // register_namespace() waits for it and gives it to the clients.
     void discover_topology();
     // Registers the step's namespace and this node's clients (the ranks of
-    // args()); `done` runs once on the loop when the library has them all,
+    // served()); `done` runs once on the loop when the library has them all,
     // or has refused one (its status).
     Result<bool> register_namespace(const protocol::StepMap& map, std::function<void(int status)> done);
     // PMIx_server_setup_fork's environment for `rank` of `nspace` (the

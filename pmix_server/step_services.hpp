@@ -10,7 +10,7 @@
 // (completion.hpp).
 #pragma once
 
-#include "protocol/daemon_args.hpp"
+#include "protocol/place.hpp"
 #include "protocol/wire.hpp"
 
 #include <cstdint>
@@ -19,6 +19,16 @@
 #include <vector>
 
 namespace exitpolicy::pmix_server {
+
+// What the PMIx side knows of the step it serves: this node's place in it,
+// the step's size, the step's private directory on the node (the server's
+// rendezvous and the clients' session directories) and where the node's
+// hardware topology comes from. Never the daemon's descriptors.
+struct ServedStep : protocol::NodePlace {
+    std::uint32_t ntasks = 0;
+    std::string dir;
+    std::string topology = "discover";  // discover, none, or an hwloc XML file
+};
 
 class StepServices {
 public:
@@ -55,7 +65,7 @@ public:
     virtual void client_finalized(std::uint32_t rank) = 0;
 
     // Any thread: fixed before the PMIx server starts.
-    virtual const protocol::DaemonArgs& args() const noexcept = 0;
+    virtual const ServedStep& served() const noexcept = 0;
 };
 
 }  // namespace exitpolicy::pmix_server

@@ -13,7 +13,7 @@ namespace exitpolicy::pmix_server {
 
 void PmixHost::discover_topology()
 {
-    const std::string source = step_.args().topology;
+    const std::string source = step_.served().topology;
     if (source == "none")
         return;
     try {

@@ -20,7 +20,7 @@ namespace exitpolicy::pmix_server::one_node {
 
 class OneNode final : public StepServices {
 public:
-    protocol::DaemonArgs args_;
+    ServedStep args_;
     WorkQueue queue;
     std::vector<std::uint32_t> connected;  // client_connected's ranks, in order
 
@@ -34,7 +34,7 @@ public:
     void task_log(std::uint32_t, const std::string&) override {}
     void client_connected(std::uint32_t rank) override { connected.push_back(rank); }
     void client_finalized(std::uint32_t) override {}
-    const protocol::DaemonArgs& args() const noexcept override { return args_; }
+    const ServedStep& served() const noexcept override { return args_; }
 
     // Node 0 ("node0") of job 7, step 0, serving `ranks` from `dir`: the
     // place every such test gives its server.

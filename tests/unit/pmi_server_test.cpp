@@ -109,7 +109,7 @@ public:
         std::string message;
     };
 
-    protocol::DaemonArgs arguments;
+    ServedStep arguments;
     std::vector<Fence> fences;
     std::vector<Abort> aborts;
     std::vector<std::uint32_t> connected;
@@ -137,7 +137,7 @@ public:
     void task_log(std::uint32_t, const std::string&) override { ++unexpected; }
     void client_connected(std::uint32_t rank) override { connected.push_back(rank); }
     void client_finalized(std::uint32_t rank) override { finalized.push_back(rank); }
-    const protocol::DaemonArgs& args() const noexcept override { return arguments; }
+    const ServedStep& served() const noexcept override { return arguments; }
 
     // Completes fence i as the overlay would, once.
     void complete(std::size_t i, int status, const protocol::Bytes& data)

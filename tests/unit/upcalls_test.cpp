@@ -60,7 +60,7 @@ const char* name(Way w)
 class Scripted final : public StepServices {
 public:
     Way way = Way::answer;
-    protocol::DaemonArgs args_;
+    ServedStep args_;
     std::unique_ptr<WorkQueue> queue = std::make_unique<WorkQueue>();
     std::vector<std::string> calls;
 
@@ -101,7 +101,7 @@ public:
     void task_log(std::uint32_t, const std::string&) override { event("task_log"); }
     void client_connected(std::uint32_t) override { event("connected"); }
     void client_finalized(std::uint32_t) override { event("finalized"); }
-    const protocol::DaemonArgs& args() const noexcept override { return args_; }
+    const ServedStep& served() const noexcept override { return args_; }
 
     // Starts a case: a fresh queue, closed when the loop is to be gone.
     void begin(Way w)
