@@ -197,11 +197,6 @@ void Daemon::linked_up()
 
 // ---- PmixService::Step ----------------------------------------------------------------
 
-const protocol::StepMap* Daemon::map() const
-{
-    return agent_->map();
-}
-
 bool Daemon::way_up_open() const
 {
     return agent_->linked_up();

@@ -81,7 +81,6 @@ private:
     void slurmstepd_gone() override;
 
     // ---- PmixService::Step: what the PMIx server's start asks of the step ----
-    const protocol::StepMap* map() const override;
     bool way_up_open() const override;
     void initialized() override;
     void registered() override;

@@ -31,8 +31,6 @@ PmixService::PmixService(const protocol::DaemonArgs& args, event_base* base, Tim
 PmixService::~PmixService()
 {
     join();
-    anchor_.reset();
-    first_client_.reset();
 }
 
 void PmixService::join()
@@ -161,7 +159,7 @@ bool PmixService::register_namespace(const protocol::StepMap& map)
 
 void PmixService::when_served(std::function<void()> fn)
 {
-    if (served_)
+    if (serving_)
         fn();
     else if (!stopping_)
         until_served_.push_back(std::move(fn));
@@ -169,14 +167,14 @@ void PmixService::when_served(std::function<void()> fn)
 
 void PmixService::check_served()
 {
-    if (served_ || !namespace_ready_ || !anchor_settled_ || !step_.way_up_open() || stopping_)
+    if (serving_ || !namespace_ready_ || !anchor_settled_ || !step_.way_up_open() || stopping_)
         return;
-    served();
+    begin_serving();
 }
 
-void PmixService::served()
+void PmixService::begin_serving()
 {
-    served_ = true;
+    serving_ = true;
     for (auto& fn : std::exchange(until_served_, {}))
         fn();
     if (planned_) {

@@ -44,7 +44,6 @@ public:
     // What the service asks of the daemon.
     class Step {
     public:
-        virtual const protocol::StepMap* map() const = 0;  // once the overlay brought it
         virtual bool way_up_open() const = 0;               // the way up the tree is open
         virtual void initialized() = 0;                     // the server's start has a result
         virtual void registered() = 0;                      // the namespace is in
@@ -57,8 +56,9 @@ public:
 
     PmixService(const protocol::DaemonArgs& args, event_base* base, Timers& timers, StepServices& services,
                 Step& step);
-    // Joins the start's thread; the server finalizes (its clients are told
-    // first: drop_anchor() and the daemon's posted work go before).
+    // Joins the start's thread; then the anchor goes before the server
+    // finalizes (the members' order), the daemon's posted work before both
+    // (drop_anchor()).
     ~PmixService();
     PmixService(const PmixService&) = delete;
     PmixService& operator=(const PmixService&) = delete;
@@ -100,7 +100,7 @@ public:
     PmixHost& host() noexcept { return host_; }
 
 private:
-    void served();
+    void begin_serving();
     void check_planned_environment();
 
     const protocol::DaemonArgs& args_;
@@ -127,7 +127,7 @@ private:
     bool registering_ = false;
     bool namespace_ready_ = false;
     bool anchor_settled_ = false;
-    bool served_ = false;
+    bool serving_ = false;
     bool stopping_ = false;
 };
 
