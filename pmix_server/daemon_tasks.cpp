@@ -19,12 +19,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <csignal>
 #include <cstring>
-#include <filesystem>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <utility>
 
@@ -70,26 +67,6 @@ void Daemon::task_log(std::uint32_t rank, const std::string& text)
 void Daemon::client_connected(std::uint32_t rank)
 {
     ends_.connected(rank);
-    // OpenPMIx talks to its clients over loopback TCP without TCP_NODELAY:
-    // an event sent while the client still owes a delayed ACK (right after a
-    // fence, say) waits up to 40 ms. The sockets are the library's, but
-    // they live in this process: turn Nagle off on every TCP socket we have.
-    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", std::filesystem::directory_options::skip_permission_denied)) {
-        int fd = -1;
-        const std::string name = entry.path().filename();
-        if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc())
-            continue;
-        sockaddr_storage addr{};
-        socklen_t len = sizeof(addr);
-        int type = 0;
-        socklen_t tlen = sizeof(type);
-        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
-            (addr.ss_family != AF_INET && addr.ss_family != AF_INET6) ||
-            ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_STREAM)
-            continue;
-        const int on = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
-    }
 }
 
 void Daemon::client_finalized(std::uint32_t rank)

@@ -12,13 +12,50 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <fcntl.h>
+#include <filesystem>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string>
 #include <sys/socket.h>
 #include <utility>
 
 namespace exitpolicy::pmix_server {
+
+namespace {
+
+// OpenPMIx talks to its clients over loopback TCP without TCP_NODELAY: an
+// event sent while the client still owes a delayed ACK (right after a
+// fence, say) waits up to 40 ms. The sockets are the library's, but they
+// live in this process: once its server listens, Nagle goes off on every
+// TCP socket here, its listeners included, and Linux gives every
+// connection accepted from then on its listener's setting. Once per step,
+// not once per client: a walk of every descriptor at each of n clients'
+// connection is n squared.
+void no_delay_on_tcp_sockets()
+{
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+        int fd = -1;
+        const std::string name = entry.path().filename();
+        if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc())
+            continue;
+        sockaddr_storage addr{};
+        socklen_t len = sizeof(addr);
+        int type = 0;
+        socklen_t tlen = sizeof(type);
+        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+            (addr.ss_family != AF_INET && addr.ss_family != AF_INET6) ||
+            ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_STREAM)
+            continue;
+        const int on = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+    }
+}
+
+}  // namespace
 
 PmixService::PmixService(const protocol::DaemonArgs& args, event_base* base, Timers& timers, StepServices& services,
                          Step& step)
@@ -118,6 +155,8 @@ void PmixService::start()
         auto started = host_.init(args_.dir, planned_ ? &*planned_ : nullptr);
         services_.post([this, started = std::move(started)] {
             init_result_ = started;
+            if (started)
+                no_delay_on_tcp_sockets();
             if (started && anchor_)
                 anchor_->start([this](bool) {
                     anchor_settled_ = true;

@@ -8,10 +8,12 @@ that fences, direct modex, events and outcomes are relayed through daemons
 See docs/pmix-service.md and docs/mpi.md.
 """
 
+import ctypes
 import json
 import os
 import pathlib
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -792,6 +794,71 @@ def test_idle_connections_to_a_daemon_cost_it_no_descriptors(cluster, workdir, p
         out, err = step.communicate(timeout=120)
     assert step.returncode == 0, out + err
     assert len(lines(out, "fence ok ")) == 8, out + err
+
+
+def descriptor_of(pid, fd):
+    """A copy of process pid's descriptor fd (pidfd_getfd(2), as root), as a socket."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    try:
+        got = libc.syscall(438, pidfd, fd, 0)  # SYS_pidfd_getfd on x86_64 and aarch64
+        if got < 0:
+            raise OSError(ctypes.get_errno(), f"pidfd_getfd({pid}, {fd})")
+        return socket.socket(fileno=got)
+    finally:
+        os.close(pidfd)
+
+
+def accepted_tcp_sockets(pid):
+    """{descriptor: TCP_NODELAY} of every connection process pid accepted on
+    one of its TCP listeners."""
+    listeners, connected = set(), {}
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if not os.readlink(f"/proc/{pid}/fd/{name}").startswith("socket:["):
+                continue
+            s = descriptor_of(pid, int(name))
+        except OSError:
+            continue  # closed meanwhile
+        with s:
+            if s.family not in (socket.AF_INET, socket.AF_INET6) or s.type != socket.SOCK_STREAM:
+                continue
+            port = s.getsockname()[1]
+            if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                listeners.add(port)
+            else:
+                connected[int(name)] = (port, s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+    return {fd: nodelay for fd, (port, nodelay) in connected.items() if port in listeners}
+
+
+def test_every_pmix_client_connection_sends_without_delay(cluster, workdir, pmix):
+    """OpenPMIx leaves Nagle on for its clients' connections, so an event
+    sent while a client owes a delayed ACK waited 40 ms. The daemon turns
+    it off once its server listens, on the listener too: the clients that
+    connect later (here one every 2 s, the first of them starting the
+    server) get it from their listener. Rank 0 connects last and raises the
+    event the others wait for, so that three connections are there to see."""
+    before = set(daemons())
+    task = f'sleep $(((3 - SLURM_PROCID) * 2)); exec {client("ep_notify")} --timeout 60'
+    step = subprocess.Popen([str(cluster.SCRIPT), "exec", "srun", "--mpi=none", "-N1", "-n4", "--overcommit", "sh", "-c",
+                             task],
+                            env=cluster.env(), cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        seen = {}
+        while time.monotonic() < deadline and len(seen) < 3:
+            for pid in set(daemons()) - before:
+                try:
+                    seen = max(seen, accepted_tcp_sockets(pid), key=len)
+                except OSError:
+                    pass  # gone meanwhile
+            time.sleep(0.1)
+        assert len(seen) >= 3, f"the daemon accepted {len(seen)} PMIx clients' connections, not 3"
+        assert all(seen.values()), f"connections with Nagle's delay (descriptor: TCP_NODELAY): {seen}"
+    finally:
+        out, err = step.communicate(timeout=120)
+    assert step.returncode == 0, out + err
+    assert len(lines(out, "notify ok ")) == 4, out + err
 
 
 def test_a_task_that_hangs_up_on_its_daemon_does_not_kill_it(cluster, workdir, pmix):
