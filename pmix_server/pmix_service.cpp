@@ -31,9 +31,11 @@ namespace {
 // fence, say) waits up to 40 ms. The sockets are the library's, but they
 // live in this process: once its server listens, Nagle goes off on every
 // TCP socket here, its listeners included, and Linux gives every
-// connection accepted from then on its listener's setting. Once per step,
-// not once per client: a walk of every descriptor at each of n clients'
-// connection is n squared.
+// connection made from then on its listener's setting. Once per step, not
+// once per client: a walk of every descriptor at each of n clients'
+// connection is n squared. (A connection made before, still in the
+// backlog, is not there to find: the socket slurmstepd reserves for a
+// planned server has Nagle off from the start, daemon_start.cpp.)
 void no_delay_on_tcp_sockets()
 {
     std::error_code ec;

@@ -15,7 +15,10 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <string>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <utility>
 
@@ -131,10 +134,17 @@ DaemonSockets plan_sockets(FrontEndSink& fe, const LinkSetup& link, DaemonLaunch
                             : !protocol::activation_errno(*built) ? "OpenPMIx " + built->text + " is not one planned for"
                                                                   : protocol::unplannable_because(environ);
     if (unplanned.empty()) {
-        if (auto r = protocol::listen_loopback())
+        if (auto r = protocol::listen_loopback()) {
             sockets.reserved = std::move(*r);
-        else
+            // OpenPMIx leaves Nagle on for its clients (an event then waits
+            // up to 40 ms for a delayed ACK). Linux gives every connection
+            // its listener's TCP_NODELAY when it is made: those that wait in
+            // the backlog while the server starts too.
+            const int on = 1;
+            ::setsockopt(sockets.reserved->fd.get(), IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+        } else {
             unplanned = r.error();
+        }
     }
     if (!sockets.reserved) {
         log::debug("step %u.%u: the node daemon writes the tasks' PMIx environment (%s)", link.job_id,
