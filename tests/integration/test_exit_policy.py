@@ -84,15 +84,26 @@ LAYOUTS = {
 }
 
 
-def action_sh(action, late):
-    """Shell for one rank's outcome. "late X": X after `sleep 1` (only when
-    the order of failures matters to the policy under test)."""
+# In the working directory, for "late" actions to wait on: one file per
+# rank that has come to its early action, named after the job.
+EARLY_MARK = "early.$SLURM_JOB_ID"
+
+
+def action_sh(action, late, early=0):
+    """Shell for one rank's outcome. "late X": X only once the `early` ranks
+    whose actions are not late have come to them, and a second after (only
+    when the order of failures matters to the policy under test). Waiting
+    for them, not a fixed delay: tasks on different nodes start seconds
+    apart on a loaded machine."""
     words = action.split()
     delay = ""
     if words[0] == "late":
         words = words[1:]
         if late:
-            delay = "sleep 1; "
+            delay = (f"i=0; while [ $(ls {EARLY_MARK}.* 2>/dev/null | wc -l) -lt {early} ] && [ $i -lt 300 ]; "
+                     "do sleep 0.1; i=$((i + 1)); done; sleep 1; ")
+    elif late and early:
+        delay = f"touch {EARLY_MARK}.$SLURM_PROCID; "
     kind = words[0]
     if kind == "exit":
         body = f"exit {words[1]}"
@@ -110,6 +121,9 @@ def action_sh(action, late):
 def task_script(layout, actions, late=False):
     """sh -c script: each role's rank does its action, every other rank
     exits 0 (or does the "*" action)."""
+    timed = late and any(a.startswith("late ") for a in actions.values())
+    early = sum(1 for role, a in actions.items() if role != "*" and not a.startswith("late ")) if timed else 0
+    assert not timed or "*" not in actions, "a late action waits for named ranks only"
     default = "exit 0"
     cases = []
     seen = set()
@@ -120,7 +134,7 @@ def task_script(layout, actions, late=False):
         rank = layout.roles[role]
         assert rank not in seen, f"two roles on rank {rank}"
         seen.add(rank)
-        cases.append(f"{rank}) {action_sh(action, late)};;")
+        cases.append(f"{rank}) {action_sh(action, late, early)};;")
     return f'case "$SLURM_PROCID" in {" ".join(cases)} *) {default};; esac'
 
 
@@ -327,22 +341,30 @@ def test_report_labels_collateral_teardown(cluster, workdir, exitpolicy):
 def test_a_task_that_exits_143_on_the_teardowns_sigterm_is_collateral(cluster, workdir, exitpolicy):
     """A shell script's task says the teardown's SIGTERM in its own code
     (128 + 15) and ends a second later, past the reaction window: collateral
-    to rank 1's failure all the same, never a failure of its own."""
+    to rank 1's failure all the same, never a failure of its own. Rank 1
+    fails only once the others have their trap: on a loaded machine, a task
+    still starting when srun -K's signal comes dies of it instead."""
     rc, out, err = srun(
         cluster, workdir, "-K1", "-N4", "-n4", "--exit-policy=first-failure",
         f"--exit-report-json={workdir}/shell-%j.json", "bash", "-c",
-        '[ "$SLURM_PROCID" = 1 ] && exit 3; trap "sleep 1; exit 143" TERM; sleep 20 & wait',
+        'if [ "$SLURM_PROCID" = 1 ]; then '
+        '  for i in $(seq 300); do '
+        '    [ $(ls trapped.$SLURM_JOB_ID.* 2>/dev/null | wc -l) = 3 ] && break; sleep 0.1; '
+        '  done; '
+        '  exit 3; '
+        'fi; '
+        'trap "sleep 1; exit 143" TERM; touch trapped.$SLURM_JOB_ID.$SLURM_PROCID; sleep 20 & wait',
     )
     assert rc == 3, err
     lines = report_lines(err)
     shells = [l for l in lines if "exited with code 143" in l]
-    assert shells and all(l.endswith("(collateral: ended after rank 1 failed)") for l in shells), err
+    assert shells == ["exitpolicy:   ranks 0,2-3 on node[1,3-4]: exited with code 143 "
+                      "(collateral: ended after rank 1 failed)"], err
     written = list(workdir.glob("shell-*.json"))
     assert len(written) == 1, written
     doc = json.loads(written[0].read_text())
-    # A task still starting when the teardown came is killed instead:
-    # collateral too.
-    assert [t["collateral"] for t in doc["tasks"]] == [True, False, True, True], doc["tasks"]
+    ends = [(t["code"], t["collateral"]) for t in doc["tasks"]]
+    assert ends == [(143, True), (3, False), (143, True), (143, True)], doc["tasks"]
 
 
 @pytest.mark.parametrize("user", ROOT_AND_NOBODY)
