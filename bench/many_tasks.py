@@ -28,6 +28,8 @@ plugin adds to each task.
 MANY_EACH=1 prints every round's time as well. MANY_OTHER_PLUGIN=PATH runs
 another build of the plugin (its plugstack arguments may follow the path)
 in the same rounds: a change measured against the build it changes.
+MANY_ONLY=NAME,NAME runs only these configurations ("no plugin" always
+runs: every ratio is to it), for a shorter paired run.
 
 Run it inside the cluster's namespace (bench/run.sh many does):
     contrib/slurm/cluster exec /usr/bin/python3 bench/many_tasks.py PLUGIN PLUGSTACK_D TASKS ROUNDS
@@ -59,7 +61,13 @@ other = os.environ.get("MANY_OTHER_PLUGIN")
 if other:
     configs["other: pmix=auto"] = (f"optional {other}\n", [])
     configs["other: main-rank"] = (f"optional {other}\n", ["--exit-policy=main-rank"])
-
+only = os.environ.get("MANY_ONLY")
+if only:
+    wanted = {"no plugin", *(n.strip() for n in only.split(","))}
+    unknown = wanted - configs.keys()
+    if unknown:
+        sys.exit(f"MANY_ONLY: no configuration {', '.join(sorted(unknown))} (there are: {', '.join(configs)})")
+    configs = {name: value for name, value in configs.items() if name in wanted}
 
 tails = {name: [] for name in configs}
 cpus = {name: [] for name in configs}

@@ -13,7 +13,8 @@
 #                              cluster whose MaxTasksPerNode allows them): no plugin,
 #                              pmix=auto (the daemon stands by), pmix=auto with a policy
 #                              (MANY_ROUNDS=15 paired rounds; bench/many_tasks.py);
-#                              MANY_OTHER_PLUGIN=PATH: another build in the same rounds
+#                              MANY_OTHER_PLUGIN=PATH: another build in the same rounds;
+#                              MANY_ONLY="pmix=auto,other: pmix=auto": only these
 #   bash bench/run.sh forks    what loading the plugin costs each fork and exec of the process
 #                              that loaded it, as slurmstepd forks every task: CPU time per
 #                              fork and exec of /bin/true (FORK_TASKS=800 each, FORK_ROUNDS=14
