@@ -343,7 +343,11 @@ def test_a_task_that_exits_143_on_the_teardowns_sigterm_is_collateral(cluster, w
     (128 + 15) and ends a second later, past the reaction window: collateral
     to rank 1's failure all the same, never a failure of its own. Rank 1
     fails only once the others have their trap: on a loaded machine, a task
-    still starting when srun -K's signal comes dies of it instead."""
+    still starting when srun -K's signal comes dies of it instead. The
+    signal reaches the shell and its child one after the other, in either
+    order: the shell says 143 whichever hears it first (a bare `wait` says
+    0 when the child dies first and the shell ends before its own signal
+    comes)."""
     rc, out, err = srun(
         cluster, workdir, "-K1", "-N4", "-n4", "--exit-policy=first-failure",
         f"--exit-report-json={workdir}/shell-%j.json", "bash", "-c",
@@ -353,7 +357,8 @@ def test_a_task_that_exits_143_on_the_teardowns_sigterm_is_collateral(cluster, w
         '  done; '
         '  exit 3; '
         'fi; '
-        'trap "sleep 1; exit 143" TERM; touch trapped.$SLURM_JOB_ID.$SLURM_PROCID; sleep 20 & wait',
+        'trap "sleep 1; exit 143" TERM; touch trapped.$SLURM_JOB_ID.$SLURM_PROCID; '
+        'sleep 20 & wait $!; code=$?; sleep 1; exit $code',
     )
     assert rc == 3, err
     lines = report_lines(err)
