@@ -89,6 +89,13 @@ LAYOUTS = {
 EARLY_MARK = "early.$SLURM_JOB_ID"
 
 
+def wait_for_files_sh(pattern, count):
+    """Shell that waits, 30 s at most, until `count` files of the working
+    directory match `pattern` (tasks on other nodes have come that far)."""
+    return (f"i=0; while [ $(ls {pattern} 2>/dev/null | wc -l) -lt {count} ] && [ $i -lt 300 ]; "
+            "do sleep 0.1; i=$((i + 1)); done; ")
+
+
 def action_sh(action, late, early=0):
     """Shell for one rank's outcome. "late X": X only once the `early` ranks
     whose actions are not late have come to them, and a second after (only
@@ -100,8 +107,7 @@ def action_sh(action, late, early=0):
     if words[0] == "late":
         words = words[1:]
         if late:
-            delay = (f"i=0; while [ $(ls {EARLY_MARK}.* 2>/dev/null | wc -l) -lt {early} ] && [ $i -lt 300 ]; "
-                     "do sleep 0.1; i=$((i + 1)); done; sleep 1; ")
+            delay = wait_for_files_sh(f"{EARLY_MARK}.*", early) + "sleep 1; "
     elif late and early:
         delay = f"touch {EARLY_MARK}.$SLURM_PROCID; "
     kind = words[0]
@@ -351,12 +357,7 @@ def test_a_task_that_exits_143_on_the_teardowns_sigterm_is_collateral(cluster, w
     rc, out, err = srun(
         cluster, workdir, "-K1", "-N4", "-n4", "--exit-policy=first-failure",
         f"--exit-report-json={workdir}/shell-%j.json", "bash", "-c",
-        'if [ "$SLURM_PROCID" = 1 ]; then '
-        '  for i in $(seq 300); do '
-        '    [ $(ls trapped.$SLURM_JOB_ID.* 2>/dev/null | wc -l) = 3 ] && break; sleep 0.1; '
-        '  done; '
-        '  exit 3; '
-        'fi; '
+        f'if [ "$SLURM_PROCID" = 1 ]; then {wait_for_files_sh("trapped.$SLURM_JOB_ID.*", 3)}exit 3; fi; '
         'trap "sleep 1; exit 143" TERM; touch trapped.$SLURM_JOB_ID.$SLURM_PROCID; '
         'sleep 20 & wait $!; code=$?; sleep 1; exit $code',
     )
