@@ -5,6 +5,7 @@
 
 #include "pmix_compat.hpp"
 #include "pmix_server/log.hpp"
+#include "protocol/sockets.hpp"
 
 #include <event2/event.h>
 
@@ -17,7 +18,6 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <string>
 #include <sys/socket.h>
 #include <utility>
@@ -52,8 +52,7 @@ void no_delay_on_tcp_sockets()
             (addr.ss_family != AF_INET && addr.ss_family != AF_INET6) ||
             ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_STREAM)
             continue;
-        const int on = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+        protocol::set_no_delay(fd);
     }
 }
 

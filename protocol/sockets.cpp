@@ -202,6 +202,12 @@ Result<Listening> listen_on(std::uint32_t address, int backlog)
     return R::ok(Listening{std::move(fd), ntohs(sin.sin_port)});
 }
 
+void set_no_delay(int fd) noexcept
+{
+    const int on = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+}
+
 void tune_socket(int fd) noexcept
 {
     if (fd < 0)
@@ -211,12 +217,11 @@ void tune_socket(int fd) noexcept
     ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
     // Small frames (events, fence results) must not wait for Nagle's
     // algorithm and a delayed ACK: that is 40 ms per hop.
-    const int on = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+    set_no_delay(fd);
     // A peer whose machine died sends no FIN: probe an idle link after 10 s,
     // every 5 s, 3 times; give up on data unacknowledged for 30 s. The link
     // then closes like any other, and the loss is handled as a departure.
-    const int idle = 10, interval = 5, count = 3;
+    const int on = 1, idle = 10, interval = 5, count = 3;
     const auto user_timeout_ms = static_cast<unsigned>(timeouts::unacknowledged_data.count());
     ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
     ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));

@@ -39,6 +39,12 @@ Result<Listening> listen_on(std::uint32_t address, int backlog);
 // on another host, no such interface.
 std::optional<uid_t> peer_owner(int fd) noexcept;
 
+// Nagle's algorithm off on a TCP socket: a small frame or event must not
+// wait up to 40 ms for a delayed ACK. Linux gives a listener's setting to
+// every connection it accepts from then on, those already in its backlog
+// included. Nothing when fd is no TCP socket.
+void set_no_delay(int fd) noexcept;
+
 // Every overlay TCP socket: close-on-exec, no Nagle delay, and keepalive
 // probes with a bound, so that a peer that vanished without a word is
 // noticed.

@@ -15,10 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <string>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <utility>
 
@@ -140,8 +137,7 @@ DaemonSockets plan_sockets(FrontEndSink& fe, const LinkSetup& link, DaemonLaunch
             // up to 40 ms for a delayed ACK). Linux gives every connection
             // its listener's TCP_NODELAY when it is made: those that wait in
             // the backlog while the server starts too.
-            const int on = 1;
-            ::setsockopt(sockets.reserved->fd.get(), IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+            protocol::set_no_delay(sockets.reserved->fd.get());
         } else {
             unplanned = r.error();
         }
