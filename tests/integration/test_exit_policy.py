@@ -297,12 +297,14 @@ def test_report_exact_lines(cluster, workdir, exitpolicy, user):
 
 
 def test_report_names_signals_ranks_and_nodes(cluster, workdir, exitpolicy):
-    # rank 6 (node4) is SIGKILLed first; a second later ranks 3 (node2) and
-    # 5 (node3) segfault. (A SIGKILL after the first failure would be
-    # labelled collateral: see test_report_labels_collateral_teardown.)
+    # rank 6 (node4) is SIGKILLed first; a second after it comes to that,
+    # ranks 3 (node2) and 5 (node3) segfault. (A SIGKILL after the first
+    # failure would be labelled collateral: see
+    # test_report_labels_collateral_teardown.)
     rc, out, err = srun(
         cluster, workdir, "-N4", "-n8", "--exit-policy=main-rank-check", "sh", "-c",
-        'case "$SLURM_PROCID" in 3|5) sleep 1; kill -SEGV $$;; 6) kill -KILL $$;; *) exit 0;; esac',
+        f'case "$SLURM_PROCID" in 3|5) {wait_for_files_sh(f"{EARLY_MARK}.*", 1)}sleep 1; kill -SEGV $$;; '
+        f'6) touch {EARLY_MARK}.$SLURM_PROCID; kill -KILL $$;; *) exit 0;; esac',
     )
     assert rc == 1, err
     lines = report_lines(err)
@@ -411,7 +413,8 @@ def test_json_report(cluster, workdir, exitpolicy, user):
         f"--exit-report-json={pattern}",  # relative: srun's working directory
         "sh", "-c",
         '[ "$SLURM_PROCID" = 0 ] && echo "$SLURM_JOB_ID $SLURM_STEP_ID"; '
-        'case "$SLURM_PROCID" in 3) sleep 1; exit 5;; 6) kill -SEGV $$;; *) exit 0;; esac',
+        f'case "$SLURM_PROCID" in 3) {wait_for_files_sh(f"{EARLY_MARK}.*", 1)}sleep 1; exit 5;; '
+        f'6) touch {EARLY_MARK}.$SLURM_PROCID; kill -SEGV $$;; *) exit 0;; esac',
         user=user,
     )
     t1 = time.time()

@@ -15,6 +15,7 @@ import re
 
 import pytest
 
+from test_exit_policy import EARLY_MARK, wait_for_files_sh
 from test_pmix import N4N8, client, lines, parse_events, srun, srun_mpi_timed
 
 pytestmark = pytest.mark.integration
@@ -180,7 +181,7 @@ def test_a_step_of_tasks_without_pmix_is_not_torn_down(cluster, workdir, pmix):
 
 def test_clients_that_start_after_a_peer_died_hear_of_it(cluster, workdir, pmix):
     """Rank 5, a task that never uses PMIx, exits 3 at once; the others
-    start PMIx a second later. No node's PMIx server ran when rank 5 died
+    start PMIx a second after it came to its exit. No node's PMIx server ran when rank 5 died
     (each starts with its first client), and still every survivor hears of
     it by each handler of its own code (PMIX_ERR_EXIT_NONZERO_TERM: rank 5
     was no client; then PMIX_EVENT_PROC_TERMINATED and PMIX_ERR_PROC_ABORTED)
@@ -191,7 +192,8 @@ def test_clients_that_start_after_a_peer_died_hear_of_it(cluster, workdir, pmix)
     gives each once, and nothing to a default handler.) Nothing is torn
     down: rank 5 never used PMIx."""
     ep_events = client("ep_events")
-    script = (f'if [ "$SLURM_PROCID" = 5 ]; then exit 3; fi; sleep 1; exec {ep_events} --victim 5 --exit 3 '
+    script = (f'if [ "$SLURM_PROCID" = 5 ]; then touch {EARLY_MARK}.5; exit 3; fi; '
+              f'{wait_for_files_sh(f"{EARLY_MARK}.*", 1)}sleep 1; exec {ep_events} --victim 5 --exit 3 '
               "--no-fence --register all --expect 3 --timeout 20")
     rc, out, err = srun(cluster, workdir, *N4N8, "--exit-policy=main-rank", "sh", "-c", script)
     assert rc == 0, err
