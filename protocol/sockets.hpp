@@ -41,8 +41,8 @@ std::optional<uid_t> peer_owner(int fd) noexcept;
 
 // Nagle's algorithm off on a TCP socket: a small frame or event must not
 // wait up to 40 ms for a delayed ACK. Linux gives a listener's setting to
-// every connection it accepts from then on, those already in its backlog
-// included. Nothing when fd is no TCP socket.
+// every connection made to it from then on, not to those already waiting
+// in its backlog. Nothing when fd is no TCP socket.
 void set_no_delay(int fd) noexcept;
 
 // Every overlay TCP socket: close-on-exec, no Nagle delay, and keepalive
