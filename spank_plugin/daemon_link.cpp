@@ -441,13 +441,28 @@ bool daemon_serving(LaunchedDaemon& daemon)
     return daemon.serving;
 }
 
+namespace {
+
+// Closes the control link for both ends whoever else holds a copy of it:
+// where Slurm runs task_exit in a clone of slurmstepd's (CONTAIN_SPANK),
+// slurmstepd's own descriptor would keep the link open, and a standby
+// waits for the link's hang-up.
+void hang_up(protocol::Fd& control)
+{
+    if (control)
+        ::shutdown(control.get(), SHUT_RDWR);
+    control.reset();
+}
+
+}  // namespace
+
 std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::milliseconds timeout, std::size_t max_acks)
 {
     const auto deadline = Clock::now() + timeout;
     std::vector<protocol::Ack> confirmed;
     std::set<std::pair<std::uint32_t, std::uint32_t>> seen;
     if (daemon.standby && !daemon_serving(daemon))
-        daemon.control.reset();  // a standby's hang-up: it exits unstarted
+        hang_up(daemon.control);  // a standby's hang-up: it exits unstarted
     daemon.ready.reset();
     if (const int fd = daemon.control.get(); fd >= 0) {
         // The ack may not make it out before the daemon closes: EOF, once
@@ -483,7 +498,7 @@ std::vector<protocol::Ack> stop_daemon(LaunchedDaemon& daemon, std::chrono::mill
                 budget -= std::min(budget, static_cast<std::size_t>(n));
             }
         }
-        daemon.control.reset();
+        hang_up(daemon.control);
     }
     // Every daemon launch_daemon gives has a pidfd: no signal ever goes
     // to a bare pid.

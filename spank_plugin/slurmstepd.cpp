@@ -8,8 +8,19 @@
 // batch step, pass sbatch's --exit-* options on to the job script's srun as
 // SLURM_EXIT_* variables. task_exit: hand the task's outcome to the first
 // sink that takes it (outcome_sink.hpp: the node daemon's, then the FE's);
-// exit: wait (bounded) for what is unacknowledged, stop the daemon. No
-// threads; any trouble is logged once and the step goes on as without us.
+// after the node's last task, stop the daemon and wait (bounded) for what
+// is unacknowledged; exit: the same if no task_exit did it, and remove the
+// step's directory. No threads; any trouble is logged once and the step
+// goes on as without us.
+//
+// Why the daemon stops at the last task_exit, not at exit: Slurm runs every
+// task_exit before it signals and waits for the step's processes
+// (proctrack_g_signal, proctrack_g_wait in slurmstepd's mgr.c), and exit
+// (spank_fini) only after that wait. Under proctrack/cgroup on cgroup v2 the
+// daemon lives in the step's cgroup (job_N/step_N/slurm, beside
+// slurmstepd), which the wait counts but the step's SIGKILL
+// (step_N/user's cgroup.kill) never reaches: a daemon still alive then
+// holds the step until UnkillableStepTimeout, and Slurm drains the node.
 #include "spank_plugin/log.hpp"
 #include "spank.hpp"
 #include "daemon_link.hpp"
@@ -63,6 +74,10 @@ struct Remote {
     // This node's tasks: the most outcomes its daemon can say srun has.
     std::size_t local_tasks = 0;
     std::size_t tasks_forked = 0;  // task_post_fork calls so far
+    std::size_t tasks_ended = 0;   // task_exit calls so far
+    // The node daemon is stopped and the sinks flushed (finish_node): at
+    // the last task's exit, or at the step's exit if that never came.
+    bool finished = false;
     // The pids of this node's tasks that have not ended (task_post_fork
     // to task_exit).
     std::unordered_set<pid_t> running;
@@ -340,6 +355,8 @@ int task_post_fork(spank_t sp)
     return 0;
 }
 
+namespace {
+
 // Whether another of this node's tasks has ended and waits to be reaped:
 // Slurm reaps it, and calls task_exit for it, before it tells srun of this
 // turn's ends. Looked at, not reaped (WNOWAIT). Where task_exit runs in a
@@ -352,25 +369,9 @@ bool node_mate_waiting()
            remote.running.contains(info.si_pid);
 }
 
-int task_exit(spank_t sp)
+// The outcome to the first sink that takes it.
+void deliver(const protocol::Outcome& o, Send send)
 {
-    if (remote.sinks.empty())
-        return 0;
-    protocol::Outcome o;
-    int status = 0;
-    pid_t pid = 0;
-    if (!item(sp, S_TASK_GLOBAL_ID, o.rank) || !item(sp, S_TASK_EXIT_STATUS, status))
-        return 0;
-    if (item(sp, S_TASK_PID, pid)) {
-        o.pid = pid;
-        remote.running.erase(pid);
-    }
-    o.wait_status = status;
-    const Send send = send_for(status, node_mate_waiting());
-    timespec now{};
-    ::clock_gettime(CLOCK_REALTIME, &now);
-    o.end_time_us = std::int64_t{now.tv_sec} * 1'000'000 + now.tv_nsec / 1000;
-
     // What the daemon has not yet been told of its tasks' starts, as far as
     // its link takes it now.
     if (remote.service.daemon.control && !remote.service.daemon.backlog.empty())
@@ -387,7 +388,7 @@ int task_exit(spank_t sp)
             // whichever sink took that.
             if (send == Send::now && remote.fe_sink && sink.get() != remote.fe_sink)
                 (void)remote.fe_sink->release();
-            return 0;
+            return;
         }
         errors += (errors.empty() ? "" : "; ") + delivered.error();
     }
@@ -398,11 +399,17 @@ int task_exit(spank_t sp)
         log::debug("step %u.%u: rank %u's exit not delivered: %s", remote.job_id, remote.step_id, o.rank,
                    errors.c_str());
     remote.failure_logged = true;
-    return 0;
 }
 
-int exit(spank_t)
+// This node's part of the step is over: the daemon stopped (nothing of
+// ours is left in the step's processes for Slurm to wait on), what it
+// took and srun never confirmed sent the direct way, every sink flushed
+// (bounded). Once per step.
+void finish_node()
 {
+    if (remote.finished)
+        return;
+    remote.finished = true;
     // The daemon drains first (it waits for srun to acknowledge what it
     // holds) and says which of this node's outcomes srun has; the others
     // go the direct way now, as it may have died with them on their way.
@@ -434,6 +441,40 @@ int exit(spank_t)
     remote.sinks.clear();
     remote.fe_sink = nullptr;
     remote.daemon_sink = nullptr;
+}
+
+}  // namespace
+
+int task_exit(spank_t sp)
+{
+    if (remote.sinks.empty())
+        return 0;
+    protocol::Outcome o;
+    int status = 0;
+    pid_t pid = 0;
+    if (item(sp, S_TASK_GLOBAL_ID, o.rank) && item(sp, S_TASK_EXIT_STATUS, status)) {
+        if (item(sp, S_TASK_PID, pid)) {
+            o.pid = pid;
+            remote.running.erase(pid);
+        }
+        o.wait_status = status;
+        const Send send = send_for(status, node_mate_waiting());
+        timespec now{};
+        ::clock_gettime(CLOCK_REALTIME, &now);
+        o.end_time_us = std::int64_t{now.tv_sec} * 1'000'000 + now.tv_nsec / 1000;
+        deliver(o, send);
+    }
+    // Counted whether or not Slurm told us of it: the node's last task
+    // ends the node's part all the same.
+    if (++remote.tasks_ended >= remote.local_tasks)
+        finish_node();
+    return 0;
+}
+
+int exit(spank_t)
+{
+    const bool had_daemon = !remote.service.dir.empty();
+    finish_node();
     if (had_daemon) {
         if (auto removed = remove_step_dir(remote.service.dir, remote.service.uid, remote.service.gid, remove_timeout);
             !removed)
