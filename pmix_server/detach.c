@@ -218,10 +218,27 @@ static void detach(void)
     close(go_fd);
 }
 
-/* The tasks' limits, lowered only (root may keep them raised), then the
- * job's user. */
+/* The OOM killer's view of a task: slurmstepd shields itself
+ * (oom_score_adj -999 from Slurm 25.11, -1000 before), and what it forks
+ * inherits that; Slurm gives each task 0 back (mgr.c), and so does the
+ * daemon here, the job's user's process like the tasks. Best effort: a
+ * kernel that refuses the write leaves slurmstepd's value. */
+static void score_like_a_task(void)
+{
+    const int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    if (write(fd, "0", 1) != 1) {
+        /* kept as it was: nothing else to do */
+    }
+    close(fd);
+}
+
+/* The tasks' limits, lowered only (root may keep them raised), and their
+ * OOM score, then the job's user. */
 static void become_user(const struct request *r)
 {
+    score_like_a_task();
     for (int i = 0; i < r->nlimits; ++i) {
         struct rlimit l;
         if (getrlimit(r->limits[i].resource, &l) == 0 && r->limits[i].value < l.rlim_cur) {
