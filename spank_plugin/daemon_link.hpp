@@ -197,6 +197,9 @@ public:
     std::vector<protocol::Outcome> unconfirmed(const std::vector<protocol::Ack>& confirmed) const;
     // How many outcomes the daemon took: the most it can confirm.
     std::size_t taken() const noexcept { return taken_.size(); }
+    // The daemon did not answer an outcome in time, or its link is gone:
+    // every later outcome goes elsewhere.
+    bool gave_up() const noexcept { return gave_up_; }
 
 private:
     std::vector<protocol::Outcome> taken_;

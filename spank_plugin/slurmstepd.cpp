@@ -36,6 +36,7 @@
 #include <slurm/slurm.h>
 
 #include <cerrno>
+#include <chrono>
 #include <utility>
 #include <cstring>
 #include <sys/wait.h>
@@ -413,10 +414,14 @@ void finish_node()
     // The daemon drains first (it waits for srun to acknowledge what it
     // holds) and says which of this node's outcomes srun has; the others
     // go the direct way now, as it may have died with them on their way.
+    // One that has already failed to answer in time (hung, or stopped by
+    // its user) is not waited for again: it is killed at once.
     const bool had_daemon = remote.service.daemon.pid > 0;
+    const auto wait = remote.daemon_sink && remote.daemon_sink->gave_up() ? std::chrono::milliseconds{0}
+                                                                          : protocol::timeouts::daemon_stop_wait;
     std::vector<protocol::Ack> confirmed;
     if (had_daemon)
-        confirmed = stop_daemon(remote.service.daemon, protocol::timeouts::daemon_stop_wait, remote.local_tasks);
+        confirmed = stop_daemon(remote.service.daemon, wait, remote.local_tasks);
     if (remote.daemon_sink && remote.fe_sink) {
         const auto resend = remote.daemon_sink->unconfirmed(confirmed);
         if (!resend.empty())

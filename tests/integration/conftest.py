@@ -79,17 +79,26 @@ class Cluster:
         --export=NONE leaves a job only that), or "" for Debian's."""
         return f"PATH={cls.SLURM_PREFIX}/bin:$PATH; export PATH\n" if cls.SLURM_PREFIX else ""
 
-    def __init__(self, directory, nodes=NODES, owned=False, slurm_conf_extra=None, daemon_env=None):
+    def __init__(self, directory, nodes=NODES, owned=False, slurm_conf_extra=None, daemon_env=None, cgroup=None,
+                 cgroup_conf_extra=None):
         self.dir = pathlib.Path(directory)
         self.nodes = nodes
         self.owned = owned  # we created the directory and may delete it
         self.slurm_conf_extra = slurm_conf_extra  # lines appended to slurm.conf
         self.daemon_env = daemon_env or {}  # in slurmd's environment, so in slurmstepd's
+        # The cgroup setup (contrib/slurm/cluster's EXITPOLICY_CLUSTER_CGROUP:
+        # none, v1, v2); None: the one the environment names, else none.
+        self.cgroup = cgroup
+        self.cgroup_conf_extra = cgroup_conf_extra  # lines appended to cgroup.conf
 
     def env(self):
         env = {**os.environ, **self.daemon_env, "EXITPOLICY_CLUSTER_DIR": str(self.dir)}
         if self.slurm_conf_extra:
             env["EXITPOLICY_CLUSTER_SLURM_CONF_EXTRA"] = self.slurm_conf_extra
+        if self.cgroup:
+            env["EXITPOLICY_CLUSTER_CGROUP"] = self.cgroup
+        if self.cgroup_conf_extra:
+            env["EXITPOLICY_CLUSTER_CGROUP_CONF_EXTRA"] = self.cgroup_conf_extra
         return env
 
     def script(self, *args, timeout=120):
