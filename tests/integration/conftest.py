@@ -190,6 +190,14 @@ class Cluster:
         )
         return proc.returncode, proc.stdout, proc.stderr
 
+    def cgroup_setup(self):
+        """The cgroup setup the cluster runs (none, v1, v2), as `up`
+        recorded it."""
+        try:
+            return (self.dir / "run" / "cgroup").read_text().strip() or "none"
+        except OSError:
+            return "none"
+
     def ns_inode(self):
         """Inode of the cluster's network namespace, or None if not mounted."""
         try:

@@ -314,7 +314,12 @@ def test_by_default_the_topology_is_slurmds_own(cluster, workdir, plugstack):
     the Slurm under test writes it is what its slurmds did (22.05 and 24.11
     do; 25.05, 25.11 and 26.05 do not: their xcpuinfo.c exports no XML);
     the test puts the file there, or removes it, as it needs, and puts back
-    what slurmd left."""
+    what slurmd left. Under task/cgroup Slurm's slurmstepd writes the
+    node's own topology over a file it does not take for it as each step
+    starts (seen on 22.05 and 24.11): a test's XML cannot stand there."""
+    if cluster.cgroup_setup() != "none":
+        pytest.skip(f"the cluster runs task/cgroup ({cluster.cgroup_setup()}), whose slurmstepd writes the "
+                    "node's topology over the test's at each step")
     saved = {}
     for k in range(1, 5):
         xml = cluster.dir / "nodes" / f"node{k}" / "spool" / "hwloc_topo_whole.xml"
