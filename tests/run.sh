@@ -33,6 +33,10 @@
 # the RPM (contrib/rpm) is built and run there. There, the PMIx service's
 # suite (pmix.service) is left to Debian forky, whose Slurm is the same
 # release: the rest runs, MPICH's PMI service with it.
+# The cgroup setups sites run ride on two of these legs: the suite against
+# SchedMD's Slurm runs its cluster on cgroup/v2 and Debian 13's on
+# cgroup/v1 (proctrack/cgroup, task/cgroup,task/affinity; contrib/slurm/
+# cluster's EXITPOLICY_CLUSTER_CGROUP); the others on none, as before.
 # Exits non-zero on any failure, and says on which release it failed.
 #
 #   bash tests/run.sh            everything
@@ -79,6 +83,10 @@ suite_name() {
 }
 where="Debian $release"
 [ -n "${EXITPOLICY_IN_ROOTFS-}" ] && where+=" (root file system)"
+case ${EXITPOLICY_CLUSTER_CGROUP:-none} in
+  none) ;;
+  *) where+=", the cluster on cgroup/$EXITPOLICY_CLUSTER_CGROUP" ;;
+esac
 # The releases tested in root file systems beside this one, one after the
 # other: the pid of the job that runs them (in this script's process group,
 # so that whoever stops the script stops it too), and the directory of
@@ -163,7 +171,7 @@ run_upstream() {
   version=$(basename "$tarball")
   version=${version#slurm-}
   version=${version%%.tar.*}
-  where="SchedMD's Slurm $version (built from ${tarball##*/}, on Debian $release)"
+  where="SchedMD's Slurm $version (built from ${tarball##*/}, on Debian $release, the cluster on cgroup/v2)"
   step "Slurm $version from source (contrib/slurm/build)"
   prefix=$(bash "$src/contrib/slurm/build" "$tarball")
   tree=$build-slurm-$version
@@ -176,8 +184,8 @@ run_upstream() {
   # Slurm is the same release (see the top).
   local except=()
   [ "$beside" = 1 ] && except=(-E '^pmix[.]service$')
-  EXITPOLICY_BESIDE_FIRST_RELEASE=$beside ctest --test-dir "$tree" --output-on-failure -L 'unit|pmix|integration' \
-    "${except[@]}"
+  EXITPOLICY_CLUSTER_CGROUP=v2 EXITPOLICY_BESIDE_FIRST_RELEASE=$beside \
+    ctest --test-dir "$tree" --output-on-failure -L 'unit|pmix|integration' "${except[@]}"
   "$src/contrib/slurm/cluster" down >/dev/null
   step "all tests passed on $where"
 }
@@ -238,10 +246,17 @@ if [ -z "${EXITPOLICY_IN_ROOTFS-}" ] && [ -z "${EXITPOLICY_IN_PIDNS-}" ] &&
   read -ra rootfs_suites <<<"${EXITPOLICY_ROOTFS_RELEASES:-$other forky}"
 fi
 rootfs_where() { echo "$(suite_name "$1") (root file system, contrib/rootfs --release $1)"; }
+# The cgroup setup of a release's leg (see the top).
+leg_cgroup() {
+  case $1 in
+    trixie) echo v1 ;;
+    *) echo none ;;
+  esac
+}
 run_rootfs_leg() {
   bash "$src/contrib/rootfs" --release "$1" run \
     env EXITPOLICY_IN_ROOTFS=1 EXITPOLICY_SKIP_SANITIZE=1 EXITPOLICY_SKIP_FUZZ=1 EXITPOLICY_BESIDE_FIRST_RELEASE=1 \
-    bash /src/tests/run.sh
+    EXITPOLICY_CLUSTER_CGROUP="$(leg_cgroup "$1")" bash /src/tests/run.sh
 }
 if ((${#rootfs_suites[@]})) && [ "${EXITPOLICY_ROOTFS_SERIAL:-0}" != 1 ]; then
   legs_dir=$(mktemp -d /tmp/exitpolicy-legs.XXXXXX)

@@ -261,7 +261,9 @@ def parent(pid):
 
 def test_the_daemon_scores_for_the_oom_killer_as_a_task(cg, workdir):
     """The node daemon's oom_score_adj is a task's, not slurmstepd's, and
-    its cgroup is the step's (cgroup/v2). Read from /proc beside the step."""
+    its cgroup is the step's (cgroup/v2). Read from /proc beside the step;
+    the CPUs each may run on are printed (task/affinity binds the task,
+    not slurmstepd, whose mask the daemon inherits)."""
     step = cg.popen("srun", "--mpi=none", "-N1", "-n1", "sh", "-c",
                     '/usr/bin/python3 -c "$0" && touch woke && exec sleep 31', WAKE, cwd=workdir)
     try:
@@ -281,10 +283,13 @@ def test_the_daemon_scores_for_the_oom_killer_as_a_task(cg, workdir):
         seen = {name: proc_read(pid, "oom_score_adj") for name, pid in
                 (("task", task), ("slurmstepd", stepd), ("daemon", daemon))}
         daemon_cgroup = proc_read(daemon, "cgroup")
+        cpus = {name: next(line.split()[1] for line in proc_read(pid, "status").splitlines()
+                           if line.startswith("Cpus_allowed_list:"))
+                for name, pid in (("task", task), ("slurmstepd", stepd), ("daemon", daemon))}
     finally:
         step.kill()
         step.communicate()
-    print(f"{cg.version}: oom_score_adj {seen}; the daemon's cgroups: {daemon_cgroup!r}")
+    print(f"{cg.version}: oom_score_adj {seen}; CPUs allowed {cpus}; the daemon's cgroups: {daemon_cgroup!r}")
     assert seen["daemon"] == seen["task"] == "0", seen
     if seen["slurmstepd"] == "0":
         print("slurmstepd's own oom_score_adj is 0: this kernel refused its -999 (or -1000), so the daemon's 0 "
