@@ -47,6 +47,14 @@
 #                              end and N agents with 16 simulated ranks each, N in OVERLAY_NODES=
 #                              "16 64 256 1024" (fan-out FANOUT=32, FENCE_BYTES=8 per rank); then the
 #                              fan-outs OVERLAY_FANOUTS="8 16 32 64 128" at the largest N
+#   bash bench/run.sh stepend  a step's end under a cgroup setup (a 2-node cluster with
+#                              EXITPOLICY_CLUSTER_CGROUP=STEPEND_CGROUP, default v2:
+#                              proctrack/cgroup, task/cgroup,task/affinity,
+#                              UnkillableStepTimeout=20): srun -N2 -n4 true, a shell step
+#                              and an Open MPI step whose rank segfaults, plugin vs none
+#                              (STEPEND_ROUNDS=7 interleaved rounds; bench/stepend_bench.py);
+#                              with EXITPOLICY_SLURM_PREFIX, on that Slurm (and the plugin
+#                              built against it)
 #   bash bench/run.sh soak     steps that succeed, fail, segfault, fence, run Open MPI and
 #                              abort it: SOAK_STEPS=150 in a row and SOAK_WAVES=3 waves of
 #                              4 at once; wrong codes, and whatever is left in /tmp,
@@ -68,7 +76,8 @@ workdir() { local d; d=$(mktemp -d "$work/XXXXXX") && chmod 755 "$d" && echo "$d
 
 bash "$src/contrib/install-deps"
 # The benchmarks load the plugin from this build tree, with its daemon.
-cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXITPOLICY_BUILD_TREE_DAEMON=ON >/dev/null
+cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXITPOLICY_BUILD_TREE_DAEMON=ON \
+  ${EXITPOLICY_SLURM_PREFIX:+-DSLURM_ROOT="$EXITPOLICY_SLURM_PREFIX"} >/dev/null
 cmake --build "$build" -j "$(nproc)" >/dev/null
 
 case $what in
@@ -76,8 +85,8 @@ case $what in
     echo "== policy core: deciding and reporting (bench/decide_bench.cpp)"
     "$build/bench/decide_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
       --benchmark_min_time=0.5 2>/dev/null | grep -E '^Benchmark|_median' ;;
-  srun|many|forks|cost|pmix|pmi|nodeloss|failure|seal|soak|scale|overlay) ;;
-  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, many, forks, cost, pmix, pmi, nodeloss, failure, soak, scale, overlay" >&2; exit 2 ;;
+  srun|many|forks|cost|pmix|pmi|nodeloss|failure|seal|soak|scale|overlay|stepend) ;;
+  *) echo "bench/run.sh: unknown benchmark '$what': valid are all, decide, seal, srun, many, forks, cost, pmix, pmi, nodeloss, failure, soak, scale, overlay, stepend" >&2; exit 2 ;;
 esac
 if [ "$what" = all ] || [ "$what" = forks ]; then
   echo "== what loading the plugin costs each fork and exec (bench/fork_cost.c)"
@@ -153,6 +162,22 @@ if [ "$what" = all ] || [ "$what" = many ]; then
   EXITPOLICY_CLUSTER_DIR=$many_dir "$cluster" down >/dev/null
   trap 'rm -rf "$work"' EXIT
   [ "$what" = many ] && exit 0
+fi
+if [ "$what" = all ] || [ "$what" = stepend ]; then
+  # A cluster of its own, with the cgroup setup.
+  stepend_dir=/tmp/exitpolicy-bench-stepend-cluster
+  trap 'EXITPOLICY_CLUSTER_DIR=$stepend_dir "$cluster" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+  export EXITPOLICY_CLUSTER_CGROUP=${STEPEND_CGROUP:-v2}
+  EXITPOLICY_CLUSTER_DIR=$stepend_dir EXITPOLICY_CLUSTER_SLURM_CONF_EXTRA="UnkillableStepTimeout=20" \
+    "$cluster" up 2 >/dev/null
+  echo "== a step's end under cgroup/$EXITPOLICY_CLUSTER_CGROUP, plugin vs none (bench/stepend_bench.py)"
+  (cd "$(workdir)" &&
+    EXITPOLICY_CLUSTER_DIR=$stepend_dir "$cluster" exec /usr/bin/python3 "$src/bench/stepend_bench.py" \
+      "$build/spank_plugin/exitpolicy.so" "$build/tests/clients" "$stepend_dir/etc/plugstack.d" "${STEPEND_ROUNDS:-7}")
+  EXITPOLICY_CLUSTER_DIR=$stepend_dir "$cluster" down >/dev/null
+  unset EXITPOLICY_CLUSTER_CGROUP
+  trap 'rm -rf "$work"' EXIT
+  [ "$what" = stepend ] && exit 0
 fi
 if [ "$what" != decide ] && [ "$what" != nodeloss ]; then
   trap '"$cluster" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
