@@ -159,24 +159,25 @@ def test_a_trivial_step_ends_as_without_the_plugin(cg, workdir):
     assert sorted(report(workdir, "trivial.json")) == [0, 1, 2, 3]
 
 
-def test_a_shell_step_whose_rank_segfaults(cg, workdir):
-    script = 'if [ "$SLURM_PROCID" = 1 ]; then kill -SEGV $$; fi; sleep 1'
-    rc, out, err, took = timed_srun(cg, workdir, "-N2", "-n4", "--exit-policy=first-failure",
-                                    "--exit-report-json=segv.json", "bash", "-c", script)
-    assert rc == 139, err
-    assert_not_held(cg, took, err)
-    tasks = report(workdir, "segv.json")
-    assert sorted(tasks) == [0, 1, 2, 3]
-    assert tasks[1]["signal"] == signal.SIGSEGV
+# A step whose rank 1 segfaults: its policy, srun's arguments and their
+# environment (the PMIx step is an Open MPI program's).
+SEGFAULTS = {
+    "shell": ("first-failure",
+              lambda: (["bash", "-c", 'if [ "$SLURM_PROCID" = 1 ]; then kill -SEGV $$; fi; sleep 1'], None)),
+    "pmix": ("main-rank-check",
+             lambda: (["--mpi=none", client("ep_mpi_fail"), "--fail", "1:segv", "--timeout", "60"], OMPI_ENV)),
+}
 
 
-def test_a_pmix_step_whose_rank_segfaults(cg, workdir):
-    rc, out, err, took = timed_srun(cg, workdir, "--mpi=none", "-N2", "-n4", "--exit-policy=main-rank-check",
-                                    "--exit-report-json=pmix.json", client("ep_mpi_fail"), "--fail", "1:segv",
-                                    "--timeout", "60", env=OMPI_ENV)
+@pytest.mark.parametrize("kind", SEGFAULTS)
+def test_a_step_whose_rank_segfaults(cg, workdir, kind):
+    policy, step = SEGFAULTS[kind]
+    args, env = step()
+    rc, out, err, took = timed_srun(cg, workdir, "-N2", "-n4", f"--exit-policy={policy}",
+                                    f"--exit-report-json={kind}.json", *args, env=env)
     assert rc == 139, err
     assert_not_held(cg, took, err)
-    tasks = report(workdir, "pmix.json")
+    tasks = report(workdir, f"{kind}.json")
     assert sorted(tasks) == [0, 1, 2, 3]
     assert tasks[1]["signal"] == signal.SIGSEGV
 
