@@ -146,6 +146,15 @@ def assert_not_held(c, took, err):
     assert ours_left(c) == [], "exitpolicy's processes left after the step"
 
 
+def wait_for_files(workdir, pattern, count, timeout=30):
+    """Whether `count` files matching `pattern` came to `workdir` in time:
+    what the step's tasks leave as they come to a point."""
+    deadline = time.monotonic() + timeout
+    while len(list(workdir.glob(pattern))) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return len(list(workdir.glob(pattern))) >= count
+
+
 def report(workdir, name):
     doc = json.loads((workdir / name).read_text())
     return {t["rank"]: t for t in doc["tasks"]}
@@ -204,10 +213,7 @@ def test_scancel(cg, workdir):
     step = cg.popen("srun", "-N2", "-n4", "--exit-policy=main-rank", "--exit-report-json=cancel.json", "sh", "-c",
                     '/usr/bin/python3 -c "$0" && touch started.$SLURM_PROCID && sleep 60', WAKE, cwd=workdir)
     try:
-        deadline = time.monotonic() + 30
-        while len(list(workdir.glob("started.*"))) < 4 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert len(list(workdir.glob("started.*"))) == 4, "the step's tasks never all started"
+        assert wait_for_files(workdir, "started.*", 4), "the step's tasks never all started"
         t0 = time.monotonic()
         rc, out, err = cg.exec("scancel", "--user=root")
         assert rc == 0, err
@@ -232,10 +238,7 @@ def test_a_node_daemon_that_hangs_never_holds_the_step(cg, workdir):
                     "sh", "-c", '/usr/bin/python3 -c "$0" && touch woke.$SLURM_PROCID && sleep 3', WAKE,
                     cwd=workdir)
     try:
-        deadline = time.monotonic() + 30
-        while len(list(workdir.glob("woke.*"))) < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(list(workdir.glob("woke.*"))) == 4, "the step's daemons never all started"
+        assert wait_for_files(workdir, "woke.*", 4), "the step's daemons never all started"
         stopped = node_daemons(cg)
         assert len(stopped) == 2, f"one daemon a node, got {stopped}"
         t0 = time.monotonic()
@@ -268,9 +271,7 @@ def test_the_daemon_scores_for_the_oom_killer_as_a_task(cg, workdir):
     step = cg.popen("srun", "--mpi=none", "-N1", "-n1", "sh", "-c",
                     '/usr/bin/python3 -c "$0" && touch woke && exec sleep 31', WAKE, cwd=workdir)
     try:
-        deadline = time.monotonic() + 30
-        while not (workdir / "woke").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert wait_for_files(workdir, "woke", 1), "the step's daemon never started"
         time.sleep(0.2)  # the exec of sleep
         mine = set(cg.pids())
         found = node_daemons(cg)
