@@ -5,10 +5,15 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
-#include <fstream>
-#include <sstream>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <vector>
 
 namespace exitpolicy::spank_plugin {
 
@@ -32,68 +37,48 @@ bool is_step_socket(std::string_view name, std::uint32_t job_id, std::uint32_t s
     return true;
 }
 
-// The inodes of the sockets this process holds.
-std::set<unsigned long> held_sockets()
+// The path each unix socket this process holds is bound at, as the
+// kernel keeps it (getsockname): never text another user can shape, as
+// /proc/net/unix is, where a path is printed byte for byte, newlines
+// included, and a socket bound at "x\n... INODE /their/dir/n_J.S" reads as
+// a second line that names our socket's inode.
+std::vector<std::string> held_socket_paths()
 {
-    std::set<unsigned long> inodes;
+    std::vector<std::string> paths;
     DIR* fds = ::opendir("/proc/self/fd");
     if (!fds)
-        return inodes;
+        return paths;
+    const int own = ::dirfd(fds);
     while (const dirent* e = ::readdir(fds)) {
-        char link[64] = {};
-        const std::string path = std::string("/proc/self/fd/") + e->d_name;
-        const ssize_t n = ::readlink(path.c_str(), link, sizeof(link) - 1);
-        if (n <= 0)
+        char* end = nullptr;
+        const long fd = std::strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end != '\0' || fd == own)
             continue;
-        const std::string_view target(link, static_cast<std::size_t>(n));
-        constexpr std::string_view prefix = "socket:[";
-        if (target.substr(0, prefix.size()) != prefix || target.back() != ']')
+        struct stat st{};
+        if (::fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode))
             continue;
-        try {
-            inodes.insert(std::stoul(std::string(target.substr(prefix.size(), target.size() - prefix.size() - 1))));
-        } catch (...) {
-        }
+        sockaddr_un addr{};
+        socklen_t len = sizeof(addr);
+        if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+            addr.sun_family != AF_UNIX || len <= offsetof(sockaddr_un, sun_path) || addr.sun_path[0] != '/')
+            continue;  // not unix, unbound, or abstract
+        const std::size_t max = std::min<std::size_t>(len - offsetof(sockaddr_un, sun_path), sizeof(addr.sun_path));
+        paths.emplace_back(addr.sun_path, ::strnlen(addr.sun_path, max));
     }
     ::closedir(fds);
-    return inodes;
+    return paths;
 }
 
 }  // namespace
 
-std::optional<std::string> spool_dir_from(std::string_view net_unix, const std::set<unsigned long>& held,
-                                          std::uint32_t job_id, std::uint32_t step_id)
-{
-    // "Num RefCount Protocol Flags Type St Inode Path", one socket a line.
-    std::istringstream lines{std::string(net_unix)};
-    std::string line;
-    std::getline(lines, line);  // the header
-    while (std::getline(lines, line)) {
-        std::istringstream fields(line);
-        std::string num, refs, protocol, flags, type, state, path;
-        unsigned long inode = 0;
-        if (!(fields >> num >> refs >> protocol >> flags >> type >> state >> inode >> path))
-            continue;
-        if (path.empty() || path.front() != '/' || !held.contains(inode))
-            continue;
-        const auto slash = path.rfind('/');
-        if (!is_step_socket(std::string_view(path).substr(slash + 1), job_id, step_id))
-            continue;
-        return slash == 0 ? std::string("/") : path.substr(0, slash);
-    }
-    return std::nullopt;
-}
-
 std::optional<std::string> slurmd_spool_dir(std::uint32_t job_id, std::uint32_t step_id)
 {
-    const auto held = held_sockets();
-    if (held.empty())
-        return std::nullopt;
-    std::ifstream in("/proc/net/unix");
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (!in)
-        return std::nullopt;
-    return spool_dir_from(text.str(), held, job_id, step_id);
+    for (const std::string& path : held_socket_paths()) {
+        const auto slash = path.rfind('/');
+        if (is_step_socket(std::string_view(path).substr(slash + 1), job_id, step_id))
+            return slash == 0 ? std::string("/") : path.substr(0, slash);
+    }
+    return std::nullopt;
 }
 
 std::optional<std::string> slurmd_topology_xml(std::uint32_t job_id, std::uint32_t step_id)

@@ -4,8 +4,11 @@
 // the node at all (configless). Each slurmstepd listens on its step's socket
 // DIR/NODE_JOB.STEP (or DIR/NODE_JOB.STEP.HETCOMP; Slurm's
 // src/slurmd/slurmstepd/req.c, the same in 22.05 and 24.11): DIR is the
-// spool directory. Only a socket this process holds counts, so a socket of
-// the same name that another user bound elsewhere cannot redirect us.
+// spool directory. Only a socket this process holds counts, and its path is
+// the one the kernel keeps for it (getsockname), not text parsed from
+// /proc/net/unix: a socket of the same name that another user bound
+// elsewhere, or one whose path forges a line of that file, cannot redirect
+// us.
 //
 // The node daemon's default hardware topology comes from there: slurmd
 // writes DIR/hwloc_topo_whole.xml as it starts.
@@ -13,7 +16,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 
@@ -22,10 +24,6 @@ namespace exitpolicy::spank_plugin {
 // The spool directory from this process's own step socket; none when it
 // holds none (not in a slurmstepd, or /proc unreadable).
 std::optional<std::string> slurmd_spool_dir(std::uint32_t job_id, std::uint32_t step_id);
-
-// The same from /proc/net/unix's text and the socket inodes held (tests).
-std::optional<std::string> spool_dir_from(std::string_view net_unix, const std::set<unsigned long>& held,
-                                          std::uint32_t job_id, std::uint32_t step_id);
 
 // The hwloc XML slurmd wrote in its spool directory, if it is there.
 std::optional<std::string> slurmd_topology_xml(std::uint32_t job_id, std::uint32_t step_id);

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <iterator>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -107,19 +108,54 @@ TEST_F(SlurmdSpoolTest, TheTopologyIsSlurmdsXmlWhenItIsThere)
     EXPECT_EQ(slurmd_topology_xml(9, 0), dir + "/hwloc_topo_whole.xml");
 }
 
-TEST(SlurmdSpoolTextTest, OnlyBoundPathsOfHeldSocketsAreRead)
+// Another user's sockets whose paths forge lines of /proc/net/unix that
+// name the inode of the socket this process holds, in a directory of
+// theirs: the kernel prints a path byte for byte, newlines included, so
+// each such path reads there as a second line, "0 0 0 0 0 0 INODE
+// THEIR_DIR/e/x_55.0". Many of them, each in a hash bucket of its own:
+// read as text, one or another comes before the real line.
+TEST_F(SlurmdSpoolTest, ASocketWhosePathForgesALineOfProcNetUnixDoesNotCount)
 {
-    const std::string text =
-        "Num       RefCount Protocol Flags    Type St Inode Path\n"
-        "0000000000000000: 00000002 00000000 00010000 0001 01 100 @abstract_8.0\n"
-        "0000000000000000: 00000002 00000000 00010000 0001 01 101\n"
-        "0000000000000000: 00000002 00000000 00010000 0001 01 102 /other/n_8.0\n"
-        "0000000000000000: 00000002 00000000 00010000 0001 01 103 /var/spool/slurmd/n_8.0\n"
-        "garbage\n";
-    EXPECT_EQ(spool_dir_from(text, {100, 101, 103}, 8, 0), "/var/spool/slurmd");
-    EXPECT_EQ(spool_dir_from(text, {100, 101}, 8, 0), std::nullopt);
-    EXPECT_EQ(spool_dir_from(text, {102, 103}, 8, 0), "/other");  // the first held one
-    EXPECT_EQ(spool_dir_from("", {103}, 8, 0), std::nullopt);
+    hold("node1_55.0");
+    // The inode /proc/net/unix shows is the socket's, not the file's.
+    const std::string link = std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fds.back()));
+    ASSERT_EQ(link.rfind("socket:[", 0), 0u) << link;
+    const std::string inode = link.substr(8, link.size() - 9);
+    const std::string theirs = dir + "/e";
+    std::filesystem::create_directories(theirs);
+    std::ofstream(theirs + "/hwloc_topo_whole.xml") << "<topology/>\n";
+
+    int ready[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        int bound = 0;
+        for (int i = 0; i < 200; ++i) {
+            const std::string prefix = dir + "/z" + std::to_string(i) + "\n0 0 0 0 0 0 " + inode + " ";
+            std::error_code ec;
+            std::filesystem::create_directories(prefix + theirs, ec);
+            if (listen_at(prefix + theirs + "/x_55.0") >= 0)
+                ++bound;
+        }
+        char byte = bound == 200 ? 'y' : 'n';
+        (void)!::write(ready[1], &byte, 1);
+        ::pause();
+        ::_exit(0);
+    }
+    ::close(ready[1]);
+    char byte = 0;
+    ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+    ::close(ready[0]);
+    EXPECT_EQ(byte, 'y') << "the forged sockets were not all bound";
+    // /proc/net/unix does hold the forged lines.
+    std::ifstream in("/proc/net/unix");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("\n0 0 0 0 0 0 " + inode + " " + theirs + "/x_55.0"), std::string::npos);
+    EXPECT_EQ(slurmd_spool_dir(55, 0), dir);
+    EXPECT_EQ(slurmd_topology_xml(55, 0), std::nullopt);
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
 }
 
 }  // namespace
