@@ -50,7 +50,11 @@ int open_owned(const char* path) noexcept
     // The name is predictable and the directory may be shared: never
     // follow a link, and take only a plain file of this user's with no
     // other name (not one another user made, or a hard link to elsewhere).
-    protocol::Fd fd(::open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0600));
+    // Opened without blocking: a FIFO another user made under this name
+    // would hold a blocking open() until someone reads it, for ever; so it
+    // fails (no reader) or is refused below (not a plain file).
+    protocol::Fd fd(
+        ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0600));
     if (!fd)
         return -1;
     struct stat st {};
@@ -59,6 +63,8 @@ int open_owned(const char* path) noexcept
         errno = EPERM;
         return -1;
     }
+    if (const int flags = ::fcntl(fd.get(), F_GETFL); flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0)
+        return -1;
     return fd.release();
 }
 

@@ -5,11 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstdlib>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace exitpolicy::pmix_server {
@@ -75,6 +78,43 @@ TEST_F(LogFileTest, ADirectoryIsRefused)
 {
     std::filesystem::create_directory(path("dir.log"));
     EXPECT_LT(log::open_owned(path("dir.log").c_str()), 0);
+}
+
+// Another user's FIFO under the log's name: a blocking open() of it waits
+// for a reader for ever, and the daemon with it. Opened in a child, so a
+// regression fails within its bound rather than hangs the suite.
+TEST_F(LogFileTest, AFifoIsRefusedAtOnceWithOrWithoutAReader)
+{
+    const std::string fifo = path("fifo.log");
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0666), 0);
+    const auto open_in_child = [&]() -> int {
+        const pid_t child = ::fork();
+        if (child == 0)
+            ::_exit(log::open_owned(fifo.c_str()) < 0 ? 0 : 1);
+        for (int i = 0; i < 500; ++i) {  // 5 s
+            int status = 0;
+            if (::waitpid(child, &status, WNOHANG) == child)
+                return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+            ::usleep(10'000);
+        }
+        ::kill(child, SIGKILL);
+        ::waitpid(child, nullptr, 0);
+        return 2;
+    };
+    EXPECT_EQ(open_in_child(), 0) << "1: the FIFO was taken; 2: open() still blocked after 5 s";
+    // With a reader the open succeeds; it is still no plain file.
+    const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    ASSERT_GE(reader, 0);
+    EXPECT_EQ(open_in_child(), 0);
+    ::close(reader);
+}
+
+TEST_F(LogFileTest, TheFileItTakesWritesBlocking)
+{
+    const int fd = log::open_owned(path("plain.log").c_str());
+    ASSERT_GE(fd, 0);
+    EXPECT_EQ(::fcntl(fd, F_GETFL) & O_NONBLOCK, 0);
+    ::close(fd);
 }
 
 }  // namespace
