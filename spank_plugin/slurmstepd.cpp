@@ -31,6 +31,7 @@
 #include "options.hpp"
 #include "outcome_sink.hpp"
 #include "pmi_sockets.hpp"
+#include "step_cgroups.hpp"
 #include "plugin.hpp"
 
 #include <slurm/slurm.h>
@@ -76,6 +77,8 @@ struct Remote {
     std::size_t local_tasks = 0;
     std::size_t tasks_forked = 0;  // task_post_fork calls so far
     std::size_t tasks_ended = 0;   // task_exit calls so far
+    // The node daemon was moved into the step's cgroups, or tried to be.
+    bool cgroups_joined = false;
     // The node daemon is stopped and the sinks flushed (finish_node): at
     // the last task's exit, or at the step's exit if that never came.
     bool finished = false;
@@ -331,6 +334,21 @@ int task_post_fork(spank_t sp)
     // (node_mate_waiting).
     if (known && !remote.sinks.empty())
         remote.running.insert(pid);
+    // The first task is in its cgroups now: the daemon joins the step's
+    // (cgroup/v1; step_cgroups.hpp).
+    if (known && !remote.cgroups_joined && remote.service.daemon.pid > 0 && remote.service.daemon.pidfd) {
+        remote.cgroups_joined = true;
+        if (auto joined = join_step_cgroups(pid, remote.service.daemon.pid, remote.service.daemon.pidfd.get());
+            !joined)
+            log::error("step %u.%u: %s", remote.job_id, remote.step_id, joined.error().c_str());
+        else if (!joined->empty()) {
+            std::string which;
+            for (const std::string& controllers : *joined)
+                which += (which.empty() ? "" : " ") + controllers;
+            log::debug("step %u.%u: the node daemon joined the step's cgroups (%s)", remote.job_id, remote.step_id,
+                       which.c_str());
+        }
+    }
     // A task whose environment was planned here never asks the daemon: the
     // daemon learns which process it is from us, with its start time, so
     // that a pid its task left behind is never taken for it.

@@ -265,9 +265,10 @@ def parent(pid):
 
 def test_the_daemon_scores_for_the_oom_killer_as_a_task(cg, workdir):
     """The node daemon's oom_score_adj is a task's, not slurmstepd's, and
-    its cgroup is the step's (cgroup/v2). Read from /proc beside the step;
-    the CPUs each may run on are printed (task/affinity binds the task,
-    not slurmstepd, whose mask the daemon inherits)."""
+    its cgroups are the step's: on cgroup/v2 slurmstepd's part of the step
+    (step_0/slurm), on cgroup/v1 the step's cgroup of every hierarchy but
+    the freezer, which root moves it and its event anchor into, and its
+    CPUs the step's. Read from /proc beside the step."""
     step = cg.popen("srun", "--mpi=none", "-N1", "-n1", "sh", "-c",
                     '/usr/bin/python3 -c "$0" && touch woke && exec sleep 31', WAKE, cwd=workdir)
     try:
@@ -285,6 +286,9 @@ def test_the_daemon_scores_for_the_oom_killer_as_a_task(cg, workdir):
         seen = {name: proc_read(pid, "oom_score_adj") for name, pid in
                 (("task", task), ("slurmstepd", stepd), ("daemon", daemon))}
         daemon_cgroup = proc_read(daemon, "cgroup")
+        task_cgroup = proc_read(task, "cgroup")
+        anchors = [p for p in daemons() if p in mine and parent(p) == daemon]
+        anchor_cgroup = proc_read(anchors[0], "cgroup") if anchors else None
         cpus = {name: next(line.split()[1] for line in proc_read(pid, "status").splitlines()
                            if line.startswith("Cpus_allowed_list:"))
                 for name, pid in (("task", task), ("slurmstepd", stepd), ("daemon", daemon))}
@@ -300,3 +304,23 @@ def test_the_daemon_scores_for_the_oom_killer_as_a_task(cg, workdir):
         # The step's cgroup holds it (job_N/step_0/...), whose limits and
         # accounting are the step's.
         assert "/step_0/" in daemon_cgroup, daemon_cgroup
+    else:
+        # The step's cgroup of each hierarchy Slurm made one in, less the
+        # task's own (task_0); the freezer's stays slurmstepd's, outside
+        # what proctrack/cgroup waits for.
+        want = {}
+        for line in task_cgroup.splitlines():
+            _, controllers, path = line.split(":", 2)
+            if "/step_0" in path and controllers and controllers != "freezer" and "=" not in controllers:
+                want[controllers] = path[:path.index("/step_0") + len("/step_0")]
+        assert {"memory", "cpuset"} <= set(want), f"the task has no step cgroups: {task_cgroup!r}"
+        for name, seen_cgroup in (("daemon", daemon_cgroup), ("event anchor", anchor_cgroup)):
+            if seen_cgroup is None:
+                print(f"no {name} to look at")
+                continue
+            has = dict(line.split(":", 2)[1:] for line in seen_cgroup.splitlines())
+            assert {k: has.get(k) for k in want} == want, f"the {name}'s cgroups {seen_cgroup!r}, the task's {task_cgroup!r}"
+            assert "/step_0" not in has.get("freezer", ""), f"the {name} is in the step's freezer cgroup: {seen_cgroup!r}"
+        # Its CPUs are then the step's cpuset's, not all of the node's:
+        # for this step of one task on one CPU, the task's.
+        assert cpus["daemon"] == cpus["task"], cpus
