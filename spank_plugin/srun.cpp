@@ -12,6 +12,7 @@
 #include "spank_plugin/log.hpp"
 #include "spank.hpp"
 #include "user_line.hpp"
+#include "report_file.hpp"
 #include "plugin.hpp"
 
 #include "exitpolicy/report.hpp"
@@ -57,22 +58,10 @@ std::optional<std::string> env_value(const char* name)
 
 void write_json(const std::string& path, const std::string& text)
 {
-    int err = 0;  // the first failure's errno
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        err = errno;
-    for (std::size_t done = 0; fd >= 0 && !err && done < text.size();) {
-        const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-        if (n > 0)
-            done += static_cast<std::size_t>(n);
-        else if (n == 0 || errno != EINTR)
-            err = n == 0 ? EIO : errno;
-    }
-    if (fd >= 0 && ::close(fd) != 0 && !err)
-        err = errno;
-    if (err)
-        user_line("warning: cannot write the JSON report to %s: %s (srun's exit code is not affected)", path.c_str(),
-                  std::strerror(err));
+    if (auto written = write_report_file(path, text); !written)
+        user_line("warning: the JSON report is not written to %s: %s; give --exit-report-json a path to a plain "
+                  "file of yours (srun's exit code is not affected)",
+                  path.c_str(), written.error().c_str());
 }
 
 // srun's own command line (/proc/self/cmdline); empty if unreadable.

@@ -21,12 +21,23 @@ with a real second user (uid 4242) where another user is the attacker:
   the step's own clients out);
 - a daemon its user made hostile, which answers slurmstepd's Stop with a
   flood of acks: root reads what the node's tasks need and a bounded rest
-  (it read everything until its bound, and srun lost the outcome).
+  (it read everything until its bound, and srun lost the outcome);
+- another user who plants FIFOs under the names of future steps' daemon
+  logs in a shared log_dir: each daemon refuses its FIFO at once and
+  serves (it waited in open() for ever, and the step's clients with it);
+- another user who plants a FIFO, a link to a file of theirs and a file
+  of theirs under a user's JSON report path in a shared directory:
+  refused with a warning, nothing written, srun ends at once (srun waited
+  on the FIFO for ever, and wrote the report through the link and into
+  their file).
 """
 
+import json
 import os
 import pathlib
 import shutil
+import stat
+import subprocess
 import tempfile
 import time
 
@@ -330,3 +341,92 @@ def test_a_daemon_that_floods_root_with_acks_is_read_no_further_than_its_tasks_n
     # second).
     assert fields["ended"] == "closed", reports[0]
     assert int(fields["bytes"]) < 8 << 20, reports[0]
+
+
+# The intruder (uid 4242) plants a FIFO under the name of each future
+# step's daemon log, for the next job ids, on both nodes.
+PLANT_FIFOS = r"""
+import os, sys
+logs, first, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for job in range(first, first + count):
+    for node in ("node1", "node2"):
+        path = f"{logs}/exitpolicy-pmixd.{job}.0 {node}.log"
+        os.mkfifo(path)
+        os.chmod(path, 0o666)  # past the umask: the step's user may open it
+print(count * 2)
+"""
+
+
+def next_job_id(cluster):
+    """The id the cluster's next job gets: one more than a job's run now."""
+    rc, out, err = cluster.exec("srun", "-N1", "-n1", "sh", "-c", "echo $SLURM_JOB_ID")
+    assert rc == 0 and out.strip().isdigit(), f"srun {rc}:\n{out}\n{err}"
+    return int(out) + 1
+
+
+def test_a_fifo_another_user_plants_as_a_steps_log_never_holds_its_daemon(cluster, plugstack, workdir, daemon_logs):
+    logs = daemon_logs
+    plugstack.enable("grace_ms=3000", f"log_dir={logs}")
+    plant = workdir / "plant_fifos.py"
+    plant.write_text(PLANT_FIFOS)
+    rc, out, err = cluster.exec("/usr/bin/python3", str(plant), str(logs), str(next_job_id(cluster)), "400",
+                                user=INTRUDER,
+                                cwd=workdir)
+    assert rc == 0 and out.strip() == "800", f"planting failed:\n{out}\n{err}"
+    # User 65534's PMIx step over both nodes: each node's daemon opens
+    # its log as it starts.
+    t0 = time.monotonic()
+    try:
+        rc, out, err = cluster.exec("setpriv", f"--reuid={cluster.NOBODY}", f"--regid={cluster.NOBODY}",
+                                    "--clear-groups", "srun", "--mpi=none", "-N2", "-n4", "--exit-policy=all-success",
+                                    client("ep_fence"), "--timeout", "20", cwd=workdir, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the step still ran after 60 s: its daemons wait on the planted FIFOs", pytrace=False)
+    took = time.monotonic() - t0
+    assert rc == 0, f"srun {rc} after {took:.1f} s:\n{out}\n{err}"
+    planted = [p for p in logs.iterdir() if p.name.startswith("exitpolicy-pmixd.")]
+    assert len(planted) == 800 and all(stat.S_ISFIFO(p.lstat().st_mode) for p in planted), \
+        sorted(p.name for p in planted if not stat.S_ISFIFO(p.lstat().st_mode))
+
+
+# The intruder's plants under the victim's report paths: a FIFO, a link
+# to a file of theirs, a file of theirs that anyone may write.
+PLANT_REPORTS = r"""
+import os, sys
+d = sys.argv[1]
+os.mkfifo(f"{d}/fifo.json")
+os.chmod(f"{d}/fifo.json", 0o666)
+for name in ("theirs", "planted.json"):
+    with open(f"{d}/{name}", "w"):
+        pass
+    os.chmod(f"{d}/{name}", 0o666)
+os.symlink(f"{d}/theirs", f"{d}/link.json")
+"""
+
+
+def test_what_another_user_plants_as_a_report_path_neither_takes_nor_holds_it(cluster, plugstack, workdir):
+    plugstack.enable("grace_ms=3000")
+    plant = workdir / "plant_reports.py"
+    plant.write_text(PLANT_REPORTS)
+    rc, out, err = cluster.exec("/usr/bin/python3", str(plant), str(workdir), user=INTRUDER, cwd=workdir)
+    assert rc == 0, f"planting failed:\n{out}\n{err}"
+    for name, why in (("fifo.json", "FIFO"), ("link.json", "symbolic link"), ("planted.json", f"uid {INTRUDER}")):
+        path = workdir / name
+        try:
+            rc, out, err = cluster.exec("setpriv", f"--reuid={cluster.NOBODY}", f"--regid={cluster.NOBODY}",
+                                        "--clear-groups", "srun", "-N1", "-n2", "--exit-policy=main-rank",
+                                        f"--exit-report-json={path}", "sh", "-c", "exit 3", cwd=workdir, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"srun still ran after 60 s: it waits on the planted {name}", pytrace=False)
+        assert rc == 3, f"{name}: srun {rc}:\n{out}\n{err}"
+        assert f"the JSON report is not written to {path}: it" in err and why in err, f"{name}:\n{err}"
+    # Nothing reached the intruder's files.
+    assert (workdir / "theirs").read_text() == "" and (workdir / "planted.json").read_text() == ""
+    assert stat.S_ISFIFO((workdir / "fifo.json").lstat().st_mode)
+    # The user's own path still gets the report.
+    rc, out, err = cluster.exec("setpriv", f"--reuid={cluster.NOBODY}", f"--regid={cluster.NOBODY}",
+                                "--clear-groups", "srun", "-N1", "-n2", "--exit-policy=main-rank",
+                                f"--exit-report-json={workdir}/mine.json", "sh", "-c", "exit 3", cwd=workdir,
+                                timeout=60)
+    assert rc == 3 and "not written" not in err, err
+    assert json.loads((workdir / "mine.json").read_text())["exit_code"] == 3
