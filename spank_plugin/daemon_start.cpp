@@ -163,7 +163,7 @@ Result<StartedDaemon> start_daemon(spank_t sp, const LinkSetup& link, FrontEndSi
     std::uint32_t nnodes = 0, ntasks = 0;
     if (!launch_for_user(sp, launch, nnodes, ntasks, failure))
         return Result<StartedDaemon>::fail(failure);
-    for (const auto& gone : remove_stale_step_dirs(link.hostname, stale_step_dir_age, remove_timeout))
+    for (const auto& gone : remove_stale_step_dirs(link.hostname, launch.uid, stale_step_dir_age, remove_timeout))
         log::info("step %u.%u: removed %s, which a step that is gone left behind", link.job_id, link.step_id,
                   gone.c_str());
     auto made = make_step_dir(link.job_id, link.step_id, link.hostname, launch.uid, launch.gid);

@@ -29,19 +29,24 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Root's record of the step directories it made on this machine: one
-// file each, named as the directory, holding its owner's "uid gid". Only
-// what is recorded here is ever removed as stale: anyone can make a
-// directory in /tmp named as a step's, and root must not work for them.
-constexpr const char* registry = "/run/exitpolicy";
+// Root's record of the step directories it made on this machine
+// (step_dir_registry): one file each, named as the directory, holding its
+// owner's "uid gid". Only what is recorded here is ever removed as stale:
+// anyone can make a directory in /tmp named as a step's, and root must not
+// work for them. On disk, not in /run: what a node that crashed left in a
+// /tmp on disk is still there after its reboot, and so must its record be.
+constexpr const char* registry = step_dir_registry;
 
-// The registry, made if missing: a real directory of root's, 0700; false
-// if it is anything else.
+// The registry, made if missing: a real directory of root's, 0700, in one
+// of root's that no one else may write to; false if it is anything else.
 bool registry_ready()
 {
+    const std::string parent = std::string(registry).substr(0, std::string(registry).rfind('/'));
+    ::mkdir(parent.c_str(), 0755);
     ::mkdir(registry, 0700);
-    struct stat st {};
-    return ::lstat(registry, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == 0 && (st.st_mode & 077) == 0;
+    struct stat up {}, st {};
+    return ::lstat(parent.c_str(), &up) == 0 && S_ISDIR(up.st_mode) && up.st_uid == 0 && (up.st_mode & 022) == 0 &&
+           ::lstat(registry, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == 0 && (st.st_mode & 077) == 0;
 }
 
 std::string record_of(const std::string& dir)
@@ -165,7 +170,7 @@ std::string daemon_socket(const std::string& dir)
     return dir + "/daemon.sock";
 }
 
-std::vector<std::string> remove_stale_step_dirs(const std::string& node, std::chrono::seconds older_than,
+std::vector<std::string> remove_stale_step_dirs(const std::string& node, uid_t uid, std::chrono::seconds older_than,
                                                 std::chrono::milliseconds timeout)
 {
     std::vector<std::string> removed;
@@ -202,7 +207,8 @@ std::vector<std::string> remove_stale_step_dirs(const std::string& node, std::ch
         // A directory as make_step_dir left it (never a link), its owner
         // the one recorded, untouched for a while, whose daemon no longer
         // listens, of a step that is over.
-        if (!owner || !S_ISDIR(st.st_mode) || (st.st_mode & 07777) != 0700 || st.st_uid != owner->first)
+        if (!owner || owner->first != uid || !S_ISDIR(st.st_mode) || (st.st_mode & 07777) != 0700 ||
+            st.st_uid != owner->first)
             continue;
         const auto changed = std::chrono::system_clock::from_time_t(st.st_mtime);
         if (now - changed < older_than || listening.count(daemon_socket(dir)) || step_runs(dir))

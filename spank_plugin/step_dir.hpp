@@ -31,17 +31,24 @@ std::string daemon_socket(const std::string& dir);
 // killed at the bound and left to slurmstepd to reap if it cannot be.
 Result<bool> remove_step_dir(const std::string& dir, uid_t uid, gid_t gid, std::chrono::milliseconds timeout);
 
-// This node's step directories whose steps are gone, as root recorded
-// them when it made them (in /run/exitpolicy, root's alone: what anyone
-// else names like a step directory in /tmp is never a candidate): a real
-// directory of mode 0700 of the recorded owner, unchanged for older_than,
-// whose daemon's socket nobody listens on, nor its step's slurmstepd on
-// its step socket (a daemon that stands by has none): a node that crashed
-// left it; on Debian 12 /tmp is on disk. Each is removed as its owner
-// (remove_step_dir); at most max_stale_removed tries (failures count) and
-// `timeout` in all, per call. Returns those removed.
+// Where root records the step directories it makes (one file each), on
+// disk: kept across a reboot, as a /tmp on disk keeps the directories.
+inline constexpr const char* step_dir_registry = "/var/lib/exitpolicy/step-dirs";
+
+// This node's step directories of `uid` whose steps are gone, as root
+// recorded them when it made them (step_dir_registry, root's alone: what
+// anyone else names like a step directory in /tmp is never a candidate): a
+// real directory of mode 0700 of the recorded owner, unchanged for
+// older_than, whose daemon's socket nobody listens on, nor its step's
+// slurmstepd on its step socket (a daemon that stands by has none): a node
+// that crashed left it; on Debian 12 /tmp is on disk. Only the step's own
+// user's: a user whose directory rm cannot empty (or who stops that rm)
+// can then hold only their own steps' start, never another user's, and
+// never has a process as a child of another user's slurmstepd. Each is
+// removed as its owner (remove_step_dir); at most max_stale_removed tries
+// (failures count) and `timeout` in all, per call. Returns those removed.
 inline constexpr std::size_t max_stale_removed = 8;
-std::vector<std::string> remove_stale_step_dirs(const std::string& node, std::chrono::seconds older_than,
+std::vector<std::string> remove_stale_step_dirs(const std::string& node, uid_t uid, std::chrono::seconds older_than,
                                                 std::chrono::milliseconds timeout);
 
 }  // namespace exitpolicy::spank_plugin

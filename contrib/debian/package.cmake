@@ -70,7 +70,8 @@ if(deb_slurm_package)
 endif()
 # The plugstack.conf.d file is the site's to edit: a conffile.
 configure_file(${CMAKE_CURRENT_LIST_DIR}/conffiles.in conffiles @ONLY)
-set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${CMAKE_CURRENT_BINARY_DIR}/conffiles)
+# On purge, postrm removes what the plugin keeps on the node (/var/lib/exitpolicy).
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${CMAKE_CURRENT_BINARY_DIR}/conffiles ${CMAKE_CURRENT_LIST_DIR}/postrm)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 set(CPACK_STRIP_FILES ON)
 set(CPACK_EXITPOLICY_REFUSAL "${deb_refusal}")

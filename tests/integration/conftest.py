@@ -38,6 +38,8 @@ NODES = 4
 CLUSTER_NET = os.environ.get("EXITPOLICY_CLUSTER_NET", "nodes")
 MPI_NETWORK = "10.253.0.0/24" if CLUSTER_NET == "nodes" else "lo"
 NOBODY = 65534
+# Root's record of the step directories it made (spank_plugin/step_dir.hpp).
+STEP_DIR_REGISTRY = "/var/lib/exitpolicy/step-dirs"
 
 # Every cluster that may be up, so that the fallbacks can bring it down.
 _live = {}
@@ -141,7 +143,7 @@ class Cluster:
         for p in self._step_dirs():
             if p not in before:
                 shutil.rmtree(p, ignore_errors=True)
-                pathlib.Path("/run/exitpolicy", p.name).unlink(missing_ok=True)
+                pathlib.Path(STEP_DIR_REGISTRY, p.name).unlink(missing_ok=True)
 
     def crash(self, node):
         """Kill every process of `node` at once, as if the machine died."""

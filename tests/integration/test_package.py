@@ -260,6 +260,9 @@ def test_installed_package_runs_steps_and_leaves_nothing_when_purged(deb, cluste
         left = [f for f in files if f not in ("/", "/.") and os.path.lexists(f)
                 and (os.path.islink(f) or not os.path.isdir(f) or not owner(f))]
         assert left == [], left
+        # What the plugin kept on the nodes (root's records of the step
+        # directories it made) goes with the package.
+        assert not os.path.lexists("/var/lib/exitpolicy"), os.listdir("/var/lib/exitpolicy")
         rc, out, err = srun(cluster, workdir, "-N2", "-n2", "true")
         assert rc == 0, err
     finally:

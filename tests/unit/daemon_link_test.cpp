@@ -34,7 +34,9 @@
 #include <string>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/un.h>
 #include <thread>
 #include <utility>
@@ -63,7 +65,7 @@ protected:
         // for nodes "ep-<what>-<pid>"), which the tests remove themselves.
         std::error_code ec;
         const std::string mine = "-" + std::to_string(::getpid());
-        for (const auto& e : std::filesystem::directory_iterator("/run/exitpolicy", ec)) {
+        for (const auto& e : std::filesystem::directory_iterator(step_dir_registry, ec)) {
             const std::string name = e.path().filename().string();
             if (name.find(".ep-") != std::string::npos && name.find(mine) != std::string::npos)
                 std::filesystem::remove(e.path(), ec);
@@ -835,7 +837,7 @@ TEST_F(DaemonLinkTest, TheNextStepRemovesWhatADeadStepLeftAndNothingElse)
     for (const auto& p : {*dead, *live, *other, *standing_by, link})
         age(p, std::chrono::hours(1));
 
-    const auto removed = remove_stale_step_dirs(node, std::chrono::seconds(300), 2000ms);
+    const auto removed = remove_stale_step_dirs(node, nobody, std::chrono::seconds(300), 2000ms);
     EXPECT_EQ(removed, std::vector<std::string>{*dead});
     EXPECT_FALSE(std::filesystem::exists(*dead));
     EXPECT_TRUE(std::filesystem::exists(*fresh));
@@ -872,7 +874,7 @@ TEST_F(DaemonLinkTest, WhatAnotherUserPlantsAsADeadStepsDirectoryIsNeverTouched)
         age(path, std::chrono::hours(1));
         planted.push_back(path);
     }
-    const auto removed = remove_stale_step_dirs(node, std::chrono::seconds(300), 2000ms);
+    const auto removed = remove_stale_step_dirs(node, nobody, std::chrono::seconds(300), 2000ms);
     EXPECT_EQ(removed, std::vector<std::string>{*dead});
     std::size_t left = 0;
     for (const auto& p : planted)
@@ -880,6 +882,55 @@ TEST_F(DaemonLinkTest, WhatAnotherUserPlantsAsADeadStepsDirectoryIsNeverTouched)
     EXPECT_EQ(left, planted.size()) << "root removed what another user planted";
     for (const auto& p : planted)
         std::filesystem::remove_all(p);
+}
+
+// A dead step of another user's (4242) on the node: a step of user 65534
+// never sweeps it, so its owner, who could stop that rm, can hold only
+// their own steps; their own next step removes it. Before, every step of
+// every user on the node ran an rm as 4242 for it, as a child of root.
+TEST_F(DaemonLinkTest, OnlyTheStepsOwnUsersDeadDirectoriesAreSwept)
+{
+    if (::geteuid() != 0)
+        GTEST_SKIP() << "needs root to make directories for other users";
+    const uid_t nobody = 65534, other_user = 4242;
+    const std::string node = "ep-owner-" + std::to_string(::getpid());
+    auto mine = make_step_dir(10, 1, node, nobody, nobody);
+    auto theirs = make_step_dir(10, 2, node, other_user, other_user);
+    ASSERT_TRUE(mine && theirs);
+    age(*mine, std::chrono::hours(1));
+    age(*theirs, std::chrono::hours(1));
+    EXPECT_EQ(remove_stale_step_dirs(node, nobody, std::chrono::seconds(300), 2000ms),
+              std::vector<std::string>{*mine});
+    EXPECT_TRUE(std::filesystem::exists(*theirs));
+    EXPECT_EQ(remove_stale_step_dirs(node, other_user, std::chrono::seconds(300), 2000ms),
+              std::vector<std::string>{*theirs});
+    EXPECT_FALSE(std::filesystem::exists(*theirs));
+}
+
+// The records outlive a reboot, as the directories in a /tmp on disk do:
+// they are not in a file system the boot clears (tmpfs, ramfs). They were
+// in /run before, and what a crashed and rebooted node left was never
+// removed.
+TEST_F(DaemonLinkTest, TheRecordsOfStepDirectoriesAreKeptOnDisk)
+{
+    if (::geteuid() != 0)
+        GTEST_SKIP() << "needs root to record a step directory";
+    auto made = make_step_dir(10, 3, unit_node(), 65534, 65534);
+    ASSERT_TRUE(made) << made.error();
+    const std::string record = std::string(step_dir_registry) + "/" + made->substr(5);
+    struct stat st {};
+    ASSERT_EQ(::lstat(record.c_str(), &st), 0) << record;
+    EXPECT_EQ(st.st_uid, 0u);
+    EXPECT_EQ(st.st_mode & 077, 0u);
+    struct statfs fs {};
+    ASSERT_EQ(::statfs(step_dir_registry, &fs), 0);
+    struct statfs var {};
+    ASSERT_EQ(::statfs("/var", &var), 0);
+    if (var.f_type == TMPFS_MAGIC || var.f_type == RAMFS_MAGIC)
+        GTEST_SKIP() << "/var itself is in memory on this machine";
+    EXPECT_NE(fs.f_type, static_cast<decltype(fs.f_type)>(TMPFS_MAGIC));
+    EXPECT_NE(fs.f_type, static_cast<decltype(fs.f_type)>(RAMFS_MAGIC));
+    std::filesystem::remove_all(*made);
 }
 
 // The job's user traces (ptrace) the rm that removes their step's
