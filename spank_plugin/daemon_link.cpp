@@ -99,12 +99,29 @@ std::string unsafe_below(const std::string& path, int links_left)
     // must be root's: then no one else can replace the next part, even in
     // a directory writable by all with the sticky bit (/tmp).
     std::size_t end = 0;
+    struct stat above {};  // the part before `here`
+    std::string above_path = "/";
     while (true) {
         end = path.find('/', end + 1);
         const std::string here = path.substr(0, end);
         struct stat st {};
-        if (::lstat(here.empty() ? "/" : here.c_str(), &st) != 0)
+        if (::lstat(here.empty() ? "/" : here.c_str(), &st) != 0) {
+            // Not there (yet): only root may make it, so the directory it
+            // would be made in must be writable by no one else, sticky or
+            // not (anyone may make a new name in /tmp). The spawn comes
+            // later than this check.
+            if (errno == ENOENT && !here.empty() && (above.st_mode & (S_IWGRP | S_IWOTH)) == 0)
+                return "";
+            if (errno == ENOENT && !here.empty()) {
+                char mode[8];
+                std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(above.st_mode & 07777));
+                return here + " is not there, and others than root may make it in " + above_path + " (mode " + mode +
+                       ")";
+            }
             return "cannot inspect " + here + ": " + std::strerror(errno);
+        }
+        above = st;
+        above_path = here.empty() ? "/" : here;
         if (st.st_uid != 0)
             return here + " belongs to uid " + std::to_string(st.st_uid) + ", not root";
         if (S_ISLNK(st.st_mode)) {

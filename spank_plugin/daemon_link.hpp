@@ -105,8 +105,10 @@ std::vector<SoftLimit> propagated_limits(Get get)
 // helper (exitpolicy-detach) from the daemon's directory, so the file and
 // every directory above it must be root's and writable by no one else; a
 // directory writable by all with the sticky bit (/tmp) only where the next
-// part of the path is root's. A site's daemon= under a user's tree would
-// give that user root.
+// part of the path is root's. A part that is not there (yet) only in a
+// directory no one else may write to, sticky or not: the spawn comes
+// later, and anyone could make it in /tmp meanwhile. A site's daemon=
+// under a user's tree would give that user root.
 std::string unsafe_for_root(const std::string& path);
 
 // The started daemon: its pid as fork() gave it (never as the daemon, which

@@ -70,11 +70,11 @@ bool launch_for_user(spank_t sp, DaemonLaunch& launch, std::uint32_t& nnodes, st
         launch.groups.assign(groups, groups + ngroups);
     launch.path = daemon_path(state().config);
     launch.helper = std::filesystem::path(launch.path).replace_filename("exitpolicy-detach").string();
-    // Root runs the helper: from nowhere another user could change it.
-    // (One that is not there is launch_daemon's to report.)
+    // Root runs the helper: from nowhere another user could change it, or
+    // make it in before the spawn. (One that is not there, where only root
+    // could make it, is launch_daemon's to report.)
     for (const std::string* exe : {&launch.path, &launch.helper})
-        if (const std::string unsafe = ::access(exe->c_str(), F_OK) == 0 ? unsafe_for_root(*exe) : "";
-            !unsafe.empty()) {
+        if (const std::string unsafe = unsafe_for_root(*exe); !unsafe.empty()) {
             failure = "PMIx service failed: root will not run " + *exe + " (" + unsafe +
                       "); install exitpolicy where only root can write, or point daemon= there";
             return false;

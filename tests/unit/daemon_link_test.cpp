@@ -1059,6 +1059,19 @@ TEST_F(DaemonLinkTest, RootRunsNothingFromWhereAnotherUserCouldWrite)
     EXPECT_NE(unsafe_for_root(writable_file).find("mode 0666"), std::string::npos);
     EXPECT_NE(unsafe_for_root(link).find("uid 4242"), std::string::npos) << unsafe_for_root(link);
     EXPECT_NE(unsafe_for_root("relative/exitpolicy-pmixd"), "");
+    // Not there yet: fine where only root could make it; refused where
+    // anyone could, before the spawn, even in a sticky directory. Before,
+    // root skipped the check of a daemon= that was not there.
+    EXPECT_EQ(unsafe_for_root(root_dir + "/later/exitpolicy-pmixd"), "");
+    const std::string in_tmp = "/tmp/ep-not-there-" + std::to_string(::getpid()) + "/exitpolicy-pmixd";
+    EXPECT_NE(unsafe_for_root(in_tmp).find("others than root may make it in /tmp (mode 1777)"), std::string::npos)
+        << unsafe_for_root(in_tmp);
+    const std::string sticky = std::string(base) + "/sticky";
+    ASSERT_EQ(::mkdir(sticky.c_str(), 0755), 0);
+    ASSERT_EQ(::chmod(sticky.c_str(), 01777), 0);
+    EXPECT_NE(unsafe_for_root(sticky + "/later/x").find("may make it in " + sticky + " (mode 1777)"),
+              std::string::npos)
+        << unsafe_for_root(sticky + "/later/x");
     std::filesystem::remove_all(base);
 }
 
