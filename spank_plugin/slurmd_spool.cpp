@@ -86,9 +86,13 @@ std::optional<std::string> slurmd_topology_xml(std::uint32_t job_id, std::uint32
     const auto dir = slurmd_spool_dir(job_id, step_id);
     if (!dir)
         return std::nullopt;
+    // slurmd's (root's) file in its directory, which no one else may
+    // change: every client of the step is given what it says.
     std::string path = *dir + "/hwloc_topo_whole.xml";
-    struct stat st{};
-    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    struct stat st{}, in{};
+    const auto roots = [](const struct stat& s) { return s.st_uid == 0 && (s.st_mode & (S_IWGRP | S_IWOTH)) == 0; };
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || !roots(st) || ::lstat(dir->c_str(), &in) != 0 ||
+        !S_ISDIR(in.st_mode) || !roots(in))
         return std::nullopt;
     return path;
 }

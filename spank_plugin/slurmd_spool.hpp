@@ -25,7 +25,8 @@ namespace exitpolicy::spank_plugin {
 // holds none (not in a slurmstepd, or /proc unreadable).
 std::optional<std::string> slurmd_spool_dir(std::uint32_t job_id, std::uint32_t step_id);
 
-// The hwloc XML slurmd wrote in its spool directory, if it is there.
+// The hwloc XML slurmd wrote in its spool directory, if it is there, and
+// it and the directory are root's and writable by no one else.
 std::optional<std::string> slurmd_topology_xml(std::uint32_t job_id, std::uint32_t step_id);
 
 }  // namespace exitpolicy::spank_plugin

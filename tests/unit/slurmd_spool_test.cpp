@@ -105,7 +105,30 @@ TEST_F(SlurmdSpoolTest, TheTopologyIsSlurmdsXmlWhenItIsThere)
     hold("node2_9.0");
     EXPECT_EQ(slurmd_topology_xml(9, 0), std::nullopt);
     std::ofstream(dir + "/hwloc_topo_whole.xml") << "<topology/>\n";
+    if (::geteuid() != 0)
+        GTEST_SKIP() << "needs root: only root's file is served";
     EXPECT_EQ(slurmd_topology_xml(9, 0), dir + "/hwloc_topo_whole.xml");
+}
+
+// A file others may change, or in a directory others may write to, is
+// never served to the step's clients.
+TEST_F(SlurmdSpoolTest, ATopologyOthersCouldChangeIsNotServed)
+{
+    if (::geteuid() != 0)
+        GTEST_SKIP() << "needs root to give the file to another user";
+    hold("node2_9.0");
+    const std::string xml = dir + "/hwloc_topo_whole.xml";
+    std::ofstream(xml) << "<topology/>\n";
+    ASSERT_EQ(::chmod(xml.c_str(), 0666), 0);
+    EXPECT_EQ(slurmd_topology_xml(9, 0), std::nullopt);
+    ASSERT_EQ(::chmod(xml.c_str(), 0644), 0);
+    ASSERT_EQ(::chown(xml.c_str(), 4242, 4242), 0);
+    EXPECT_EQ(slurmd_topology_xml(9, 0), std::nullopt);
+    ASSERT_EQ(::chown(xml.c_str(), 0, 0), 0);
+    ASSERT_EQ(::chmod(dir.c_str(), 01777), 0);
+    EXPECT_EQ(slurmd_topology_xml(9, 0), std::nullopt);
+    ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+    EXPECT_EQ(slurmd_topology_xml(9, 0), xml);
 }
 
 // Another user's sockets whose paths forge lines of /proc/net/unix that
