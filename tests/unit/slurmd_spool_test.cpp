@@ -147,12 +147,16 @@ TEST_F(SlurmdSpoolTest, ASocketWhosePathForgesALineOfProcNetUnixDoesNotCount)
     const std::string theirs = dir + "/e";
     std::filesystem::create_directories(theirs);
     std::ofstream(theirs + "/hwloc_topo_whole.xml") << "<topology/>\n";
+    ::chmod(dir.c_str(), 01777);  // where the other user binds
 
     int ready[2];
     ASSERT_EQ(::pipe(ready), 0);
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
+        // Another user of the node, where the test may make one.
+        if (::geteuid() == 0 && (::setgid(4242) != 0 || ::setuid(4242) != 0))
+            ::_exit(1);
         int bound = 0;
         for (int i = 0; i < 200; ++i) {
             const std::string prefix = dir + "/z" + std::to_string(i) + "\n0 0 0 0 0 0 " + inode + " ";
