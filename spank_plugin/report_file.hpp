@@ -16,7 +16,14 @@
 namespace exitpolicy::spank_plugin {
 
 // Writes `text` as the whole file at `path`; the reason where it cannot,
-// for the user ("is a FIFO", "belongs to uid 4242", ...).
+// for the user: what is there, refused ("it is a FIFO", "it belongs to uid
+// 4242", ...), or the system's error ("Permission denied").
 Result<bool> write_report_file(const std::string& path, const std::string& text);
+
+// Whether write_report_file's reason is a refusal of what is there.
+inline bool refused_report_file(const std::string& reason)
+{
+    return reason.rfind("it ", 0) == 0;
+}
 
 }  // namespace exitpolicy::spank_plugin

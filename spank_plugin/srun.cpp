@@ -58,10 +58,16 @@ std::optional<std::string> env_value(const char* name)
 
 void write_json(const std::string& path, const std::string& text)
 {
-    if (auto written = write_report_file(path, text); !written)
+    auto written = write_report_file(path, text);
+    if (written)
+        return;
+    if (refused_report_file(written.error()))
         user_line("warning: the JSON report is not written to %s: %s; give --exit-report-json a path to a plain "
                   "file of yours (srun's exit code is not affected)",
                   path.c_str(), written.error().c_str());
+    else
+        user_line("warning: cannot write the JSON report to %s: %s (srun's exit code is not affected)", path.c_str(),
+                  written.error().c_str());
 }
 
 // srun's own command line (/proc/self/cmdline); empty if unreadable.

@@ -22,6 +22,10 @@ with a real second user (uid 4242) where another user is the attacker:
 - a daemon its user made hostile, which answers slurmstepd's Stop with a
   flood of acks: root reads what the node's tasks need and a bounded rest
   (it read everything until its bound, and srun lost the outcome);
+- another user who forges lines of /proc/net/unix (sockets whose paths
+  hold a newline, then a line naming the inode of the step's own socket
+  in a directory of theirs) as a step starts: its clients get the node's
+  topology, never the attacker's XML (they got it);
 - another user who plants FIFOs under the names of future steps' daemon
   logs in a shared log_dir: each daemon refuses its FIFO at once and
   serves (it waited in open() for ever, and the step's clients with it);
@@ -44,7 +48,7 @@ import time
 import pytest
 
 from conftest import Plugstack
-from test_pmix import client, srun
+from test_pmix import client, hwloc_xml, srun
 
 pytestmark = pytest.mark.integration
 
@@ -430,3 +434,72 @@ def test_what_another_user_plants_as_a_report_path_neither_takes_nor_holds_it(cl
                                 timeout=60)
     assert rc == 3 and "not written" not in err, err
     assert json.loads((workdir / "mine.json").read_text())["exit_code"] == 3
+
+
+# The intruder (uid 4242): waits for node1's step socket of job JOB in
+# /proc/net/unix, then binds sockets whose paths forge lines naming that
+# socket's inode in a directory of theirs, which holds their XML.
+FORGE = r"""
+import os, socket, sys, time
+d, job, count, timeout, xml = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+theirs = f"{d}/e"
+os.makedirs(theirs)
+with open(f"{theirs}/hwloc_topo_whole.xml", "w") as f, open(xml) as src:
+    f.write(src.read())
+os.chmod(theirs, 0o755)
+want = f"/node1_{job}.0"
+inode, until = None, time.monotonic() + timeout
+while inode is None and time.monotonic() < until:
+    with open("/proc/net/unix") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 8 and fields[7].endswith(want):
+                inode = fields[6]
+                break
+if inode is None:
+    print("no step socket", flush=True)
+    sys.exit(1)
+held = []
+for i in range(count):
+    prefix = f"{d}/z{i}\n0 0 0 0 0 0 {inode} "
+    os.makedirs(prefix + theirs)
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(prefix + theirs + f"/x_{job}.0")
+    s.listen(1)
+    held.append(s)
+print(f"forged {count}", flush=True)
+time.sleep(timeout)
+"""
+
+
+def test_another_user_forging_lines_of_proc_net_unix_cannot_choose_a_steps_topology(cluster, plugstack, workdir):
+    plugstack.enable("grace_ms=3000")
+    job = next_job_id(cluster)
+    # slurmstepd waits 3 s between its step socket and exitpolicy's
+    # init_post_opt (a plugin listed first): the intruder's window, every run.
+    slow = cluster.dir / "etc" / "plugstack.d" / "00-slow.conf"
+    slow.write_text(f"required {client('ep_slow_spank.so')} delay_ms=3000\n")
+    theirs = pathlib.Path(tempfile.mkdtemp(prefix="ep-forge-", dir="/tmp"))
+    os.chown(theirs, INTRUDER, INTRUDER)
+    forge = workdir / "forge.py"
+    forge.write_text(FORGE)
+    xml = workdir / "theirs.xml"
+    xml.write_text(hwloc_xml(7))  # 7 PUs: no node here has as many
+    intruder = cluster.popen("setpriv", f"--reuid={INTRUDER}", f"--regid={INTRUDER}", "--clear-groups",
+                             "/usr/bin/python3", str(forge), str(theirs), str(job), "200", "40", str(xml),
+                             cwd=workdir)
+    try:
+        rc, out, err = cluster.exec("setpriv", f"--reuid={cluster.NOBODY}", f"--regid={cluster.NOBODY}",
+                                    "--clear-groups", "srun", "--mpi=none", "-N1", "-wnode1", "-n2",
+                                    client("ep_hello"), cwd=workdir, timeout=90)
+        assert intruder.poll() is None, f"the intruder ended: {intruder.communicate()}"
+    finally:
+        slow.unlink(missing_ok=True)
+        intruder.kill()
+        forged, _ = intruder.communicate()
+        shutil.rmtree(theirs, ignore_errors=True)
+    assert "forged 200" in forged, f"the intruder forged nothing: {forged}"
+    assert rc == 0, f"srun {rc}:\n{out}\n{err}"
+    hello = [line for line in out.splitlines() if line.startswith("hello ")]
+    assert len(hello) == 2, out + err
+    assert all("topology_pus=7" not in line for line in hello), f"the clients got the intruder's XML:\n{out}"
