@@ -447,6 +447,7 @@ os.makedirs(theirs)
 with open(f"{theirs}/hwloc_topo_whole.xml", "w") as f, open(xml) as src:
     f.write(src.read())
 os.chmod(theirs, 0o755)
+os.chmod(d, 0o755)  # the step's user's daemon reads it
 want = f"/node1_{job}.0"
 inode, until = None, time.monotonic() + timeout
 while inode is None and time.monotonic() < until:
@@ -487,7 +488,7 @@ def test_another_user_forging_lines_of_proc_net_unix_cannot_choose_a_steps_topol
     xml.write_text(hwloc_xml(7))  # 7 PUs: no node here has as many
     intruder = cluster.popen("setpriv", f"--reuid={INTRUDER}", f"--regid={INTRUDER}", "--clear-groups",
                              "/usr/bin/python3", str(forge), str(theirs), str(job), "200", "40", str(xml),
-                             cwd=workdir)
+                             cwd=workdir, on="node1")  # /proc/net/unix is the node's network namespace's
     try:
         rc, out, err = cluster.exec("setpriv", f"--reuid={cluster.NOBODY}", f"--regid={cluster.NOBODY}",
                                     "--clear-groups", "srun", "--mpi=none", "-N1", "-wnode1", "-n2",
@@ -496,9 +497,9 @@ def test_another_user_forging_lines_of_proc_net_unix_cannot_choose_a_steps_topol
     finally:
         slow.unlink(missing_ok=True)
         intruder.kill()
-        forged, _ = intruder.communicate()
+        forged, why = intruder.communicate()
         shutil.rmtree(theirs, ignore_errors=True)
-    assert "forged 200" in forged, f"the intruder forged nothing: {forged}"
+    assert "forged 200" in forged, f"the intruder forged nothing: {forged}{why}\nsrun {rc}:\n{out}\n{err}"
     assert rc == 0, f"srun {rc}:\n{out}\n{err}"
     hello = [line for line in out.splitlines() if line.startswith("hello ")]
     assert len(hello) == 2, out + err
