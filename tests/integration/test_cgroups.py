@@ -85,6 +85,7 @@ def cg(request, exitpolicy_so, tmp_path_factory):
         c.plugstack = Plugstack(c, exitpolicy_so)
         c.plugstack.enable("grace_ms=3000")
         c.version = version
+        c.signal_children = signal_children
         yield c
     finally:
         down = c.down()
@@ -228,6 +229,33 @@ def test_scancel(cg, workdir):
     # it wrote names only ranks it had.
     if (workdir / "cancel.json").exists():
         assert set(report(workdir, "cancel.json")) <= {0, 1, 2, 3}
+
+
+def test_a_step_ended_by_its_time_limit(cg, workdir):
+    """A PMIx step whose job runs out of time (--time=1): slurmctld ends it
+    at its next check of time limits (every 30 s), and the step's end is
+    not held past that. Run without SignalChildrenProcesses only: a minute
+    or more a setup."""
+    if cg.signal_children:
+        pytest.skip("the same end as without SignalChildrenProcesses; a minute a run")
+    t0 = time.monotonic()
+    rc, out, err = cg.exec("srun", "--time=1", "--mpi=none", "-N2", "-n4", "--exit-policy=main-rank",
+                           "--exit-report-json=time.json", "sh", "-c",
+                           '/usr/bin/python3 -c "$0" && exec sleep 300', WAKE, cwd=workdir, timeout=200)
+    took = time.monotonic() - t0
+    print(f"the step took {took:.1f} s with a time limit of 60 s")
+    assert rc != 0, err
+    assert "TIME LIMIT" in err, err
+    # At most a check period (30 s) after its minute, and not held.
+    assert took < 60 + 30 + NOT_HELD, f"the step took {took:.1f} s:\n{err}"
+    assert drained(cg) == [], f"nodes drained: {drained(cg)}\n{held_steps(cg)}"
+    assert held_steps(cg) == []
+    deadline = time.monotonic() + 5
+    while ours_left(cg) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ours_left(cg) == [], "exitpolicy's processes left after the step"
+    if (workdir / "time.json").exists():
+        assert set(report(workdir, "time.json")) <= {0, 1, 2, 3}
 
 
 def test_a_node_daemon_that_hangs_never_holds_the_step(cg, workdir):
