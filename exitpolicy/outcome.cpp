@@ -88,7 +88,7 @@ bool succeeded(const TaskOutcome& task) noexcept
 
 bool killed_by_teardown(const TaskOutcome& task) noexcept
 {
-    if (task.lost || task.abort_status)
+    if (task.lost || task.abort_status || task.oom_killed)
         return false;
     const WaitStatus s = task.status();
     return s.kind == WaitStatus::Kind::signaled && (s.signal == SIGTERM || s.signal == SIGKILL);
@@ -159,11 +159,16 @@ std::string describe(const TaskOutcome& task, int lost_code)
         text = "exited with code " + std::to_string(s.exit_code);
         if (task.finalized.has_value() && !*task.finalized)
             text += " without finalizing";
+        if (task.oom_killed)
+            text += " after the OOM killer ended a process of it";
         break;
     case WaitStatus::Kind::signaled:
-        text = "killed by " + signal_name(s.signal);
+        text = task.oom_killed && s.signal == SIGKILL ? "killed by the OOM killer (SIGKILL)"
+                                                      : "killed by " + signal_name(s.signal);
         if (s.core_dumped)
             text += " (core dumped)";
+        if (task.oom_killed && s.signal != SIGKILL)
+            text += " after the OOM killer ended a process of it";
         break;
     case WaitStatus::Kind::other:
         text = "ended with wait status " + std::to_string(task.wait_status);

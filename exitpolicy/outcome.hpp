@@ -45,6 +45,10 @@ struct TaskOutcome {
     // end, or when the node itself killed it in a step teardown. A fact the
     // node reports; the policy uses it to find the root cause.
     bool collateral = false;
+    // The kernel's OOM killer ended it, or a process of it (its cgroup's
+    // oom_kill count rose): its own end, never a teardown's, whatever its
+    // SIGKILL or 137 looks like. A fact its node reports.
+    bool oom_killed = false;
 
     WaitStatus status() const noexcept { return WaitStatus::decode(wait_status); }
 };
@@ -70,8 +74,9 @@ bool succeeded(const TaskOutcome& task) noexcept;
 // (srun -K, an abort, scancel) does to the survivors of a failure.
 bool killed_by_teardown(const TaskOutcome& task) noexcept;
 
-// Ended by itself: an exit or a signal of its own, neither an abort nor a
-// tear-down's SIGTERM or SIGKILL (a lost task's end is unknown: not so).
+// Ended by itself: an exit or a signal of its own (the OOM killer's SIGKILL
+// included), neither an abort nor a tear-down's SIGTERM or SIGKILL (a lost
+// task's end is unknown: not so).
 // The policy's root cause and the node daemon's collateral judgement both
 // start from it.
 bool ended_by_itself(const TaskOutcome& task) noexcept;

@@ -401,6 +401,8 @@ void OutcomeSet::store(std::uint32_t rank, const TaskOutcome& o)
         s.flags |= Slot::finalized;
     if (o.collateral)
         s.flags |= Slot::collateral;
+    if (o.oom_killed)
+        s.flags |= Slot::oom_killed;
     const bool narrow = o.pid >= std::numeric_limits<std::int32_t>::min() &&
                         o.pid <= std::numeric_limits<std::int32_t>::max();
     s.pid = narrow ? static_cast<std::int32_t>(o.pid) : -1;
@@ -428,6 +430,7 @@ TaskOutcome OutcomeSet::load(std::uint32_t rank) const
         o.finalized = (s.flags & Slot::finalized) != 0;
     o.end_time_us = s.end_time_us;
     o.collateral = (s.flags & Slot::collateral) != 0;
+    o.oom_killed = (s.flags & Slot::oom_killed) != 0;
     if (s.flags & Slot::wide)
         if (auto it = wide_.find(rank); it != wide_.end()) {
             o.pid = it->second.pid;

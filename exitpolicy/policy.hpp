@@ -176,7 +176,8 @@ public:
 private:
     struct Slot {
         static constexpr std::uint8_t present = 1, lost = 2, aborted = 4, finalized_known = 8, finalized = 16,
-                                      collateral = 32, wide = 64;  // wide: pid and message beside the slot
+                                      collateral = 32, wide = 64,  // wide: pid and message beside the slot
+                                      oom_killed = 128;
         std::int64_t end_time_us = 0;
         std::uint32_t epoch = 0;
         std::uint32_t node = 0;

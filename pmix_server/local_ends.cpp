@@ -11,12 +11,13 @@
 
 namespace exitpolicy::pmix_server {
 
-bool ended_by_itself(int wait_status, bool aborted)
+bool ended_by_itself(int wait_status, bool aborted, bool oom_killed)
 {
     TaskOutcome t;
     t.wait_status = wait_status;
     if (aborted)
         t.abort_status = 0;  // whatever its status: an abort
+    t.oom_killed = oom_killed;
     return exitpolicy::ended_by_itself(t);
 }
 
@@ -57,7 +58,8 @@ LocalEnds::Verdict LocalEnds::judge(const protocol::Outcome& o, bool torn_down) 
     exitpolicy::NodeFailures::End end;
     end.rank = o.rank;
     end.when_us = called_abort ? aborted->second.when_us : o.end_time_us;
-    end.by_itself = ended_by_itself(o.wait_status, called_abort);
+    end.by_itself =
+        ended_by_itself(o.wait_status, called_abort, (o.flags & protocol::Outcome::flag_oom_killed) != 0);
     end.client = connected_.count(o.rank) != 0;
     end.torn_down = torn_down;
     end.aborted = called_abort;

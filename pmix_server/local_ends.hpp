@@ -61,6 +61,6 @@ private:
 
 // Whether an end with this wait status was the task's own (an exit or a
 // signal), as exitpolicy::ended_by_itself says; an abort never is.
-bool ended_by_itself(int wait_status, bool aborted);
+bool ended_by_itself(int wait_status, bool aborted, bool oom_killed = false);
 
 }  // namespace exitpolicy::pmix_server

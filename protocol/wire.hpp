@@ -84,6 +84,9 @@ struct Outcome {
     // another task's abnormal end, or killed it itself in a teardown: not a
     // root cause.
     static constexpr std::uint8_t flag_collateral = 8;
+    // The kernel's OOM killer ended the task or a process of it (its
+    // cgroup's oom_kill count rose while it ran).
+    static constexpr std::uint8_t flag_oom_killed = 16;
     std::uint32_t rank = 0;
     std::uint32_t epoch = 0;
     std::int64_t pid = -1;

@@ -78,6 +78,7 @@ OutcomeCollector::Recorded OutcomeCollector::record(std::uint32_t from, const pr
     if (o.flags & protocol::Outcome::flag_finalized_known)
         t.finalized = (o.flags & protocol::Outcome::flag_finalized) != 0;
     t.collateral = (o.flags & protocol::Outcome::flag_collateral) != 0;
+    t.oom_killed = (o.flags & protocol::Outcome::flag_oom_killed) != 0;
     OutcomeSet::Recorded recorded;
     {
         std::lock_guard lock(mu);

@@ -36,6 +36,7 @@
 
 #include <slurm/slurm.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <utility>
@@ -79,6 +80,12 @@ struct Remote {
     std::size_t tasks_ended = 0;   // task_exit calls so far
     // The node daemon was moved into the step's cgroups, or tried to be.
     bool cgroups_joined = false;
+    // Each local task's OOM kill counter (step_cgroups.hpp), by its local
+    // id; none where the first task has no memory cgroup of its own, and
+    // then none is looked for again.
+    std::vector<std::optional<OomCounter>> oom_counters;
+    bool oom_counted = true;
+    std::string mountinfo;  // read at the first task
     // The node daemon is stopped and the sinks flushed (finish_node): at
     // the last task's exit, or at the step's exit if that never came.
     bool finished = false;
@@ -334,6 +341,21 @@ int task_post_fork(spank_t sp)
     // (node_mate_waiting).
     if (known && !remote.sinks.empty())
         remote.running.insert(pid);
+    // Its OOM kill counter, while it is in its cgroups (Slurm put it there
+    // before this call) and its count is the one it started with.
+    int local = -1;
+    if (known && remote.oom_counted && !remote.sinks.empty() && item(sp, S_TASK_ID, local) && local >= 0) {
+        if (remote.mountinfo.empty())
+            remote.mountinfo = own_mountinfo();
+        auto counter = oom_counter_of(pid, remote.mountinfo);
+        if (!counter && remote.oom_counters.empty())
+            remote.oom_counted = false;  // the first task has none: no task has
+        else {
+            if (remote.oom_counters.size() <= static_cast<std::size_t>(local))
+                remote.oom_counters.resize(std::max<std::size_t>(remote.local_tasks, local + 1));
+            remote.oom_counters[local] = std::move(counter);
+        }
+    }
     // The first task is in its cgroups now: the daemon joins the step's
     // (cgroup/v1; step_cgroups.hpp).
     if (known && !remote.cgroups_joined && remote.service.daemon.pid > 0 && remote.service.daemon.pidfd) {
@@ -481,6 +503,11 @@ int task_exit(spank_t sp)
             remote.running.erase(pid);
         }
         o.wait_status = status;
+        // The OOM killer ended it (or a process of it), not Slurm.
+        if (int local = -1; item(sp, S_TASK_ID, local) && local >= 0 &&
+                            static_cast<std::size_t>(local) < remote.oom_counters.size() &&
+                            remote.oom_counters[local] && oom_killed_since(*remote.oom_counters[local]))
+            o.flags |= protocol::Outcome::flag_oom_killed;
         const Send send = send_for(status, node_mate_waiting());
         timespec now{};
         ::clock_gettime(CLOCK_REALTIME, &now);

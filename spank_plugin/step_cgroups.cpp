@@ -176,33 +176,109 @@ std::vector<V1Cgroup> step_cgroups_to_join(std::string_view task_cgroups, std::s
     return join;
 }
 
-std::optional<std::string> v1_cgroup_dir(std::string_view mountinfo, const V1Cgroup& cgroup)
+namespace {
+
+// Where `path` of a cgroup file system of type `fstype` ("cgroup" with
+// `controllers`, or "cgroup2") is on this node, from mountinfo's text.
+std::optional<std::string> cgroup_dir(std::string_view mountinfo, std::string_view fstype,
+                                      std::string_view controllers, const std::string& path)
 {
-    const auto wanted = split(cgroup.controllers, ',');
+    const auto wanted = split(controllers, ',');
     for (std::string_view line : split(mountinfo, '\n')) {
         // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
         const auto fields = split(line, ' ');
         std::size_t dash = 6;
         while (dash < fields.size() && fields[dash] != "-")
             ++dash;
-        if (dash + 3 >= fields.size() || fields[dash + 1] != "cgroup")
+        if (dash + 3 >= fields.size() || fields[dash + 1] != fstype)
             continue;
         const auto super = split(fields[dash + 3], ',');
         bool all = true;
         for (std::string_view c : wanted)
-            all = all && std::find(super.begin(), super.end(), c) != super.end();
+            all = all && (c.empty() || std::find(super.begin(), super.end(), c) != super.end());
         if (!all)
             continue;
         const std::string root = unescape(fields[3]);
-        if (!is_under(cgroup.path, root))
+        if (!is_under(path, root))
             continue;
-        const std::string below = root == "/" ? cgroup.path : cgroup.path.substr(root.size());
+        const std::string below = root == "/" ? path : path.substr(root.size());
         std::string dir = unescape(fields[4]);
         if (dir == "/")
             dir.clear();
         return dir + below;
     }
     return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> v1_cgroup_dir(std::string_view mountinfo, const V1Cgroup& cgroup)
+{
+    return cgroup_dir(mountinfo, "cgroup", cgroup.controllers, cgroup.path);
+}
+
+std::optional<std::string> oom_counter_file(std::string_view task_cgroups, std::string_view mountinfo)
+{
+    // Its own: a plain path whose last part is task_*.
+    const auto own = [](const std::string& path) {
+        const auto slash = path.rfind('/');
+        return slash != std::string::npos && std::string_view(path).substr(slash + 1).starts_with("task_") &&
+               path.find("/..") == std::string::npos && path.find("/./") == std::string::npos;
+    };
+    for (const V1Cgroup& c : v1_cgroups(task_cgroups))
+        if (const auto names = split(c.controllers, ','); std::find(names.begin(), names.end(), "memory") != names.end()) {
+            if (!own(c.path))
+                return std::nullopt;
+            const auto dir = v1_cgroup_dir(mountinfo, c);
+            return dir ? std::optional(*dir + "/memory.oom_control") : std::nullopt;
+        }
+    // cgroup v2: the "0::" line, where there is no v1 memory hierarchy.
+    for (std::string_view line : split(task_cgroups, '\n'))
+        if (line.starts_with("0::")) {
+            const std::string path(line.substr(3));
+            if (!own(path))
+                return std::nullopt;
+            const auto dir = cgroup_dir(mountinfo, "cgroup2", "", path);
+            return dir ? std::optional(*dir + "/memory.events") : std::nullopt;
+        }
+    return std::nullopt;
+}
+
+std::optional<std::uint64_t> oom_kills_in(std::string_view text)
+{
+    for (std::string_view line : split(text, '\n'))
+        if (line.starts_with("oom_kill ")) {
+            const std::string number(line.substr(9));
+            char* end = nullptr;
+            errno = 0;
+            const unsigned long long n = std::strtoull(number.c_str(), &end, 10);
+            if (end == number.c_str() || *end != '\0' || errno)
+                return std::nullopt;
+            return n;
+        }
+    return std::nullopt;
+}
+
+std::string own_mountinfo()
+{
+    return read_all("/proc/self/mountinfo");
+}
+
+std::optional<OomCounter> oom_counter_of(pid_t task, const std::string& mountinfo)
+{
+    auto file = oom_counter_file(read_all("/proc/" + std::to_string(task) + "/cgroup"), mountinfo);
+    if (!file)
+        return std::nullopt;
+    const auto now = oom_kills_in(read_all(*file));
+    if (!now)
+        return std::nullopt;  // no such file (no memory controller there), or no count in it
+    return OomCounter{std::move(*file), *now};
+}
+
+bool oom_killed_since(const OomCounter& counter)
+{
+    const auto now = oom_kills_in(read_all(counter.file));
+    return now && *now > counter.at_start;
 }
 
 Result<std::vector<std::string>> join_step_cgroups(pid_t task, pid_t daemon, int pidfd)

@@ -22,6 +22,7 @@
 
 #include "exitpolicy/result.hpp"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -55,5 +56,34 @@ std::optional<std::string> v1_cgroup_dir(std::string_view mountinfo, const V1Cgr
 // controllers), or why it could not; an empty list where there is nothing
 // to join (cgroup v2, no task/cgroup).
 Result<std::vector<std::string>> join_step_cgroups(pid_t task, pid_t daemon, int pidfd);
+
+// ---- the OOM killer, per task ----------------------------------------------
+//
+// Slurm counts OOM kills per step and labels every task end of the node
+// after one as OOM. The kernel counts them per cgroup, and under task/cgroup
+// each task has a memory cgroup of its own (task_N): its oom_kill count
+// rose while it ran exactly when the OOM killer ended it or a process of it.
+
+// The file that counts OOM kills in the task's own memory cgroup, from its
+// /proc/PID/cgroup and /proc/self/mountinfo texts: cgroup v2's
+// DIR/memory.events, v1's memory hierarchy's DIR/memory.oom_control (both
+// say "oom_kill N"). None where the task has no memory cgroup of its own (a
+// cgroup whose last part is task_*): one shared by several tasks cannot
+// say whose process was killed.
+std::optional<std::string> oom_counter_file(std::string_view task_cgroups, std::string_view mountinfo);
+
+// The "oom_kill N" count in such a file's text.
+std::optional<std::uint64_t> oom_kills_in(std::string_view text);
+
+// The task's counter file and its count now (task_post_fork); none as above.
+struct OomCounter {
+    std::string file;
+    std::uint64_t at_start = 0;
+};
+std::optional<OomCounter> oom_counter_of(pid_t task, const std::string& mountinfo);
+// Whether the count rose since the counter was read (task_exit).
+bool oom_killed_since(const OomCounter& counter);
+// /proc/self/mountinfo's text (read once a step).
+std::string own_mountinfo();
 
 }  // namespace exitpolicy::spank_plugin

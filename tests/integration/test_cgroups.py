@@ -283,6 +283,50 @@ def test_a_node_daemon_that_hangs_never_holds_the_step(cg, workdir):
     assert sorted(report(workdir, "hang.json")) == [0, 1, 2, 3]
 
 
+# A task that wants 300 MiB, every page written, where the step may have 50.
+HUNGRY = "b = b'x' * (300 << 20); print(len(b))"
+
+
+def memory_constrained(c):
+    """Whether Slurm constrains the step's memory here (ConstrainRAMSpace):
+    always on cgroup/v1; on cgroup/v2 only where the nodes' cgroups have the
+    memory controller, which a hybrid host's cgroup v2 has not."""
+    conf = (c.dir / "etc" / "cgroup.conf").read_text()
+    return "ConstrainRAMSpace=yes" in conf
+
+
+@pytest.mark.parametrize("kill_on_bad_exit", [False, True], ids=["run-on", "srun-K"])
+def test_the_rank_the_oom_killer_ends_is_named(cg, workdir, kill_on_bad_exit):
+    """Rank 1 allocates past --mem=50M (ConstrainRAMSpace): the kernel's
+    OOM killer ends it. The report and the JSON name it, and only it; its
+    code is 137. Under srun -K1 the main rank is SIGTERMed after it, which
+    is collateral: main-rank gives 137, not the teardown's 143 (and Slurm's
+    own srun says 1 for its step-wide OOM label)."""
+    if cg.signal_children:
+        pytest.skip("SignalChildrenProcesses changes nothing of an OOM kill")
+    if not memory_constrained(cg):
+        pytest.skip(f"{cg.version} here has no memory controller for the nodes' cgroups (ConstrainRAMSpace=no)")
+    script = (f'if [ "$SLURM_PROCID" = 1 ]; then exec /usr/bin/python3 -c "{HUNGRY}"; fi; '
+              + ("exec sleep 30" if kill_on_bad_exit else "sleep 2"))
+    policy = "main-rank" if kill_on_bad_exit else "first-failure"
+    args = ["-K1"] if kill_on_bad_exit else []
+    rc, out, err, took = timed_srun(cg, workdir, *args, "--mem=50M", "-N2", "-n4", f"--exit-policy={policy}",
+                                    "--exit-report-json=oom.json", "sh", "-c", script)
+    print(err)
+    assert rc == 137, f"srun {rc}:\n{err}"
+    assert "rank 1 on node1, killed by the OOM killer (SIGKILL)" in err, err
+    assert_not_held(cg, took, err)
+    tasks = report(workdir, "oom.json")
+    assert sorted(tasks) == [0, 1, 2, 3]
+    assert [r for r, t in tasks.items() if t["oom_killed"]] == [1], tasks
+    assert tasks[1]["code"] == 137 and tasks[1]["signal_name"] == "SIGKILL"
+    if kill_on_bad_exit:
+        # The others ended by srun -K's teardown, after it: collateral.
+        assert all(tasks[r]["collateral"] for r in (0, 2, 3) if not tasks[r]["succeeded"]), tasks
+    else:
+        assert all(tasks[r]["succeeded"] for r in (0, 2, 3)), tasks
+
+
 def proc_read(pid, what):
     return pathlib.Path(f"/proc/{pid}/{what}").read_text().strip()
 

@@ -18,6 +18,8 @@ struct T {
     T& on(std::uint32_t node) { o.node = node; return *this; }
     T& unfinalized() { o.finalized = false; return *this; }
     T& epoch(std::uint32_t e) { o.epoch = e; return *this; }
+    // The kernel's OOM killer ended it, or a process of it (its node says so).
+    T& oom() { o.oom_killed = true; return *this; }
     operator TaskOutcome() const { return o; }  // NOLINT: builder
 };
 

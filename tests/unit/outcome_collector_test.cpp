@@ -129,6 +129,13 @@ TEST(OutcomeCollectorTest, TheOutcomeFlagsReachTheTask)
     finalized.flags = protocol::Outcome::flag_finalized_known | protocol::Outcome::flag_finalized;
     ASSERT_TRUE(deliver(c, 0, aborted));
     ASSERT_TRUE(deliver(c, 0, finalized));
+    // The OOM killer's: kept through the set's compact slots.
+    OutcomeCollector oom(1, 1);
+    protocol::Outcome killed = outcome(0, SIGKILL);
+    killed.flags = protocol::Outcome::flag_oom_killed;
+    ASSERT_TRUE(deliver(oom, 0, killed));
+    EXPECT_TRUE(oom.collected().step.tasks[0].oom_killed);
+    EXPECT_FALSE(c.collected().step.tasks[0].oom_killed);
     const Collected got = c.collected();
     EXPECT_EQ(got.step.tasks[0].abort_status, 5);
     EXPECT_EQ(got.step.tasks[0].finalized, false);

@@ -123,6 +123,11 @@ TEST(TaskOutcomeTest, Describe)
     EXPECT_EQ(describe(ok(0).unfinalized(), 1), "exited with code 0 without finalizing");
     EXPECT_EQ(describe(segv(0), 1), "killed by SIGSEGV (core dumped)");
     EXPECT_EQ(describe(killed(0, SIGKILL), 1), "killed by SIGKILL");
+    EXPECT_EQ(describe(killed(0, SIGKILL).oom(), 1), "killed by the OOM killer (SIGKILL)");
+    EXPECT_EQ(describe(exits(0, 137).oom(), 1), "exited with code 137 after the OOM killer ended a process of it");
+    EXPECT_EQ(task_code(killed(0, SIGKILL).oom(), 1), 137);
+    EXPECT_FALSE(killed_by_teardown(killed(0, SIGKILL).oom()));
+    EXPECT_TRUE(ended_by_itself(killed(0, SIGKILL).oom()));
     EXPECT_EQ(describe(killed(0, 40), 1), "killed by signal 40");
     EXPECT_EQ(describe(aborts(0, 7), 1), "aborted with status 7");
     // Open MPI's default handler aborts with the status of the event it heard.

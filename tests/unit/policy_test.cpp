@@ -182,6 +182,23 @@ TEST(PolicyTest, EveryScenarioUnderEveryPolicy)
         {"a single task that fails", {exits(0, 42)}, 0, {42, 42, 1, 42, 42, 42}},
         {"a single task that succeeds", {ok(0)}, 0, {0, 0, 0, 0, 0, 0}},
         {"a single task killed", {killed(0, SIGKILL)}, 0, {137, 137, 1, 137, 137, 137}},
+        // The OOM killer's SIGKILL is a task's own end, not a teardown's:
+        // the SIGTERMs srun -K sends then are collateral to it. Before, the
+        // SIGKILL first failure had no collateral, and main-rank gave the
+        // teardown's 143.
+        {"srun -K after an OOM kill",
+         {killed(0, SIGTERM).at(150), killed(1, SIGKILL).oom().at(100), killed(2, SIGTERM).at(150), ok(3)},
+         0,
+         {143, 137, 1, 137, 137, 137}},
+        {"the OOM-killed main rank under srun -K",
+         {killed(0, SIGKILL).oom().at(100), killed(1, SIGTERM).at(150), killed(2, SIGTERM).at(150),
+          killed(3, SIGTERM).at(160)},
+         0,
+         {143, 137, 1, 137, 137, 137}},
+        {"a shell whose command the OOM killer ended",
+         {killed(0, SIGTERM).at(150), exits(1, 137).oom().at(100), killed(2, SIGTERM).at(150), ok(3)},
+         0,
+         {143, 137, 1, 137, 137, 137}},
         {"100 000 tasks", many_tasks(), 0, {139, 0, 1, 1, 3, 139}},
     };
     for (const auto& sc : scenarios) {

@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -98,6 +100,29 @@ TEST(StepCgroupsTest, TheDirectoryIsWhereItsHierarchyIsMounted)
     EXPECT_EQ(v1_cgroup_dir(mountinfo, {"memory", "/slurmish/step_0"}), std::nullopt);
     EXPECT_EQ(v1_cgroup_dir(mountinfo, {"devices", "/slurm/job_3/step_0"}), std::nullopt);  // not mounted
     EXPECT_EQ(v1_cgroup_dir(mountinfo, {"cpu,cpuacct,blkio", "/x"}), std::nullopt);
+}
+
+TEST(OomCounterTest, TheTasksOwnMemoryCgroupsCounter)
+{
+    const std::string v1_mounts =
+        "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+        "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+    EXPECT_EQ(oom_counter_file(v1_task, v1_mounts),
+              "/sys/fs/cgroup/memory/slurm/uid_65534/job_3/step_0/task_0/memory.oom_control");
+    // v2: the "0::" line, where no v1 hierarchy has memory.
+    const std::string v2_mounts = "30 1 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n";
+    EXPECT_EQ(oom_counter_file("0::/system.slice/slurmstepd.scope/job_3/step_0/user/task_1\n", v2_mounts),
+              "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_3/step_0/user/task_1/memory.events");
+    // A cgroup shared with other tasks (or slurmstepd's) says nothing of this one.
+    EXPECT_EQ(oom_counter_file("4:memory:/slurm/uid_65534/job_3/step_0\n", v1_mounts), std::nullopt);
+    EXPECT_EQ(oom_counter_file("0::/system.slice/slurmstepd.scope/job_3/step_0/user\n", v2_mounts), std::nullopt);
+    EXPECT_EQ(oom_counter_file(v1_slurmstepd, v1_mounts), std::nullopt);
+    EXPECT_EQ(oom_counter_file(v1_task, ""), std::nullopt);  // not mounted here
+
+    EXPECT_EQ(oom_kills_in("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"), 2u);
+    EXPECT_EQ(oom_kills_in("low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\noom_group_kill 0\n"), 1u);
+    EXPECT_EQ(oom_kills_in("oom_kill_disable 0\nunder_oom 0\n"), std::nullopt);  // a kernel before 4.13
+    EXPECT_EQ(oom_kills_in("oom_kill x\n"), std::nullopt);
 }
 
 std::string read_all(const std::string& path)
@@ -208,6 +233,56 @@ TEST_F(StepMemoryCgroupTest, TheDaemonAndItsChildrenMoveIntoTheStepsCgroup)
     EXPECT_TRUE(holds(step, anchor));
     EXPECT_TRUE(holds(task_cg, task));  // the task stays where Slurm put it
     ::kill(anchor, SIGKILL);
+}
+
+// The kernel's OOM killer in a task's own memory cgroup (20 MiB, the task
+// wants 200): its counter rose, and a task's neighbour's did not.
+TEST_F(StepMemoryCgroupTest, ATaskTheOomKillerEndsIsToldFromOneThatWasNot)
+{
+    const auto neighbour_cg = step / "task_1";
+    std::error_code ec;
+    std::filesystem::create_directory(neighbour_cg, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    for (const auto& cg : {task_cg, neighbour_cg}) {
+        std::ofstream(cg / "memory.limit_in_bytes") << (20 << 20) << "\n";
+        std::ofstream(cg / "memory.memsw.limit_in_bytes") << (20 << 20) << "\n";  // no swap to flee to, if any
+    }
+    int go[2];
+    ASSERT_EQ(::pipe(go), 0);
+    const pid_t hungry = ::fork();
+    if (hungry == 0) {
+        char byte = 0;
+        (void)!::read(go[0], &byte, 1);
+        std::vector<char*> chunks;
+        for (int i = 0; i < 200; ++i) {  // 200 MiB, each page touched
+            char* p = static_cast<char*>(std::malloc(1 << 20));
+            if (!p)
+                ::_exit(3);
+            std::memset(p, 1, 1 << 20);
+            chunks.push_back(p);
+        }
+        ::_exit(0);
+    }
+    ASSERT_GT(hungry, 0);
+    const pid_t modest = sleeper(false);
+    std::ofstream(task_cg / "cgroup.procs") << hungry << "\n";
+    std::ofstream(neighbour_cg / "cgroup.procs") << modest << "\n";
+    const std::string mounts = own_mountinfo();
+    const auto hungry_counter = oom_counter_of(hungry, mounts);
+    const auto modest_counter = oom_counter_of(modest, mounts);
+    ASSERT_TRUE(hungry_counter && modest_counter);
+    EXPECT_EQ(hungry_counter->at_start, 0u);
+    ASSERT_EQ(::write(go[1], "x", 1), 1);
+    int status = 0;
+    ASSERT_EQ(::waitpid(hungry, &status, 0), hungry);
+    ::close(go[0]);
+    ::close(go[1]);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "wait status " << status;
+    EXPECT_TRUE(oom_killed_since(*hungry_counter));
+    EXPECT_FALSE(oom_killed_since(*modest_counter));
+    ::kill(modest, SIGKILL);
+    ::waitpid(modest, nullptr, 0);
+    std::filesystem::remove(neighbour_cg, ec);
 }
 
 TEST_F(StepMemoryCgroupTest, ADaemonThatHasEndedIsNeverMoved)
