@@ -129,7 +129,8 @@ bool asks_async(const std::vector<std::string>& argv)
     return false;
 }
 
-std::string expand_report_path(std::string_view pattern, std::uint32_t job_id, std::uint32_t step_id)
+std::string expand_report_path(std::string_view pattern, std::uint32_t job_id, std::uint32_t step_id,
+                               const ArrayIds& array)
 {
     std::string out;
     for (std::size_t i = 0; i < pattern.size(); ++i) {
@@ -140,6 +141,8 @@ std::string expand_report_path(std::string_view pattern, std::uint32_t job_id, s
         switch (pattern[i + 1]) {
         case 'j': out += std::to_string(job_id); ++i; break;
         case 's': out += std::to_string(step_id); ++i; break;
+        case 'A': out += std::to_string(array.job.value_or(job_id)); ++i; break;
+        case 'a': out += std::to_string(array.task.value_or(0)); ++i; break;
         case '%': out += '%'; ++i; break;
         default: out += '%'; break;
         }

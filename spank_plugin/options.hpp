@@ -73,7 +73,17 @@ bool asks_async(const std::vector<std::string>& argv);
 // An option's text for srun --help.
 std::string option_help(const OptionSpec& spec);
 
-// Expands %j (job id), %s (step id) and %% in a --exit-report-json path.
-std::string expand_report_path(std::string_view pattern, std::uint32_t job_id, std::uint32_t step_id);
+// A job array's ids, as srun's environment has them in an array's job
+// (SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID); none outside one.
+struct ArrayIds {
+    std::optional<std::uint32_t> job;
+    std::optional<std::uint32_t> task;
+};
+
+// Expands %j (job id), %s (step id), %A (the array's job id, else the job
+// id), %a (the array task id, else 0) and %% in a --exit-report-json path,
+// as srun expands its own --output patterns.
+std::string expand_report_path(std::string_view pattern, std::uint32_t job_id, std::uint32_t step_id,
+                               const ArrayIds& array = {});
 
 }  // namespace exitpolicy::spank_plugin

@@ -70,6 +70,22 @@ void write_json(const std::string& path, const std::string& text)
                   written.error().c_str());
 }
 
+// The job array's ids from srun's environment, as srun takes them for its
+// own --output patterns (src/srun/fname.c).
+ArrayIds array_ids()
+{
+    const auto id = [](const char* name) -> std::optional<std::uint32_t> {
+        const auto v = env_value(name);
+        if (!v || v->empty())
+            return std::nullopt;
+        char* end = nullptr;
+        const unsigned long n = std::strtoul(v->c_str(), &end, 10);
+        return *end == '\0' && n <= 0xffffffffUL ? std::optional<std::uint32_t>(static_cast<std::uint32_t>(n))
+                                                 : std::nullopt;
+    };
+    return {id("SLURM_ARRAY_JOB_ID"), id("SLURM_ARRAY_TASK_ID")};
+}
+
 // srun's own command line (/proc/self/cmdline); empty if unreadable.
 std::vector<std::string> srun_argv()
 {
@@ -230,7 +246,7 @@ int exit(spank_t)
     }
     if (!opts.report_json.empty()) {
         const ReportContext ctx{std::to_string(local.job_id), std::to_string(local.step_id)};
-        write_json(expand_report_path(opts.report_json, local.job_id, local.step_id),
+        write_json(expand_report_path(opts.report_json, local.job_id, local.step_id, array_ids()),
                    render_json(got.step, settings, *decision, ctx));
     }
     if (!user_policy)

@@ -528,6 +528,27 @@ def test_sbatch_policy_applies_to_every_step(cluster, workdir, exitpolicy, user)
         assert [t["node"] for t in doc["tasks"]] == [f"node{r // 2 + 1}" for r in range(8)]
 
 
+def test_a_job_arrays_report_paths_take_its_array_ids(cluster, workdir, exitpolicy):
+    """A job array of 2 whose script's srun writes exit-%A_%a.%s.json: one
+    file per array task, named as srun names its own --output (%A the
+    array's job id, %a the task's index), each with its own job id."""
+    script = workdir / "job-array.sh"
+    script.write_text("#!/bin/sh\n" + cluster.job_path_prefix() +
+                      f"srun -N1 -n1 --exit-policy=main-rank --exit-report-json={workdir}/exit-%A_%a.%s.json "
+                      "sh -c 'exit $SLURM_ARRAY_TASK_ID'\n")
+    script.chmod(0o755)
+    rc, out, err = cluster.exec("sbatch", "--wait", "--array=1-2", "-N1", "-n1", "-o", f"{workdir}/array-%A_%a.out",
+                                str(script), cwd=workdir, timeout=90)
+    array = re.search(r"Submitted batch job (\d+)", out).group(1)
+    docs = {p.name: json.loads(p.read_text()) for p in workdir.glob("exit-*.json")}
+    assert sorted(docs) == [f"exit-{array}_1.0.json", f"exit-{array}_2.0.json"], (sorted(docs), out, err)
+    for index in (1, 2):
+        doc = docs[f"exit-{array}_{index}.0.json"]
+        validate_report(doc)
+        assert doc["exit_code"] == index, doc
+    assert len({d["job_id"] for d in docs.values()}) == 2, "the array's tasks are jobs of their own"
+
+
 def test_sbatch_policy_with_export_none(cluster, workdir, exitpolicy):
     """--export=NONE must not lose the job's policy (sbatch --exit-policy is
     the default of every srun in the job: README, "Options")."""

@@ -197,6 +197,10 @@ TEST(OptionsTest, ReportPathExpansion)
     EXPECT_EQ(expand_report_path("/tmp/%j/%j-%s", 7, 2), "/tmp/7/7-2");
     EXPECT_EQ(expand_report_path("100%%-%x-%", 1, 2), "100%-%x-%");
     EXPECT_EQ(expand_report_path("plain.json", 1, 2), "plain.json");
+    // A job array's, as srun's own --output: %A the array's job id, %a
+    // the task's index; outside an array the job id and 0.
+    EXPECT_EQ(expand_report_path("exit-%A_%a.%s.json", 1237, 0, ArrayIds{1234, 3}), "exit-1234_3.0.json");
+    EXPECT_EQ(expand_report_path("exit-%A_%a.json", 77, 0), "exit-77_0.json");
 }
 
 TEST(OptionsTest, AsyncIsSrunsOwnOptionNotTheProgramsArgument)
