@@ -2,6 +2,8 @@
 // options.cpp - resolving a step's options. See options.hpp.
 #include "options.hpp"
 
+#include <algorithm>
+
 namespace exitpolicy::spank_plugin {
 namespace {
 
@@ -127,6 +129,11 @@ bool asks_async(const std::vector<std::string>& argv)
             return false;
     }
     return false;
+}
+
+bool is_heterogeneous(const std::vector<std::string>& argv)
+{
+    return argv.size() > 1 && std::find(argv.begin() + 1, argv.end(), std::string(":")) != argv.end();
 }
 
 std::string expand_report_path(std::string_view pattern, std::uint32_t job_id, std::uint32_t step_id,

@@ -70,6 +70,11 @@ std::vector<std::pair<std::string, std::string>> run_through_environment(std::ui
 // cannot be told apart counts as not asked.
 bool asks_async(const std::vector<std::string>& argv);
 
+// Whether srun's command line (argv, srun's own first) runs a
+// heterogeneous step, "srun [OPTIONS] PROG [ARGS] : [OPTIONS] PROG ...":
+// srun splits it at every ":" word after its own name (src/srun/opt.c).
+bool is_heterogeneous(const std::vector<std::string>& argv);
+
 // An option's text for srun --help.
 std::string option_help(const OptionSpec& spec);
 

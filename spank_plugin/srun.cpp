@@ -132,6 +132,28 @@ int init_post_opt(spank_t)
             user_line("warning: SLURM_EXIT_* variables are ignored for this step: %s", why);
         return 0;
     }
+    // A heterogeneous step (srun A : B): each component is a step of a job
+    // of its own, and only the first one's nodes would reach this srun's
+    // front end; its policy would be decided from that component alone
+    // (main-rank-check said 0 while another component failed). Not
+    // decided, then: refused when asked on the command line, a warning
+    // when asked by the environment; nothing of the plugin runs for it, the
+    // PMIx service neither.
+    if (is_heterogeneous(srun_argv())) {
+        constexpr const char* why = "exitpolicy cannot yet decide a heterogeneous step (srun ... : ...): only "
+                                    "its first component's tasks would reach it";
+        if (st.cli.any()) {
+            log::error("--exit-* options do not apply to a heterogeneous step: %s. Run each component as a "
+                       "step of its own to use them, or drop them to keep Slurm's exit code",
+                       why);
+            return -1;
+        }
+        if (env.any())
+            user_line("warning: SLURM_EXIT_* variables are ignored for this step: %s; srun's exit code is "
+                      "Slurm's",
+                      why);
+        return 0;
+    }
     if (!options->policy) {
         const bool report_asked = !options->report_json.empty() ||
                                   ((st.cli.report || env.report) && options->report == ReportMode::always);

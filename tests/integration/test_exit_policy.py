@@ -549,6 +549,36 @@ def test_a_job_arrays_report_paths_take_its_array_ids(cluster, workdir, exitpoli
     assert len({d["job_id"] for d in docs.values()}) == 2, "the array's tasks are jobs of their own"
 
 
+def test_a_heterogeneous_step_is_never_decided_from_its_first_component(cluster, workdir, exitpolicy):
+    """srun -n1 true : -n2 sh -c 'exit 3' in a heterogeneous allocation:
+    only the first component's tasks would reach srun's front end. Asked on
+    the command line, the policy is refused before the step runs; asked by
+    the environment, a warning, and srun's code is Slurm's (3); asked for
+    nothing, the step is as without the plugin. Before, main-rank-check
+    said 0, with no report and a JSON of 1 of 3 ranks. One allocation (a
+    heterogeneous one takes long to come)."""
+    het = "-n1 true : -n2 sh -c 'exit 3'"
+    script = workdir / "het.sh"
+    script.write_text(
+        "#!/bin/sh\n" + cluster.job_path_prefix() +
+        f"srun --exit-policy=main-rank-check --exit-report-json={workdir}/het.json {het} 2>{workdir}/cli.err\n"
+        "echo cli=$?\n"
+        f"SLURM_EXIT_POLICY=main-rank-check srun {het} 2>{workdir}/env.err\n"
+        "echo env=$?\n"
+        f"srun {het} 2>{workdir}/none.err\n"
+        "echo none=$?\n")
+    script.chmod(0o755)
+    rc, out, err = cluster.exec("salloc", "-N1", "-n1", ":", "-N1", "-n2", str(script), cwd=workdir, timeout=120)
+    assert rc == 0, f"salloc {rc}:\n{out}\n{err}"
+    codes = dict(line.split("=", 1) for line in out.split() if "=" in line)
+    cli, env, none = ((workdir / f"{k}.err").read_text() for k in ("cli", "env", "none"))
+    assert codes["cli"] != "0" and "do not apply to a heterogeneous step" in cli, (codes, cli)
+    assert "Exited with exit code 3" not in cli, f"the step ran:\n{cli}"
+    assert not (workdir / "het.json").exists()
+    assert codes["env"] == "3" and "SLURM_EXIT_* variables are ignored for this step" in env, (codes, env)
+    assert codes["none"] == "3" and report_lines(none) == [], (codes, none)
+
+
 def test_sbatch_policy_with_export_none(cluster, workdir, exitpolicy):
     """--export=NONE must not lose the job's policy (sbatch --exit-policy is
     the default of every srun in the job: README, "Options")."""

@@ -203,6 +203,16 @@ TEST(OptionsTest, ReportPathExpansion)
     EXPECT_EQ(expand_report_path("exit-%A_%a.json", 77, 0), "exit-77_0.json");
 }
 
+TEST(OptionsTest, AColonWordMakesAHeterogeneousStep)
+{
+    using V = std::vector<std::string>;
+    EXPECT_TRUE(is_heterogeneous(V{"srun", "-n1", "./a", ":", "-n2", "./b"}));
+    EXPECT_TRUE(is_heterogeneous(V{"srun", "./a", "x", ":", "./b"}));  // srun splits its program's words too
+    EXPECT_FALSE(is_heterogeneous(V{"srun", "-n2", "./app", "a:b", "--opt=:"}));
+    EXPECT_FALSE(is_heterogeneous(V{":"}));  // srun's own name
+    EXPECT_FALSE(is_heterogeneous(V{}));
+}
+
 TEST(OptionsTest, AsyncIsSrunsOwnOptionNotTheProgramsArgument)
 {
     using V = std::vector<std::string>;
