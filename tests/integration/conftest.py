@@ -82,7 +82,7 @@ class Cluster:
         return f"PATH={cls.SLURM_PREFIX}/bin:$PATH; export PATH\n" if cls.SLURM_PREFIX else ""
 
     def __init__(self, directory, nodes=NODES, owned=False, slurm_conf_extra=None, daemon_env=None, cgroup=None,
-                 cgroup_conf_extra=None):
+                 cgroup_conf_extra=None, accounting=None):
         self.dir = pathlib.Path(directory)
         self.nodes = nodes
         self.owned = owned  # we created the directory and may delete it
@@ -92,6 +92,9 @@ class Cluster:
         # none, v1, v2); None: the one the environment names, else none.
         self.cgroup = cgroup
         self.cgroup_conf_extra = cgroup_conf_extra  # lines appended to cgroup.conf
+        # "slurmdbd": slurmdbd on a MariaDB of the cluster's own
+        # (EXITPOLICY_CLUSTER_ACCOUNTING); None: no accounting.
+        self.accounting = accounting
 
     def env(self):
         env = {**os.environ, **self.daemon_env, "EXITPOLICY_CLUSTER_DIR": str(self.dir)}
@@ -101,6 +104,7 @@ class Cluster:
             env["EXITPOLICY_CLUSTER_CGROUP"] = self.cgroup
         if self.cgroup_conf_extra:
             env["EXITPOLICY_CLUSTER_CGROUP_CONF_EXTRA"] = self.cgroup_conf_extra
+        env["EXITPOLICY_CLUSTER_ACCOUNTING"] = self.accounting or "none"
         return env
 
     def script(self, *args, timeout=120):
