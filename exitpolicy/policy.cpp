@@ -170,6 +170,8 @@ int native_code(const std::vector<TaskOutcome>& tasks) noexcept
     for (const auto& t : tasks) {
         if (t.lost)
             continue;
+        if (t.oom_killed)
+            return 1;
         const WaitStatus s = t.status();
         if (s.kind == WaitStatus::Kind::signaled)
             highest_signal = std::max(highest_signal, s.signal);

@@ -114,7 +114,9 @@ struct Decision {
 inline constexpr std::int64_t reaction_window_us = 500'000;
 
 // Slurm's own rule over the reported wait statuses: any signal beats any
-// code, highest signal, else highest code. Lost tasks have no status.
+// code, highest signal, else highest code. Lost tasks have no status. A
+// step with a task the OOM killer ended is 1: Slurm's task/cgroup labels
+// the node's task ends of such a step "OOM", and srun returns 1 for it.
 int native_code(const std::vector<TaskOutcome>& tasks) noexcept;
 
 // Fails only on bad input: no tasks, or a main rank that is not among them.

@@ -316,6 +316,9 @@ def test_the_rank_the_oom_killer_ends_is_named(cg, workdir, kill_on_bad_exit):
     print(err)
     assert rc == 137, f"srun {rc}:\n{err}"
     assert "rank 1 on node1, killed by the OOM killer (SIGKILL)" in err, err
+    # What Slurm's own srun returns for it (its step-wide OOM label).
+    assert "exitpolicy: Slurm's native exit code would be 1\n" in err, err
+    assert json.loads((workdir / "oom.json").read_text())["native_exit_code"] == 1
     assert_not_held(cg, took, err)
     tasks = report(workdir, "oom.json")
     assert sorted(tasks) == [0, 1, 2, 3]

@@ -459,6 +459,24 @@ TEST(RootCauseTest, FirstAbortIsTheEarliestAbortEvenWhenNotTheRootCause)
     EXPECT_EQ(d->native_code, 137);
 }
 
+// Slurm's own srun returns 1 for a step whose task/cgroup saw an OOM kill,
+// whatever the tasks' statuses; every policy still gives the kill's 137.
+TEST(PolicyTest, SlurmsNativeCodeForAnOomKillIsOne)
+{
+    const StepOutcomes s = step({killed(0, SIGTERM).at(150), killed(1, SIGKILL).oom().at(100), segv(2).at(160)});
+    for (Policy p : all_policies) {
+        SCOPED_TRACE(policy_name(p));
+        const auto d = decide(s, {p, 1, 1});
+        ASSERT_TRUE(d);
+        EXPECT_EQ(d->native_code, 1);
+    }
+    EXPECT_EQ(decide(s, {Policy::main_rank, 1, 1})->code, 137);
+    // Without the OOM kill, the highest signal's (SIGTERM's 15).
+    EXPECT_EQ(decide(step({killed(0, SIGTERM).at(150), killed(1, SIGKILL).at(100), segv(2).at(160)}),
+                     {Policy::main_rank, 1, 1})->native_code,
+              143);
+}
+
 TEST(PolicyTest, TasksInAnyOrder)
 {
     const StepOutcomes s = step({ok(3), segv(2).at(10), exits(0, 5).at(20), ok(1)}, 2);

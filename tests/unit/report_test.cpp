@@ -392,6 +392,8 @@ TEST(JsonTest, AnOomKilledRankIsNamedAndItsTeardownIsCollateral)
     ASSERT_TRUE(d);
     const auto doc = nlohmann::json::parse(render_json(s, settings, *d));
     EXPECT_EQ(doc["exit_code"], 137);
+    // Slurm's own srun returns 1 for a step its task/cgroup saw an OOM kill in.
+    EXPECT_EQ(doc["native_exit_code"], 1);
     EXPECT_EQ(doc["reason"], "root_cause");
     EXPECT_EQ(doc["first_failure_rank"], 1);
     EXPECT_NE(doc["explanation"].get<std::string>().find("killed by the OOM killer (SIGKILL)"), std::string::npos)
@@ -403,6 +405,7 @@ TEST(JsonTest, AnOomKilledRankIsNamedAndItsTeardownIsCollateral)
     EXPECT_EQ(doc["tasks"][2]["collateral"], true);
     const std::string text = render_summary(s, settings, *d, "exitpolicy: ");
     EXPECT_NE(text.find("killed by the OOM killer"), std::string::npos) << text;
+    EXPECT_NE(text.find("exitpolicy: Slurm's native exit code would be 1\n"), std::string::npos) << text;
 }
 
 TEST(JsonTest, NullsWithoutContextAndSafeWithOddNodeNames)
