@@ -228,11 +228,12 @@ Result<bool> set_argument(Config& c, const SiteArgument& known, std::string_view
         c.topology = keyword ? word : std::string(value);
         return R::ok(true);
     }
-    case SiteArg::recoverable: {
+    case SiteArg::recoverable:
+    case SiteArg::record_verdict: {
         auto v = parse_switch(value);
         if (!v)
             return R::fail(named + v.error());
-        c.recoverable = *v;
+        (known.id == SiteArg::recoverable ? c.recoverable : c.record_verdict) = *v;
         return R::ok(true);
     }
     case SiteArg::lost_code:

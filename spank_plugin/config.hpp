@@ -50,6 +50,9 @@ struct Config {
     // teardown_grace_ms (the default).
     bool recoverable = false;
     std::uint32_t teardown_grace_ms = site_default<std::uint32_t>(SiteArg::teardown_grace_ms);
+    // srun records a decided step's verdict in the job's accounting record
+    // (job_record.hpp).
+    bool record_verdict = false;
 
     bool allows(Policy policy) const noexcept;
     // "main-rank, max" or "all policies".

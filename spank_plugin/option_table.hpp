@@ -35,6 +35,7 @@ enum class SiteArg : std::uint8_t {
     topology,
     recoverable,
     teardown_grace_ms,
+    record_verdict,
 };
 
 // A number's range and default; `what` names it in an error ("expected
@@ -77,6 +78,8 @@ inline constexpr SiteArgument site_arguments[] = {
     {SiteArg::recoverable, "recoverable", "yes|no", "no", "the default of --exit-recoverable"},
     {SiteArg::teardown_grace_ms, "teardown_grace_ms", "0..60000", "500",
      "how long the survivors of a failure have before the step is torn down, in ms", {0, 60000, 500, "milliseconds"}},
+    {SiteArg::record_verdict, "record_verdict", "yes|no", "no",
+     "record the policy's code and why in the job's accounting record (sacct's DerivedExitCode and Comment)"},
 };
 
 constexpr const SiteArgument& site_argument(SiteArg id) noexcept

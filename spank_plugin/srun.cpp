@@ -5,10 +5,12 @@
 // allocates; so do options with srun --async, whose step srun never sees).
 // local_user_init: check the main rank against the task count, start the
 // front end, hand the nodes the bootstrap variable. exit (after
-// the step, from srun's atexit): collect the outcomes, decide, report, and
-// end srun with the policy's code. Any trouble of our own: one warning, and
-// srun keeps Slurm's exit code.
+// the step, from srun's atexit): collect the outcomes, decide, report,
+// record the verdict in the job's accounting record where the site asks
+// (record_verdict=yes), and end srun with the policy's code. Any trouble of
+// our own: one warning, and srun keeps Slurm's exit code.
 #include "front_end.hpp"
+#include "job_record.hpp"
 #include "spank_plugin/log.hpp"
 #include "spank.hpp"
 #include "user_line.hpp"
@@ -18,6 +20,8 @@
 #include "exitpolicy/report.hpp"
 #include "protocol/auth.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cerrno>
@@ -45,8 +49,14 @@ struct Local {
     std::uint32_t job_id = 0;
     std::uint32_t step_id = 0;
     std::uint32_t ntasks = 0;
+    // srun makes the job for itself (no allocation was there when it
+    // started): it ends the job before its exit hooks run.
+    bool own_job = false;
 };
 Local local;
+
+// How long srun may spend recording a verdict (job_record.hpp), in all.
+constexpr std::chrono::seconds record_timeout{10};
 
 std::optional<std::string> env_value(const char* name)
 {
@@ -94,6 +104,42 @@ std::vector<std::string> srun_argv()
     for (std::string word; std::getline(in, word, '\0');)
         argv.push_back(word);
     return argv;
+}
+
+// Whether srun makes its job for itself: neither an allocation's
+// environment (sbatch, salloc) nor srun --jobid names one.
+bool makes_own_job(const std::vector<std::string>& argv)
+{
+    if (env_value("SLURM_JOB_ID") || env_value("SLURM_JOBID"))
+        return false;
+    return std::none_of(argv.begin(), argv.end(),
+                        [](const std::string& a) { return a == "--jobid" || a.rfind("--jobid=", 0) == 0; });
+}
+
+// The directory of srun's own executable, where its sacct and sacctmgr are.
+std::string srun_dir()
+{
+    char path[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+    if (n <= 0)
+        return "/usr/bin";
+    const std::string exe(path, static_cast<std::size_t>(n));
+    return exe.substr(0, exe.rfind('/'));
+}
+
+// The verdict in the job's accounting record; trouble is one warning.
+void record(const StepOutcomes& step, const Settings& settings, const Decision& decision)
+{
+    VerdictRecord r;
+    r.job_id = local.job_id;
+    r.code = decision.code;
+    r.comment = verdict_comment(policy_name(settings.policy), decision.code, explain(step, settings, decision));
+    r.job_ended = local.own_job;
+    r.bin_dir = srun_dir();
+    if (auto done = record_verdict(r, record_timeout); !done)
+        user_line("warning: the verdict is not in the job's accounting record: %s (srun's exit code is not "
+                  "affected)",
+                  done.error().c_str());
 }
 
 }  // namespace
@@ -168,6 +214,7 @@ int init_post_opt(spank_t)
         }
     }
     local.options = *options;
+    local.own_job = makes_own_job(srun_argv());
     return 0;
 }
 
@@ -273,6 +320,8 @@ int exit(spank_t)
     }
     if (!user_policy)
         return slurms_code(*decision);
+    if (st.config.record_verdict)
+        record(got.step, settings, *decision);
     // _exit sets srun's code and skips later atexit handlers: everything of
     // ours is done, and stdio is flushed first so that no output is lost.
     std::fflush(nullptr);

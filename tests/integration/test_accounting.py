@@ -295,3 +295,80 @@ def test_a_lost_node_is_what_the_table_says(acct, workdir):
     acct.plugstack.disable()
     print_rows(measured)
     compare(measured)
+
+
+def as_recorded(comment):
+    """A comment as sacctmgr keeps it: Slurm 22.05's in lower case."""
+    return comment.lower() if release() == "22.05" else comment
+
+
+def job_record(c, job):
+    """sacct's State, ExitCode, DerivedExitCode and Comment of the job."""
+    return sacct(c, job, "ExitCode", "DerivedExitCode", "Comment", steps=False)["job"]
+
+
+def test_with_record_verdict_sacct_holds_srun_s_code_and_why(acct, workdir):
+    """plugstack.conf record_verdict=yes: a job srun made for itself gets
+    the policy's code as its DerivedExitCode and the verdict as its
+    Comment; the job's ExitCode stays Slurm's."""
+    acct.plugstack.enable("grace_ms=3000", "record_verdict=yes")
+    try:
+        for command, code, why in ((EXIT1_RANK1, 0, "main rank 0 on node1 exited with code 0"),
+                                   (SEGV_RANK0, 139, "main rank 0 on node1 killed by SIGSEGV")):
+            t0 = time.monotonic()
+            rc, out, err = acct.exec("srun", "-N2", "-n4", f"--exit-policy={POLICY}", "--exit-report=never",
+                                     "sh", "-c", '[ "$SLURM_PROCID" = 3 ] && echo "job $SLURM_JOB_ID"; ' + command,
+                                     cwd=workdir)
+            took = time.monotonic() - t0
+            assert rc == code, err
+            assert "warning" not in err, err
+            job = int(re.search(r"^job (\d+)$", out, re.M).group(1))
+            state, exit_code, derived, comment = job_record(acct, job)
+            print(f"job {job}: srun {rc} in {took:.2f} s; sacct {state} {exit_code} {derived} {comment!r}")
+            assert derived == f"{code}:0", (state, exit_code, derived, comment)
+            assert comment == as_recorded(f"exitpolicy {POLICY} {code}: {why}"), comment
+    finally:
+        acct.plugstack.disable()
+
+
+def test_with_record_verdict_a_batch_job_s_comment_says_why(acct, workdir):
+    """In a batch job srun sets only the Comment: the job's ExitCode is
+    srun's code already (srun is its last command); its DerivedExitCode
+    stays its steps' highest. A job with a --comment of its own gets it
+    back at its end (AccountingStoreFlags=job_comment)."""
+    acct.plugstack.enable("grace_ms=3000", "record_verdict=yes")
+    try:
+        job, rc, err = batch(acct, workdir, "record-batch", [f"--exit-policy={POLICY}"], EXIT1_RANK1)
+        assert rc == 0, err
+        state, exit_code, derived, comment = job_record(acct, job)
+        print(f"batch job {job}: {state} {exit_code} {derived} {comment!r}")
+        assert (state, exit_code) == ("COMPLETED", "0:0")
+        assert derived in allowed(documented()[("rank 1 exits 1", POLICY)][3]), derived
+        assert comment == as_recorded(f"exitpolicy {POLICY} 0: main rank 0 on node1 exited with code 0"), comment
+        job, rc, err = batch(acct, workdir, "record-commented", [f"--exit-policy={POLICY}"], EXIT1_RANK1,
+                             sbatch_args=["--comment=run 42"])
+        assert rc == 0, err
+        assert job_record(acct, job)[3] == "run 42", job_record(acct, job)
+    finally:
+        acct.plugstack.disable()
+
+
+def test_a_verdict_that_cannot_be_recorded_costs_one_warning(acct, workdir):
+    """No sacctmgr that works (slurmdbd unreachable: a wrong port in the
+    environment srun hands sacct): one warning, srun's code unchanged."""
+    acct.plugstack.enable("grace_ms=3000", "record_verdict=yes")
+    try:
+        conf = acct.dir / "etc" / "slurm.nodbd.conf"
+        text = (acct.dir / "etc" / "slurm.conf").read_text()
+        conf.write_text(re.sub(r"^AccountingStoragePort=\d+$", "AccountingStoragePort=1", text, flags=re.M))
+        os.chmod(conf, 0o644)
+        t0 = time.monotonic()
+        rc, out, err = acct.exec("env", f"SLURM_CONF={conf}", "srun", "-N2", "-n4", f"--exit-policy={POLICY}",
+                                 "--exit-report=never", "sh", "-c", EXIT1_RANK1, cwd=workdir)
+        took = time.monotonic() - t0
+        print(err, f"{took:.2f} s")
+        assert rc == 0, err
+        assert "warning: the verdict is not in the job's accounting record: " in err, err
+        assert "srun's exit code is not affected" in err, err
+    finally:
+        acct.plugstack.disable()

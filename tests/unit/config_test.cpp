@@ -87,7 +87,7 @@ TEST(ConfigTest, BadArgumentsAreOneClearError)
         "valid arguments: default_policy=POLICY allowed_policies=POLICY[,POLICY...] report=auto|always|never "
         "lost_code=0..255 grace_ms=0..600000 pmix=auto|never fanout=2..1024 port_range=FIRST-LAST "
         "daemon=/PATH debug=0..3 log_dir=/PATH topology=slurmd|discover|none|/PATH recoverable=yes|no "
-        "teardown_grace_ms=0..60000";
+        "teardown_grace_ms=0..60000 record_verdict=yes|no";
     const std::pair<std::vector<std::string_view>, std::string> cases[] = {
         {{"policy=max"}, "unknown plugstack.conf argument 'policy'; " + usage},
         {{"debug"}, "plugstack.conf argument 'debug' is not KEY=VALUE; " + usage},
