@@ -142,6 +142,16 @@ std::string signal_name(int signal)
     return "signal " + std::to_string(signal);
 }
 
+std::string memory_size(std::uint64_t bytes)
+{
+    constexpr std::pair<std::uint64_t, const char*> units[] = {
+        {1ULL << 40, "T"}, {1ULL << 30, "G"}, {1ULL << 20, "M"}, {1ULL << 10, "K"}};
+    for (const auto& [size, unit] : units)
+        if (bytes >= size && bytes % size == 0)
+            return std::to_string(bytes / size) + unit;
+    return std::to_string(bytes) + "B";
+}
+
 std::string describe(const TaskOutcome& task, int lost_code)
 {
     if (task.abort_status) {
@@ -174,6 +184,8 @@ std::string describe(const TaskOutcome& task, int lost_code)
         text = "ended with wait status " + std::to_string(task.wait_status);
         break;
     }
+    if (task.oom_killed && task.memory_limit)
+        text += ", memory limit " + memory_size(task.memory_limit);
     return text;
 }
 

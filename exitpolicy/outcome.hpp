@@ -49,6 +49,9 @@ struct TaskOutcome {
     // oom_kill count rose): its own end, never a teardown's, whatever its
     // SIGKILL or 137 looks like. A fact its node reports.
     bool oom_killed = false;
+    // The memory limit, in bytes, of the cgroups of an OOM-killed task (the
+    // lowest of its step's and job's, as Slurm set them); 0: none known.
+    std::uint64_t memory_limit = 0;
 
     WaitStatus status() const noexcept { return WaitStatus::decode(wait_status); }
 };
@@ -84,9 +87,14 @@ bool ended_by_itself(const TaskOutcome& task) noexcept;
 // "SIGSEGV", or "signal 40" for a number without a name.
 std::string signal_name(int signal);
 
+// An amount of memory as Slurm's --mem gives it: "50M", "2G", "1536K", or
+// bytes ("1000B") where no unit divides it.
+std::string memory_size(std::uint64_t bytes);
+
 // "exited with code 3", "killed by SIGSEGV (core dumped)", "aborted with
 // status 7", "lost (no outcome reported; counted as code 1)", with
-// " without finalizing" for a PMIx or PMI client that exited unfinalized.
+// " without finalizing" for a PMIx or PMI client that exited unfinalized,
+// and "killed by the OOM killer (SIGKILL), memory limit 50M".
 std::string describe(const TaskOutcome& task, int lost_code);
 
 // The name of a PMIx event that ends a process, or "" for any other number.

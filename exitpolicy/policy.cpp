@@ -408,12 +408,12 @@ void OutcomeSet::store(std::uint32_t rank, const TaskOutcome& o)
     const bool narrow = o.pid >= std::numeric_limits<std::int32_t>::min() &&
                         o.pid <= std::numeric_limits<std::int32_t>::max();
     s.pid = narrow ? static_cast<std::int32_t>(o.pid) : -1;
-    if (narrow && o.abort_message.empty()) {
+    if (narrow && o.abort_message.empty() && o.memory_limit == 0) {
         wide_.erase(rank);
         return;
     }
     s.flags |= Slot::wide;
-    wide_[rank] = Wide{o.pid, o.abort_message};
+    wide_[rank] = Wide{o.pid, o.abort_message, o.memory_limit};
 }
 
 TaskOutcome OutcomeSet::load(std::uint32_t rank) const
@@ -437,6 +437,7 @@ TaskOutcome OutcomeSet::load(std::uint32_t rank) const
         if (auto it = wide_.find(rank); it != wide_.end()) {
             o.pid = it->second.pid;
             o.abort_message = it->second.abort_message;
+            o.memory_limit = it->second.memory_limit;
         }
     return o;
 }

@@ -192,6 +192,7 @@ private:
     struct Wide {
         std::int64_t pid = -1;
         std::string abort_message;
+        std::uint64_t memory_limit = 0;
     };
 
     void store(std::uint32_t rank, const TaskOutcome& outcome);

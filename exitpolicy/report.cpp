@@ -455,6 +455,7 @@ nlohmann::json json_task(const StepOutcomes& step, const Settings& settings, con
     o.emplace("signal_name", signaled ? json(signal_name(s.signal)) : json(nullptr));
     o.emplace("core_dumped", signaled && s.core_dumped);
     o.emplace("oom_killed", !t.lost && t.oom_killed);
+    o.emplace("memory_limit", !t.lost && t.oom_killed && t.memory_limit ? json(t.memory_limit) : json(nullptr));
     o.emplace("aborted", t.abort_status.has_value());
     o.emplace("abort_status", t.abort_status ? json(*t.abort_status) : json(nullptr));
     o.emplace("finalized", t.finalized ? json(*t.finalized) : json(nullptr));

@@ -204,7 +204,7 @@ EXITPOLICY_MESSAGES(EXITPOLICY_TYPE_OF)
 template <class M>
 constexpr Type type_of = TypeOf<M>::value;
 
-constexpr std::size_t outcome_size = 33;  // Fields<Outcome>'s bytes
+constexpr std::size_t outcome_size = 41;  // Fields<Outcome>'s bytes
 constexpr std::size_t ack_size = 8;
 
 #define EXITPOLICY_FIELDS(Message, ...)                                    \
@@ -216,7 +216,8 @@ constexpr std::size_t ack_size = 8;
 EXITPOLICY_FIELDS(Challenge, m.nonce, m.job_id, m.step_id)
 EXITPOLICY_FIELDS(Hello, m.role, m.node_id, m.hostname, m.ranks, m.nonce, m.mac)
 EXITPOLICY_FIELDS(Welcome, m.mac)
-EXITPOLICY_FIELDS(Outcome, m.rank, m.epoch, m.pid, m.wait_status, m.end_time_us, m.flags, m.abort_status)
+EXITPOLICY_FIELDS(Outcome, m.rank, m.epoch, m.pid, m.wait_status, m.end_time_us, m.flags, m.abort_status,
+                  m.memory_limit)
 EXITPOLICY_FIELDS(Ack, m.rank, m.epoch)
 EXITPOLICY_FIELDS(Outcomes, records(m.list, outcome_size))
 EXITPOLICY_FIELDS(Acks, records(m.list, ack_size))

@@ -94,6 +94,9 @@ struct Outcome {
     std::int64_t end_time_us = 0;
     std::uint8_t flags = 0;
     std::int32_t abort_status = 0;
+    // With flag_oom_killed: the memory limit of the task's cgroups, in
+    // bytes (0: none known).
+    std::uint64_t memory_limit = 0;
     Bytes encode() const;
     static Result<Outcome> decode(std::span<const std::uint8_t> body);
 };

@@ -79,6 +79,8 @@ OutcomeCollector::Recorded OutcomeCollector::record(std::uint32_t from, const pr
         t.finalized = (o.flags & protocol::Outcome::flag_finalized) != 0;
     t.collateral = (o.flags & protocol::Outcome::flag_collateral) != 0;
     t.oom_killed = (o.flags & protocol::Outcome::flag_oom_killed) != 0;
+    if (t.oom_killed)
+        t.memory_limit = o.memory_limit;
     OutcomeSet::Recorded recorded;
     {
         std::lock_guard lock(mu);

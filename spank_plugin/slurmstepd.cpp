@@ -506,8 +506,10 @@ int task_exit(spank_t sp)
         // The OOM killer ended it (or a process of it), not Slurm.
         if (int local = -1; item(sp, S_TASK_ID, local) && local >= 0 &&
                             static_cast<std::size_t>(local) < remote.oom_counters.size() &&
-                            remote.oom_counters[local] && oom_killed_since(*remote.oom_counters[local]))
+                            remote.oom_counters[local] && oom_killed_since(*remote.oom_counters[local])) {
             o.flags |= protocol::Outcome::flag_oom_killed;
+            o.memory_limit = memory_limit_of(*remote.oom_counters[local]).value_or(0);
+        }
         const Send send = send_for(status, node_mate_waiting());
         timespec now{};
         ::clock_gettime(CLOCK_REALTIME, &now);

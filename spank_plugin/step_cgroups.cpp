@@ -283,6 +283,41 @@ bool oom_killed_since(const OomCounter& counter)
     return now && *now > counter.at_start;
 }
 
+std::optional<std::uint64_t> memory_limit_in(std::string_view text)
+{
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
+        text.remove_suffix(1);
+    const std::string number(text);
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long n = std::strtoull(number.c_str(), &end, 10);
+    // v1 says no limit with its page counter's maximum, near 2^63.
+    if (number.empty() || end == number.c_str() || *end != '\0' || errno || n == 0 || n >= (1ULL << 62))
+        return std::nullopt;
+    return n;
+}
+
+std::optional<std::uint64_t> memory_limit_of(const OomCounter& counter)
+{
+    // v2 counts in memory.events beside memory.max, v1 in memory.oom_control
+    // beside memory.limit_in_bytes.
+    const bool v2 = counter.file.ends_with("/memory.events");
+    const std::string limit_file = v2 ? "memory.max" : "memory.limit_in_bytes";
+    std::string dir = counter.file.substr(0, counter.file.rfind('/'));
+    std::optional<std::uint64_t> lowest;
+    // Up the hierarchy while it has the file (its root in v2 has none); a
+    // few levels (task, step, job, user, the node's) and no more.
+    for (int level = 0; level < 8 && !dir.empty(); ++level) {
+        const std::string path = dir + "/" + limit_file;
+        if (::access(path.c_str(), R_OK) != 0)
+            break;
+        if (auto limit = memory_limit_in(read_all(path)); limit && (!lowest || *limit < *lowest))
+            lowest = limit;
+        dir = dir.substr(0, dir.rfind('/'));
+    }
+    return lowest;
+}
+
 Result<std::vector<std::string>> join_step_cgroups(pid_t task, pid_t daemon, int pidfd)
 {
     using R = Result<std::vector<std::string>>;

@@ -83,6 +83,14 @@ struct OomCounter {
 std::optional<OomCounter> oom_counter_of(pid_t task, const std::string& mountinfo);
 // Whether the count rose since the counter was read (task_exit).
 bool oom_killed_since(const OomCounter& counter);
+
+// A memory limit file's value: v1's memory.limit_in_bytes, v2's memory.max;
+// none for no limit (v2's "max", v1's page counter's maximum) or no number.
+std::optional<std::uint64_t> memory_limit_in(std::string_view text);
+// The lowest memory limit of the counter's cgroup and those above it in
+// its hierarchy (the task's, step's and job's: Slurm sets the step's and
+// the job's), up to where the hierarchy's files end; none if none is set.
+std::optional<std::uint64_t> memory_limit_of(const OomCounter& counter);
 // /proc/self/mountinfo's text (read once a step).
 std::string own_mountinfo();
 

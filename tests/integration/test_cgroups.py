@@ -315,7 +315,8 @@ def test_the_rank_the_oom_killer_ends_is_named(cg, workdir, kill_on_bad_exit):
                                     "--exit-report-json=oom.json", "sh", "-c", script)
     print(err)
     assert rc == 137, f"srun {rc}:\n{err}"
-    assert "rank 1 on node1, killed by the OOM killer (SIGKILL)" in err, err
+    # Named with the memory limit Slurm set it (the step's --mem).
+    assert "rank 1 on node1, killed by the OOM killer (SIGKILL), memory limit 50M" in err, err
     # What Slurm's own srun returns for it (its step-wide OOM label).
     assert "exitpolicy: Slurm's native exit code would be 1\n" in err, err
     assert json.loads((workdir / "oom.json").read_text())["native_exit_code"] == 1
@@ -324,11 +325,45 @@ def test_the_rank_the_oom_killer_ends_is_named(cg, workdir, kill_on_bad_exit):
     assert sorted(tasks) == [0, 1, 2, 3]
     assert [r for r, t in tasks.items() if t["oom_killed"]] == [1], tasks
     assert tasks[1]["code"] == 137 and tasks[1]["signal_name"] == "SIGKILL"
+    assert tasks[1]["memory_limit"] == 50 << 20, tasks[1]
+    assert all(tasks[r]["memory_limit"] is None for r in (0, 2, 3)), tasks
     if kill_on_bad_exit:
         # The others ended by srun -K's teardown, after it: collateral.
         assert all(tasks[r]["collateral"] for r in (0, 2, 3) if not tasks[r]["succeeded"]), tasks
     else:
         assert all(tasks[r]["succeeded"] for r in (0, 2, 3)), tasks
+
+
+@pytest.mark.parametrize("how", ["srun-K", "KillOnBadExit"])
+def test_an_oom_killed_main_rank_gives_137_under_main_rank(cg, workdir, how):
+    """The main rank 0 allocates past --mem=50M; srun -K1, or the site's
+    KillOnBadExit=1, then ends the others with SIGTERM. main-rank gives
+    the OOM kill's 137, not the teardown's 143, and the others are
+    collateral."""
+    if cg.signal_children:
+        pytest.skip("SignalChildrenProcesses changes nothing of an OOM kill")
+    if not memory_constrained(cg):
+        pytest.skip(f"{cg.version} here has no memory controller for the nodes' cgroups (ConstrainRAMSpace=no)")
+    script = f'if [ "$SLURM_PROCID" = 0 ]; then exec /usr/bin/python3 -c "{HUNGRY}"; fi; exec sleep 30'
+    srun = ["srun", "-K1"]
+    if how == "KillOnBadExit":
+        # srun takes KillOnBadExit from its slurm.conf.
+        conf = cg.dir / "etc" / "slurm.kill-on-bad-exit.conf"
+        conf.write_text((cg.dir / "etc" / "slurm.conf").read_text() + "KillOnBadExit=1\n")
+        os.chmod(conf, 0o644)
+        srun = ["env", f"SLURM_CONF={conf}", "srun"]
+    t0 = time.monotonic()
+    rc, out, err = cg.exec(*srun, "--mem=50M", "-N2", "-n4", "--exit-policy=main-rank",
+                           "--exit-report-json=oom-main.json", "sh", "-c", script, cwd=workdir, timeout=90)
+    took = time.monotonic() - t0
+    print(err)
+    assert rc == 137, f"srun {rc}:\n{err}"
+    assert "main rank 0 on node1 killed by the OOM killer (SIGKILL)" in err, err
+    assert_not_held(cg, took, err)
+    tasks = report(workdir, "oom-main.json")
+    assert [r for r, t in tasks.items() if t["oom_killed"]] == [0], tasks
+    # Torn down after it: collateral, every one.
+    assert all(tasks[r]["collateral"] for r in (1, 2, 3)), tasks
 
 
 def proc_read(pid, what):

@@ -19,7 +19,12 @@ struct T {
     T& unfinalized() { o.finalized = false; return *this; }
     T& epoch(std::uint32_t e) { o.epoch = e; return *this; }
     // The kernel's OOM killer ended it, or a process of it (its node says so).
-    T& oom() { o.oom_killed = true; return *this; }
+    T& oom(std::uint64_t memory_limit = 0)
+    {
+        o.oom_killed = true;
+        o.memory_limit = memory_limit;
+        return *this;
+    }
     operator TaskOutcome() const { return o; }  // NOLINT: builder
 };
 

@@ -126,6 +126,13 @@ TEST(TaskOutcomeTest, Describe)
     EXPECT_EQ(describe(killed(0, SIGKILL).oom(), 1), "killed by the OOM killer (SIGKILL)");
     EXPECT_EQ(describe(exits(0, 137).oom(), 1), "exited with code 137 after the OOM killer ended a process of it");
     EXPECT_EQ(task_code(killed(0, SIGKILL).oom(), 1), 137);
+    // With the limit of its cgroups, where its node knew one.
+    EXPECT_EQ(describe(killed(0, SIGKILL).oom(50 << 20), 1), "killed by the OOM killer (SIGKILL), memory limit 50M");
+    EXPECT_EQ(describe(exits(0, 137).oom(std::uint64_t{3} << 30), 1),
+              "exited with code 137 after the OOM killer ended a process of it, memory limit 3G");
+    EXPECT_EQ(memory_size(1536 << 10), "1536K");
+    EXPECT_EQ(memory_size(1000), "1000B");
+    EXPECT_EQ(memory_size(std::uint64_t{2} << 40), "2T");
     EXPECT_FALSE(killed_by_teardown(killed(0, SIGKILL).oom()));
     EXPECT_TRUE(ended_by_itself(killed(0, SIGKILL).oom()));
     EXPECT_EQ(describe(killed(0, 40), 1), "killed by signal 40");

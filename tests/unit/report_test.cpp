@@ -330,7 +330,7 @@ TEST(JsonTest, DocumentListsEveryTask)
     EXPECT_EQ(tasks[0], nlohmann::json::parse(R"j({
         "rank": 0, "epoch": 0, "node": "node1", "pid": 1000, "state": "exited",
         "wait_status": 0, "exit_code": 0, "signal": null, "signal_name": null,
-        "core_dumped": false, "oom_killed": false, "aborted": false, "abort_status": null, "finalized": null,
+        "core_dumped": false, "oom_killed": false, "memory_limit": null, "aborted": false, "abort_status": null, "finalized": null,
         "end_time_us": 1000000, "code": 0, "succeeded": true, "collateral": false,
         "description": "exited with code 0"})j"));
     EXPECT_EQ(tasks[1]["finalized"], false);
@@ -338,7 +338,7 @@ TEST(JsonTest, DocumentListsEveryTask)
     EXPECT_EQ(tasks[3], nlohmann::json::parse(R"j({
         "rank": 3, "epoch": 0, "node": "node2", "pid": 1003, "state": "signaled",
         "wait_status": 139, "exit_code": null, "signal": 11, "signal_name": "SIGSEGV",
-        "core_dumped": true, "oom_killed": false, "aborted": false, "abort_status": null, "finalized": null,
+        "core_dumped": true, "oom_killed": false, "memory_limit": null, "aborted": false, "abort_status": null, "finalized": null,
         "end_time_us": 100, "code": 139, "succeeded": false, "collateral": false,
         "description": "killed by SIGSEGV (core dumped)"})j"));
     EXPECT_EQ(tasks[4]["collateral"], true);
@@ -349,7 +349,7 @@ TEST(JsonTest, DocumentListsEveryTask)
     EXPECT_EQ(tasks[6], nlohmann::json::parse(R"j({
         "rank": 6, "epoch": 0, "node": "node4", "pid": null, "state": "lost",
         "wait_status": null, "exit_code": null, "signal": null, "signal_name": null,
-        "core_dumped": false, "oom_killed": false, "aborted": false, "abort_status": null, "finalized": null,
+        "core_dumped": false, "oom_killed": false, "memory_limit": null, "aborted": false, "abort_status": null, "finalized": null,
         "end_time_us": null, "code": 1, "succeeded": false, "collateral": false,
         "description": "lost (no outcome reported; counted as code 1)"})j"));
     EXPECT_EQ(tasks[7]["exit_code"], 2);
@@ -385,7 +385,7 @@ TEST(JsonTest, RootCauseReasonAndNodeFlaggedCollateral)
 // explanation, the root cause (137), its neighbours' SIGTERMs collateral.
 TEST(JsonTest, AnOomKilledRankIsNamedAndItsTeardownIsCollateral)
 {
-    const StepOutcomes s = step({killed(0, SIGTERM).at(150), killed(1, SIGKILL).oom().at(100),
+    const StepOutcomes s = step({killed(0, SIGTERM).at(150), killed(1, SIGKILL).oom(50 << 20).at(100),
                                  killed(2, SIGTERM).at(150), ok(3)}, 2);
     const Settings settings{Policy::main_rank, 0, 1};
     const auto d = decide(s, settings);
@@ -399,6 +399,8 @@ TEST(JsonTest, AnOomKilledRankIsNamedAndItsTeardownIsCollateral)
     EXPECT_NE(doc["explanation"].get<std::string>().find("killed by the OOM killer (SIGKILL)"), std::string::npos)
         << doc["explanation"];
     EXPECT_EQ(doc["tasks"][1]["oom_killed"], true);
+    EXPECT_EQ(doc["tasks"][1]["memory_limit"], 50 << 20);
+    EXPECT_TRUE(doc["tasks"][0]["memory_limit"].is_null());
     EXPECT_EQ(doc["tasks"][1]["signal_name"], "SIGKILL");
     EXPECT_EQ(doc["tasks"][0]["oom_killed"], false);
     EXPECT_EQ(doc["tasks"][0]["collateral"], true);

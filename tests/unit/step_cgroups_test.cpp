@@ -128,6 +128,15 @@ TEST(OomCounterTest, TheTasksOwnMemoryCgroupsCounter)
     EXPECT_EQ(oom_kills_in("oom_kill x\n"), std::nullopt);
 }
 
+TEST(OomCounterTest, AMemoryLimitAsTheKernelSaysIt)
+{
+    EXPECT_EQ(memory_limit_in("52428800\n"), 52428800u);
+    EXPECT_EQ(memory_limit_in("max\n"), std::nullopt);                  // v2: none
+    EXPECT_EQ(memory_limit_in("9223372036854771712\n"), std::nullopt);  // v1: none
+    EXPECT_EQ(memory_limit_in(""), std::nullopt);
+    EXPECT_EQ(memory_limit_in("12k\n"), std::nullopt);
+}
+
 std::string read_all(const std::string& path)
 {
     std::ifstream in(path);
@@ -250,6 +259,7 @@ TEST_F(StepMemoryCgroupTest, ATaskTheOomKillerEndsIsToldFromOneThatWasNot)
         std::ofstream(cg / "memory.limit_in_bytes") << (20 << 20) << "\n";
         std::ofstream(cg / "memory.memsw.limit_in_bytes") << (20 << 20) << "\n";  // no swap to flee to, if any
     }
+    std::ofstream(step / "memory.limit_in_bytes") << (64 << 20) << "\n";
     int go[2];
     ASSERT_EQ(::pipe(go), 0);
     const pid_t hungry = ::fork();
@@ -283,6 +293,12 @@ TEST_F(StepMemoryCgroupTest, ATaskTheOomKillerEndsIsToldFromOneThatWasNot)
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "wait status " << status;
     EXPECT_TRUE(oom_killed_since(*hungry_counter));
     EXPECT_FALSE(oom_killed_since(*modest_counter));
+    // The lowest limit of its cgroup and those above it: the task's own.
+    EXPECT_EQ(memory_limit_of(*hungry_counter), std::uint64_t{20} << 20);
+    // None of its own (the swap limit first: it may not be below the other).
+    std::ofstream(neighbour_cg / "memory.memsw.limit_in_bytes") << "-1\n";
+    std::ofstream(neighbour_cg / "memory.limit_in_bytes") << "-1\n";
+    EXPECT_EQ(memory_limit_of(*modest_counter), std::uint64_t{64} << 20);
     ::kill(modest, SIGKILL);
     ::waitpid(modest, nullptr, 0);
     std::filesystem::remove(neighbour_cg, ec);

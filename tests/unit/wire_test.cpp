@@ -79,6 +79,7 @@ TEST(WireTest, EveryMessageRoundTrips)
     o.end_time_us = 1795258800123456;
     o.flags = Outcome::flag_aborted | Outcome::flag_finalized_known;
     o.abort_status = -7;
+    o.memory_limit = std::uint64_t{50} << 40;
     const auto o2 = Outcome::decode(body(o.encode()));
     ASSERT_TRUE(o2);
     EXPECT_EQ(o2->rank, o.rank);
@@ -88,6 +89,7 @@ TEST(WireTest, EveryMessageRoundTrips)
     EXPECT_EQ(o2->end_time_us, o.end_time_us);
     EXPECT_EQ(o2->flags, o.flags);
     EXPECT_EQ(o2->abort_status, -7);
+    EXPECT_EQ(o2->memory_limit, std::uint64_t{50} << 40);
 
     Welcome w;
     w.mac[0] = 0xff;
@@ -270,7 +272,7 @@ TEST(WireTest, BadHeadersAreErrors)
     Bytes frame = Ack{1, 0}.encode();
     const std::pair<std::function<void(Bytes&)>, std::string> cases[] = {
         {[](Bytes& f) { f[0] = 'X'; }, "not an exitpolicy frame (bad magic)"},
-        {[](Bytes& f) { f[2] = 9; }, "unsupported protocol version 9 (this side speaks 4)"},
+        {[](Bytes& f) { f[2] = 9; }, "unsupported protocol version 9 (this side speaks 5)"},
         {[](Bytes& f) { f[3] = 0; }, "unknown frame type 0"},
         {[](Bytes& f) { f[3] = 99; }, "unknown frame type 99"},
         {[](Bytes& f) { f[4] = 0x7f; }, "frame of 2130706440 bytes exceeds the bound of 65536"},
