@@ -269,34 +269,6 @@ def test_a_step_run_by_srun_alone_keeps_slurms_code_in_sacct(acct, workdir):
     assert rows["job"] == ["FAILED", "1:0"], rows
 
 
-def test_a_lost_node_is_what_the_table_says(acct, workdir):
-    """node2, then node3, is lost mid-step (every one of its processes
-    killed at once), without and with the plugin. Last: the nodes stay
-    lost."""
-    measured = {}
-    for on, node in ((False, "node3"), (True, "node2")):
-        if on:
-            acct.plugstack.enable("grace_ms=3000")
-        else:
-            acct.plugstack.disable()
-        name = f"lost-{int(on)}"
-        script_args = (["--exit-policy=" + POLICY] if on else [])
-        job, _, err = batch(acct, workdir, name, script_args, RUNNING, sbatch_args=["-w", f"node1,{node}"],
-                            wait=False)
-        # On node1 and the node to lose (the other is excluded).
-        deadline = time.monotonic() + 60
-        while len(list(workdir.glob(f"running.{job}.*"))) < 4:
-            assert time.monotonic() < deadline, f"job {job}'s ranks never all ran: {err}"
-            time.sleep(0.2)
-        proc = acct.crash(node)
-        assert proc.returncode == 0, proc.stderr
-        rows = sacct(acct, job, "ExitCode", "DerivedExitCode")
-        measured[(LOST, POLICY if on else "none")] = cells(workdir, name, rows)
-    acct.plugstack.disable()
-    print_rows(measured)
-    compare(measured)
-
-
 def as_recorded(comment):
     """A comment as sacctmgr keeps it: Slurm 22.05's in lower case."""
     return comment.lower() if release() == "22.05" else comment
@@ -372,3 +344,31 @@ def test_a_verdict_that_cannot_be_recorded_costs_one_warning(acct, workdir):
         assert "srun's exit code is not affected" in err, err
     finally:
         acct.plugstack.disable()
+
+
+def test_a_lost_node_is_what_the_table_says(acct, workdir):
+    """node2, then node3, is lost mid-step (every one of its processes
+    killed at once), without and with the plugin. Last: the nodes stay
+    lost."""
+    measured = {}
+    for on, node in ((False, "node3"), (True, "node2")):
+        if on:
+            acct.plugstack.enable("grace_ms=3000")
+        else:
+            acct.plugstack.disable()
+        name = f"lost-{int(on)}"
+        script_args = (["--exit-policy=" + POLICY] if on else [])
+        job, _, err = batch(acct, workdir, name, script_args, RUNNING, sbatch_args=["-w", f"node1,{node}"],
+                            wait=False)
+        # On node1 and the node to lose (the other is excluded).
+        deadline = time.monotonic() + 60
+        while len(list(workdir.glob(f"running.{job}.*"))) < 4:
+            assert time.monotonic() < deadline, f"job {job}'s ranks never all ran: {err}"
+            time.sleep(0.2)
+        proc = acct.crash(node)
+        assert proc.returncode == 0, proc.stderr
+        rows = sacct(acct, job, "ExitCode", "DerivedExitCode")
+        measured[(LOST, POLICY if on else "none")] = cells(workdir, name, rows)
+    acct.plugstack.disable()
+    print_rows(measured)
+    compare(measured)
