@@ -70,11 +70,8 @@ std::string verdict_comment(std::string_view policy, int code, std::string_view 
 std::string merged_comment(std::string_view had, std::string_view verdict)
 {
     // An earlier verdict of ours starts the comment or follows a separator.
-    std::size_t cut = had.rfind(marker, 0) == 0 ? 0 : std::string_view::npos;
-    for (std::size_t at = had.find(std::string(separator) + std::string(marker));
-         cut == std::string_view::npos && at != std::string_view::npos;
-         at = had.find(std::string(separator) + std::string(marker), at + 1))
-        cut = at;
+    const std::size_t cut =
+        had.rfind(marker, 0) == 0 ? 0 : had.find(std::string(separator) + std::string(marker));
     const std::string_view kept = cut == std::string_view::npos ? had : had.substr(0, cut);
     if (kept.empty())
         return std::string(verdict);
