@@ -151,9 +151,13 @@ Result<bool> record_verdict(const VerdictRecord& r, std::chrono::milliseconds ti
     // Comment; for a job srun has ended, once slurmdbd has that end.
     std::string had;
     for (;;) {
+        const auto waited_out = [&] {
+            return R::fail(r.job_ended ? "slurmdbd had not recorded the job's end in time"
+                                       : "slurmdbd had no record of the job in time");
+        };
         auto run = run_program({r.bin_dir + "/sacct", "-n", "-X", "-P", "-j", job, "-o", "End,Comment"}, deadline);
         if (!run)
-            return R::fail(run.error());
+            return Clock::now() >= deadline ? waited_out() : R::fail(run.error());
         if (!ok(*run))
             return R::fail(said("sacct", run->output));
         const std::string line = run->output.substr(0, run->output.find('\n'));
@@ -166,8 +170,7 @@ Result<bool> record_verdict(const VerdictRecord& r, std::chrono::milliseconds ti
             }
         }
         if (Clock::now() + poll_every >= deadline)
-            return R::fail(r.job_ended ? "slurmdbd had not recorded the job's end in time"
-                                       : "slurmdbd had no record of the job in time");
+            return waited_out();
         std::this_thread::sleep_for(poll_every);
     }
     std::vector<std::string> modify = {r.bin_dir + "/sacctmgr", "-i", "modify", "job", "where", "jobid=" + job, "set"};
