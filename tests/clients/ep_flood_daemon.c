@@ -6,6 +6,7 @@
  * slurmstepd's Stop with its Ack and then Acks frames, as fast as the
  * socket takes them, until slurmstepd closes the link (or 20 s).
  *
+ * Once it has said ready it leaves <log_dir>/ep_flood_daemon.<pid>.ready.
  * It writes what root took into <log_dir>/ep_flood_daemon.<pid>.report:
  *
  *     flooded bytes=N frames=F seconds=S ended=closed|timeout
@@ -117,6 +118,15 @@ int main(int argc, char **argv)
         if (write(ready, "ready\n", 6) != 6)
             fprintf(stderr, "ep_flood_daemon: cannot say ready: %s\n", strerror(errno));
         close(ready);
+        /* A mark the test's task waits for: past it, slurmstepd's Stop
+         * comes to a daemon that said ready, never to a standby. */
+        if (log_dir) {
+            char mark[4096];
+            snprintf(mark, sizeof mark, "%s/ep_flood_daemon.%ld.ready", log_dir, (long)getpid());
+            const int m = open(mark, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+            if (m >= 0)
+                close(m);
+        }
     }
     /* Blocking reads of slurmstepd's frames until its Stop. */
     const int flags = fcntl(control, F_GETFL);

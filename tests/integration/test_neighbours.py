@@ -317,16 +317,17 @@ def hostile_daemon(exitpolicy_so):
 def test_a_daemon_that_floods_root_with_acks_is_read_no_further_than_its_tasks_need(cluster, plugstack, workdir,
                                                                                    daemon_logs, hostile_daemon):
     plugstack.enable("grace_ms=3000", f"log_dir={daemon_logs}", f"daemon={hostile_daemon}")
-    # The task wakes its daemon (it connects to its PMIx port), gives it a
-    # moment to say ready, and exits 5: slurmstepd hands the daemon that
-    # outcome, then asks it to stop, and the daemon floods it.
+    # The task wakes its daemon (it connects to its PMIx port), waits for
+    # it to have said ready (a daemon still starting at the step's end is
+    # hung up on, never asked to stop), and exits 5: slurmstepd hands the
+    # daemon that outcome, then asks it to stop, and the daemon floods it.
     script = workdir / "wake_and_exit.sh"
     script.write_text(
         "#!/bin/bash\n"
         'port=${PMIX_SERVER_URI41##*:}\n'
         'exec 3<>/dev/tcp/127.0.0.1/$port || exit 9\n'
-        "sleep 1\n"
-        "exit 5\n"
+        f"for _ in $(seq 600); do compgen -G '{daemon_logs}/ep_flood_daemon.*.ready' >/dev/null && exit 5; sleep 0.1; done\n"
+        "exit 8\n"
     )
     script.chmod(0o755)
     started = time.monotonic()
