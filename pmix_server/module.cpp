@@ -29,8 +29,10 @@ pmix_server_module_t module = [] {
     m.log = on_log;
     m.spawn = on_spawn;
     m.connect = on_connect;
-    // Not registered, so answered by the library itself: disconnect,
-    // query, tool connections, allocation, monitoring, groups.
+    m.disconnect = on_disconnect;
+    m.group = on_group;
+    // Not registered, so answered by the library itself: query, tool
+    // connections, allocation, monitoring.
     return m;
 }();
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// tool_upcalls.cpp - job control and log; spawn and connect are refused.
+// tool_upcalls.cpp - job control and log; spawn is refused.
 #include "upcalls.hpp"
 
 #include "pmix_server/log.hpp"
@@ -70,11 +70,6 @@ void on_log(const pmix_proc_t* client, const pmix_info_t data[], size_t ndata, c
 
 pmix_status_t on_spawn(const pmix_proc_t*, const pmix_info_t[], size_t, const pmix_app_t[], size_t,
                        pmix_spawn_cbfunc_t, void*) noexcept
-{
-    return PMIX_ERR_NOT_SUPPORTED;
-}
-
-pmix_status_t on_connect(const pmix_proc_t[], size_t, const pmix_info_t[], size_t, pmix_op_cbfunc_t, void*) noexcept
 {
     return PMIX_ERR_NOT_SUPPORTED;
 }

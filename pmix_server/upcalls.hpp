@@ -6,7 +6,8 @@
 //   collective_upcalls.cpp  fence, direct modex
 //   data_upcalls.cpp        publish, lookup, unpublish
 //   event_upcalls.cpp       notify event, register / deregister events
-//   tool_upcalls.cpp        job control, log; spawn and connect refused
+//   group_upcalls.cpp       connect, disconnect, group construct / destruct
+//   tool_upcalls.cpp        job control, log; spawn refused
 //
 // Every upcall runs on PMIx's progress thread and never blocks: it copies
 // what it needs into work posted to the daemon's loop and returns. It
@@ -72,5 +73,9 @@ pmix_status_t on_spawn(const pmix_proc_t* proc, const pmix_info_t job_info[], si
                        size_t napps, pmix_spawn_cbfunc_t cbfunc, void* cbdata) noexcept;
 pmix_status_t on_connect(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[], size_t ninfo,
                          pmix_op_cbfunc_t cbfunc, void* cbdata) noexcept;
+pmix_status_t on_disconnect(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[], size_t ninfo,
+                            pmix_op_cbfunc_t cbfunc, void* cbdata) noexcept;
+pmix_status_t on_group(pmix_group_operation_t op, char grp[], const pmix_proc_t procs[], size_t nprocs,
+                       const pmix_info_t directives[], size_t ndirs, pmix_info_cbfunc_t cbfunc, void* cbdata) noexcept;
 
 }  // namespace exitpolicy::pmix_server

@@ -137,3 +137,74 @@ void ep_fence(const pmix_proc_t *me, bool collect) {
     ep_pmix_fail(collect ? "PMIx_Fence(collect data)" : "PMIx_Fence", rc);
   }
 }
+
+/* The termination event about one process, from the progress thread. */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv;
+static bool registered;
+static pmix_status_t reg_status;
+static bool victim_ended;
+static pmix_proc_t g_victim;
+
+static void regcb(pmix_status_t status, size_t refid, void *cbdata) {
+  (void)refid;
+  (void)cbdata;
+  pthread_mutex_lock(&mu);
+  reg_status = status;
+  registered = true;
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&mu);
+}
+
+static void handler(size_t ref, pmix_status_t status, const pmix_proc_t *source, pmix_info_t info[],
+                    size_t ninfo, pmix_info_t *results, size_t nresults,
+                    pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata) {
+  (void)ref;
+  (void)status;
+  (void)source;
+  (void)results;
+  (void)nresults;
+  pthread_mutex_lock(&mu);
+  for (size_t i = 0; i < ninfo; i++) {
+    if (PMIX_CHECK_KEY(&info[i], PMIX_EVENT_AFFECTED_PROC) && info[i].value.type == PMIX_PROC &&
+        info[i].value.data.proc != NULL && PMIX_CHECK_PROCID(info[i].value.data.proc, &g_victim)) {
+      victim_ended = true;
+    }
+  }
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&mu);
+  if (cbfunc != NULL) {
+    cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
+  }
+}
+
+void ep_watch_termination(const pmix_proc_t *victim) {
+  ep_cond_init(&cv);
+  g_victim = *victim;
+  pmix_status_t code = PMIX_EVENT_PROC_TERMINATED;
+  ep_wait_begin("register");
+  pmix_status_t rc = PMIx_Register_event_handler(&code, 1, NULL, 0, handler, regcb, NULL);
+  if (rc != PMIX_SUCCESS) {
+    ep_pmix_fail("PMIx_Register_event_handler", rc);
+  }
+  pthread_mutex_lock(&mu);
+  while (!registered) {
+    pthread_cond_wait(&cv, &mu);
+  }
+  rc = reg_status;
+  pthread_mutex_unlock(&mu);
+  ep_wait_end();
+  if (rc != PMIX_SUCCESS) {
+    ep_pmix_fail("registering the PROC_TERMINATED handler", rc);
+  }
+}
+
+void ep_wait_termination(void) {
+  ep_wait_begin("event");
+  pthread_mutex_lock(&mu);
+  while (!victim_ended) {
+    pthread_cond_wait(&cv, &mu);
+  }
+  pthread_mutex_unlock(&mu);
+  ep_wait_end();
+}

@@ -46,4 +46,10 @@ uint32_t ep_job_size(const pmix_proc_t *me);
  * collection; exits on error. */
 void ep_fence(const pmix_proc_t *me, bool collect);
 
+/* Registers a handler for PMIX_EVENT_PROC_TERMINATED that notes when
+ * `victim` ended; exits on error. */
+void ep_watch_termination(const pmix_proc_t *victim);
+/* Waits (bounded by the watchdog) until the event about the victim came. */
+void ep_wait_termination(void);
+
 #endif

@@ -438,6 +438,73 @@ def test_a_fence_over_a_rank_that_died_before_it_fails_at_once(cluster, workdir,
         assert float(fields["seconds"]) < 10, (rank, fields)  # at once, not at the watchdog's 30 s
 
 
+# --- connect, disconnect and groups ----------------------------------------------
+# Barriers over their participants, carried by the tree like a fence: -N4
+# -n8 puts ranks 2K and 2K+1 on node K+1, so every pair of --pairs (R and
+# R+4) spans two nodes.
+
+def fields_of(line):
+    return dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+
+
+@pytest.mark.parametrize("args", [[], ["--pairs"]], ids=["everyone", "pairs"])
+def test_connect_and_disconnect_across_nodes(cluster, workdir, pmix, args):
+    rc, out, err = srun(cluster, workdir, *N4N8, client("ep_group"), "connect", *args, "--timeout", "30")
+    assert rc == 0, out + err
+    connected = [fields_of(l) for l in lines(out, "connect ok ")]
+    assert sorted(int(f["rank"]) for f in connected) == list(range(8)), out + err
+    assert {f["peers"] for f in connected} == ({"2"} if args else {"1"}), out
+    assert len(lines(out, "disconnect ok ")) == 8, out + err
+
+
+@pytest.mark.parametrize("args", [[], ["--pairs"]], ids=["everyone", "pairs"])
+def test_a_group_across_nodes_gets_one_context_id_for_its_members_alone(cluster, workdir, pmix, args):
+    rc, out, err = srun(cluster, workdir, *N4N8, client("ep_group"), "group", *args, "--timeout", "30")
+    assert rc == 0, out + err
+    made = {int(f["rank"]): f for f in map(fields_of, lines(out, "group ok "))}
+    assert sorted(made) == list(range(8)), out + err
+    assert len(lines(out, "destruct ok ")) == 8, out + err
+    ids = {rank: f["ctxid"] for rank, f in made.items()}
+    if not args:
+        assert len(set(ids.values())) == 1, ids
+    else:
+        # Each pair shares its id, and no two pairs have the same one.
+        assert all(ids[r] == ids[r + 4] for r in range(4)), ids
+        assert len({ids[r] for r in range(4)}) == 4, ids
+
+
+@pytest.mark.parametrize("op", ["connect", "group"])
+def test_a_connect_or_group_over_a_rank_that_died_fails_at_once_for_every_member(cluster, workdir, pmix, op):
+    """Rank 5 exits 3 after a first fence; once each survivor has heard of
+    it, all connect (or construct a group) over every rank: each fails
+    promptly, none hangs, and srun's code is rank 5's."""
+    rc, out, err = srun(cluster, workdir, *N4N8, client("ep_group"), op, "--die", "5:3", "--timeout", "30",
+                        env={"SLURM_EXIT_RECOVERABLE": "1"})
+    assert rc == 3, out + err
+    assert lines(out, "dying ") == ["dying rank=5 code=3"], out + err
+    assert not lines(out, "timeout "), out + err
+    failed = {int(f["rank"]): f for f in map(fields_of, lines(out, f"{op} failed "))}
+    assert sorted(failed) == [0, 1, 2, 3, 4, 6, 7], out + err
+    for rank, f in failed.items():
+        assert int(f["code"]) < 0 and float(f["seconds"]) < 10, (rank, f)
+
+
+def test_open_mpi_connect_accept_between_two_halves_of_a_step(cluster, workdir, pmix):
+    rc, out, err = srun_mpi(cluster, workdir, *N4N8, client("ep_mpi_dynamic"), "connect", "--timeout", "60")
+    assert rc == 0, out + err
+    done = {int(f["rank"]): f for f in map(fields_of, lines(out, "connect ok "))}
+    assert sorted(done) == list(range(8)), out + err
+    assert all(f["remote"] == "4" and f["sum"] == ("22" if r < 4 else "6") for r, f in done.items()), done
+
+
+def test_an_open_mpi_session_makes_a_communicator_of_the_world_pset(cluster, workdir, pmix):
+    rc, out, err = srun_mpi(cluster, workdir, *N4N8, client("ep_mpi_dynamic"), "session", "--timeout", "60")
+    if rc == 77 and "session unsupported" in out:
+        pytest.skip("this Open MPI has no MPI sessions (MPI 4)")
+    assert rc == 0, out + err
+    assert sorted(lines(out, "session ok ")) == sorted(f"session ok rank={r} size=8" for r in range(8)), out + err
+
+
 def test_open_mpi_program_completes(cluster, workdir, pmix):
     rc, out, err = srun_mpi(cluster, workdir, *N4N8, client("ep_mpi_ring"))
     assert rc == 0, err

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -103,11 +104,14 @@ public:
     void client_finalized(std::uint32_t) override { event("finalized"); }
     const ServedStep& served() const noexcept override { return args_; }
 
-    // Starts a case: a fresh queue, closed when the loop is to be gone.
+    // Starts a case: a fresh queue, closed when the loop is to be gone,
+    // and this node's ranks 0 and 1 of 4.
     void begin(Way w)
     {
         way = w;
         calls.clear();
+        args_.ranks = {0, 1};
+        args_.ntasks = 4;
         queue = std::make_unique<WorkQueue>();
         if (w == Way::stopped)
             queue->close();
@@ -202,6 +206,8 @@ struct Answers {
     std::string data;
     std::size_t ndata = 0;
     pmix_status_t returned = PMIX_SUCCESS;
+    std::optional<std::size_t> context_id;  // a group construct's
+    std::size_t members = 0;
 
     int count() const { return calls + (returned != PMIX_SUCCESS ? 1 : 0); }
     pmix_status_t answer() const { return returned != PMIX_SUCCESS ? returned : status; }
@@ -233,12 +239,18 @@ void lookup_cb(pmix_status_t status, pmix_pdata_t[], size_t ndata, void* cbdata)
     a->ndata = ndata;
 }
 
-void info_cb(pmix_status_t status, pmix_info_t[], size_t, void* cbdata, pmix_release_cbfunc_t release,
+void info_cb(pmix_status_t status, pmix_info_t info[], size_t ninfo, void* cbdata, pmix_release_cbfunc_t release,
              void* release_cbdata)
 {
     auto* a = static_cast<Answers*>(cbdata);
     ++a->calls;
     a->status = status;
+    for (size_t i = 0; i < ninfo; ++i) {
+        if (PMIX_CHECK_KEY(&info[i], PMIX_GROUP_CONTEXT_ID) && info[i].value.type == PMIX_SIZE)
+            a->context_id = info[i].value.data.size;
+        if (PMIX_CHECK_KEY(&info[i], PMIX_GROUP_MEMBERSHIP) && info[i].value.type == PMIX_DATA_ARRAY)
+            a->members = info[i].value.data.darray->size;
+    }
     if (release)
         release(release_cbdata);
 }
@@ -257,6 +269,25 @@ struct Upcall {
     bool has_done;
     std::function<pmix_status_t(Answers&)> call;
 };
+
+// A construct over every rank with a context id, as Open MPI 5's
+// MPI_Comm_create_from_group asks.
+pmix_status_t construct(Answers& a, const char* nspace = "exitpolicy.5.1", const char* flag = nullptr)
+{
+    pmix_proc_t p;
+    PMIX_PROC_LOAD(&p, nspace, PMIX_RANK_WILDCARD);
+    pmix_info_t dirs[2];
+    bool yes = true;
+    PMIX_INFO_LOAD(&dirs[0], PMIX_GROUP_ASSIGN_CONTEXT_ID, &yes, PMIX_BOOL);
+    const size_t ndirs = flag ? 2 : 1;
+    if (flag)
+        PMIX_INFO_LOAD(&dirs[1], flag, &yes, PMIX_BOOL);
+    char grp[] = "grp";
+    const pmix_status_t rc = on_group(PMIX_GROUP_CONSTRUCT, grp, &p, 1, dirs, ndirs, info_cb, &a);
+    for (size_t i = 0; i < ndirs; ++i)
+        PMIX_INFO_DESTRUCT(&dirs[i]);
+    return rc;
+}
 
 char key_a[] = "key-a";
 char* keys[] = {key_a, nullptr};
@@ -318,6 +349,23 @@ std::vector<Upcall> upcalls()
              const pmix_status_t rc = on_job_control(&p, nullptr, 0, &dir, 1, info_cb, &a);
              PMIX_INFO_DESTRUCT(&dir);
              return rc;
+         }},
+        {"connect", true,
+         [](Answers& a) {
+             auto p = rank_proc(PMIX_RANK_WILDCARD);
+             return on_connect(&p, 1, nullptr, 0, op_cb, &a);
+         }},
+        {"disconnect", true,
+         [](Answers& a) {
+             pmix_proc_t p[2] = {rank_proc(1), rank_proc(3)};
+             return on_disconnect(p, 2, nullptr, 0, op_cb, &a);
+         }},
+        {"group_construct", true, [](Answers& a) { return construct(a); }},
+        {"group_destruct", true,
+         [](Answers& a) {
+             auto p = rank_proc(PMIX_RANK_WILDCARD);
+             char grp[] = "grp";
+             return on_group(PMIX_GROUP_DESTRUCT, grp, &p, 1, nullptr, 0, info_cb, &a);
          }},
         {"log", false,
          [](Answers& a) {
@@ -414,8 +462,96 @@ TEST(Upcalls, RefusedRequestsAnswerByTheirReturnValue)
     EXPECT_EQ(a.returned, PMIX_ERR_NOT_SUPPORTED);
     EXPECT_EQ(a.calls, 0);
     EXPECT_EQ(on_spawn(&p, nullptr, 0, nullptr, 0, nullptr, nullptr), PMIX_ERR_NOT_SUPPORTED);
-    EXPECT_EQ(on_connect(&p, 1, nullptr, 0, op_cb, &a), PMIX_ERR_NOT_SUPPORTED);
+    // Another namespace's processes: the library answers every local
+    // caller of a connect it refuses this way.
+    pmix_proc_t other;
+    PMIX_PROC_LOAD(&other, "spawned.1", 0);
+    pmix_proc_t both[2] = {p, other};
+    EXPECT_EQ(on_connect(both, 2, nullptr, 0, op_cb, &a), PMIX_ERR_NOT_SUPPORTED);
+    EXPECT_EQ(on_disconnect(both, 2, nullptr, 0, op_cb, &a), PMIX_ERR_NOT_SUPPORTED);
+    auto beyond = rank_proc(4);  // the step has 4 ranks
+    EXPECT_EQ(on_connect(&beyond, 1, nullptr, 0, op_cb, &a), PMIX_ERR_BAD_PARAM);
     EXPECT_EQ(a.calls, 0);
+    EXPECT_TRUE(step->calls.empty());
+}
+
+TEST(Upcalls, ConnectAndDisconnectAreBarriersOverTheirParticipants)
+{
+    step->begin(Way::answer);
+    Answers connect, disconnect;
+    pmix_proc_t two[2] = {rank_proc(3), rank_proc(1)};
+    ASSERT_EQ(on_connect(two, 2, nullptr, 0, op_cb, &connect), PMIX_SUCCESS);
+    ASSERT_EQ(on_disconnect(two, 2, nullptr, 0, op_cb, &disconnect), PMIX_SUCCESS);
+    step->run();
+    EXPECT_EQ(connect.calls, 1);
+    EXPECT_EQ(connect.status, PMIX_SUCCESS);
+    EXPECT_EQ(disconnect.calls, 1);
+    EXPECT_EQ(disconnect.status, PMIX_SUCCESS);
+    EXPECT_EQ(step->calls, (std::vector<std::string>{"fence", "fence"}));
+}
+
+TEST(Upcalls, AGroupConstructGetsOneContextIdAndItsMembers)
+{
+    step->begin(Way::answer);
+    Answers first, second;
+    ASSERT_EQ(construct(first), PMIX_SUCCESS);
+    ASSERT_EQ(construct(second), PMIX_SUCCESS);
+    step->run();
+    ASSERT_EQ(first.calls, 1);
+    EXPECT_EQ(first.status, PMIX_SUCCESS);
+    ASSERT_TRUE(first.context_id && second.context_id);
+    EXPECT_NE(*first.context_id, *second.context_id);
+    EXPECT_NE(*first.context_id, 0u);
+    EXPECT_EQ(first.members, 1u);  // as the members named it: the wildcard
+}
+
+// Every refusal of a group operation comes through cbfunc, after the
+// upcall returned: OpenPMIx 5.0 passes a refusal by return value to one
+// local member alone, and the others wait for ever.
+TEST(Upcalls, AGroupRefusalReachesEveryLocalMember)
+{
+    struct Case {
+        const char* what;
+        const char* nspace;
+        const char* flag;
+        pmix_status_t status;
+    };
+    const Case cases[] = {
+        {"another namespace", "spawned.1", nullptr, PMIX_ERR_NOT_SUPPORTED},
+        {"an invitation", "exitpolicy.5.1", PMIX_GROUP_LEADER, PMIX_ERR_NOT_SUPPORTED},
+        {"optional members", "exitpolicy.5.1", PMIX_GROUP_OPTIONAL, PMIX_ERR_NOT_SUPPORTED},
+        {"made on this node alone", "exitpolicy.5.1", PMIX_GROUP_LOCAL_ONLY, PMIX_SUCCESS},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.what);
+        step->begin(Way::answer);
+        Answers a;
+        EXPECT_EQ(construct(a, c.nspace, c.flag), PMIX_SUCCESS);
+        EXPECT_EQ(a.calls, 0);
+        step->run();
+        EXPECT_EQ(a.calls, 1);
+        EXPECT_EQ(a.status, c.status);
+        EXPECT_TRUE(step->calls.empty());  // no barrier
+    }
+}
+
+// A construct over ranks the lowest of which is on another node: this
+// node gives no share, and the barrier's data names the id (here the
+// scripted barrier hands back this node's share alone, none at all).
+TEST(Upcalls, AGroupWithoutAContextIdFromAnyNodeFails)
+{
+    step->begin(Way::answer);
+    Answers a;
+    pmix_proc_t others[2] = {rank_proc(2), rank_proc(3)};
+    pmix_info_t dir;
+    bool yes = true;
+    PMIX_INFO_LOAD(&dir, PMIX_GROUP_ASSIGN_CONTEXT_ID, &yes, PMIX_BOOL);
+    char grp[] = "grp";
+    ASSERT_EQ(on_group(PMIX_GROUP_CONSTRUCT, grp, others, 2, &dir, 1, info_cb, &a), PMIX_SUCCESS);
+    PMIX_INFO_DESTRUCT(&dir);
+    step->run();
+    EXPECT_EQ(a.calls, 1);
+    EXPECT_EQ(a.status, PMIX_ERROR);
 }
 
 // A reply names each key's publisher in a bounded list: more keys in one
