@@ -6,6 +6,7 @@
 #include "pmi_encoding.hpp"
 
 #include "pmix_server/log.hpp"
+#include "protocol/events.hpp"
 #include "protocol/handles.hpp"
 
 #include <event2/buffer.h>
@@ -310,8 +311,24 @@ bool PmiServer::handle_v1(Conn& c, const pmi::Request& r)
             log::error("PMI: rank %u asked to spawn processes; srun steps cannot grow", c.rank);
         }
     } else if (r.cmd == "publish_name" || r.cmd == "unpublish_name" || r.cmd == "lookup_name") {
-        const std::string what = r.cmd.substr(0, r.cmd.find('_'));
-        send(c, what + "_result", {{"rc", "-1"}, {"msg", "name_service_not_supported"}});
+        // MPICH reads `info`: "ok", or why not (PMI-1 values have no blanks).
+        const std::string reply = r.cmd.substr(0, r.cmd.find('_')) + "_result";
+        const std::string* service = r.get("service");
+        const auto op = r.cmd == "publish_name"   ? protocol::DataRequest::Op::publish
+                        : r.cmd == "lookup_name" ? protocol::DataRequest::Op::lookup
+                                                 : protocol::DataRequest::Op::unpublish;
+        if (!service || service->empty()) {
+            send(c, reply, {{"rc", "-1"}, {"info", "no_service_name"}});
+            return true;
+        }
+        name_request(c, op, *service, r.get("port"), [this, &c, reply](int status, const std::string* port) {
+            if (status != 0)
+                send(c, reply, {{"rc", "-1"}, {"info", status == protocol::pmix::not_found ? "unknown_service" : "failed"}});
+            else if (port)
+                send(c, reply, {{"rc", "0"}, {"info", "ok"}, {"port", *port}});
+            else
+                send(c, reply, {{"rc", "0"}, {"info", "ok"}});
+        });
     } else {
         log::error("PMI: rank %u sent an unknown PMI-1 command %s", c.rank, r.cmd.c_str());
         send(c, r.cmd + "_result", {{"rc", "-1"}, {"msg", "unknown_command"}});
@@ -370,12 +387,64 @@ bool PmiServer::handle_v2(Conn& c, const pmi::Request& r)
         answer({{"rc", "0"}});
         step_.client_finalized(c.rank);
         check_barrier();  // the others' need not wait for it
+    } else if (r.cmd == "name-publish" || r.cmd == "name-lookup" || r.cmd == "name-unpublish") {
+        const std::string* name = r.get("name");
+        const auto op = r.cmd == "name-publish"  ? protocol::DataRequest::Op::publish
+                        : r.cmd == "name-lookup" ? protocol::DataRequest::Op::lookup
+                                                 : protocol::DataRequest::Op::unpublish;
+        if (!name || name->empty()) {
+            answer({{"rc", "-1"}, {"errmsg", "no service name"}});
+            return true;
+        }
+        name_request(c, op, *name, r.get("port"),
+                     [this, &c, response, thrid](int status, const std::string* port) {
+                         // MPICH 4.1 and later read the port as `port`, earlier ones as `value`.
+                         if (status != 0)
+                             send(c, response,
+                                  {{"rc", "-1"}, {"found", "FALSE"},
+                                   {"errmsg", status == protocol::pmix::not_found ? "the name is not published" : "failed"}},
+                                  thrid);
+                         else if (port)
+                             send(c, response, {{"rc", "0"}, {"found", "TRUE"}, {"port", *port}, {"value", *port}},
+                                  thrid);
+                         else
+                             send(c, response, {{"rc", "0"}}, thrid);
+                     });
     } else {
-        // spawn, name service, job-connect: not under srun.
+        // spawn, job-connect: not under srun.
         log::error("PMI: rank %u sent a PMI-2 command this node does not serve: %s", c.rank, r.cmd.c_str());
         answer({{"rc", "-1"}, {"errmsg", r.cmd + " is not supported in srun steps"}});
     }
     return true;
+}
+
+void PmiServer::name_request(Conn& c, protocol::DataRequest::Op op, const std::string& name, const std::string* port,
+                             NameAnswer answer)
+{
+    protocol::DataRequest r;
+    r.op = op;
+    r.rank = c.rank;
+    r.keys.push_back("pmi:" + name);
+    if (op == protocol::DataRequest::Op::publish) {
+        if (!port || port->empty()) {
+            answer(protocol::pmix::error, nullptr);
+            return;
+        }
+        r.values.emplace_back(port->begin(), port->end());
+    }
+    // MPI_Lookup_name does not wait for a publisher: not found at once.
+    step_.data_request(std::move(r), 0,
+                       [alive = std::weak_ptr<int>(alive_), conn = &c, answer = std::move(answer)](
+                           const protocol::DataReply& reply) {
+                           if (!alive.lock() || conn->done)
+                               return;  // the task or its server is gone
+                           if (reply.status != 0 || reply.values.empty()) {
+                               answer(reply.status, nullptr);
+                               return;
+                           }
+                           const std::string found(reply.values.front().begin(), reply.values.front().end());
+                           answer(0, &found);
+                       });
 }
 
 void PmiServer::put_node_attr(const std::string& key, const std::string& value)

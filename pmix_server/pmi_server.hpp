@@ -8,7 +8,8 @@
 // (StepServices::fence) carrying what this node's tasks put since the last
 // one; the replies all come from here. abort reaches the step as PMIx_Abort
 // does, with its code; init and finalize mark the task as a client the way
-// PMIx_Init and PMIx_Finalize do (teardown, collateral).
+// PMIx_Init and PMIx_Finalize do (teardown, collateral); the name service
+// (publish, lookup, unpublish) is the step's, at srun's front end.
 //
 // Loop thread only. Requests wait in their sockets until serve(): the step
 // map gives PMI_process_mapping and the fence its participants. Wire format:
@@ -20,6 +21,7 @@
 #include "step_services.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -76,6 +78,14 @@ private:
     void check_barrier();
     void barrier_done(int status, const protocol::Bytes& data);
     void put_node_attr(const std::string& key, const std::string& value);
+    // The name service (MPI_Publish_name, MPI_Lookup_name,
+    // MPI_Unpublish_name): the step's, kept at srun's front end as
+    // PMIx_Publish's is, each service under a key of its own ("pmi:" and
+    // its name). `answer` gets the front end's PMIx status and, for a
+    // lookup found, the port.
+    using NameAnswer = std::function<void(int status, const std::string* port)>;
+    void name_request(Conn& c, protocol::DataRequest::Op op, const std::string& name, const std::string* port,
+                      NameAnswer answer);
 
     event_base* base_;
     StepServices& step_;
@@ -96,6 +106,7 @@ private:
     std::vector<AttrWait> attr_waiting_;  // info-getnodeattr wait=TRUE
     std::set<std::uint32_t> dead_;
     std::string dead_list_;  // dead_ as MPICH reads it: "3,5"
+    std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // for answers that come after the server
 };
 
 }  // namespace exitpolicy::pmix_server

@@ -1,6 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* ep_mpi_dynamic connect|session [--timeout S]
+/* ep_mpi_dynamic names|connect|session [--timeout S]
  *
+ * names:   MPI_Init; rank 0 publishes the service "ep.names" at a port of
+ *          its own making (MPI_Publish_name: no MPI_Open_port, so any
+ *          transport will do); after a barrier every other rank looks it up
+ *          (checked); after another rank 0 unpublishes it, and after a third
+ *          every other rank's lookup must fail. MPI_Finalize.
  * connect: MPI_Init; the job splits into two halves (ranks below N/2, and
  *          the rest). The first half's rank 0 opens a port and publishes it
  *          (MPI_Publish_name "ep.dynamic"); after a barrier the second
@@ -14,7 +19,8 @@
  *          ranks (checked), MPI_Session_finalize (MPI 4's sessions; where
  *          the MPI has none, prints "session unsupported" and exits 77).
  *
- * stdout: connect ok rank=R size=N remote=M sum=S
+ * stdout: names ok rank=R size=N
+ *         connect ok rank=R size=N remote=M sum=S
  *         session ok rank=R size=N */
 #include "ep_common.h"
 
@@ -24,7 +30,7 @@
 #include <string.h>
 
 static _Noreturn void usage(const char *why) {
-  ep_die(EP_EXIT_USAGE, "%s\nusage: ep_mpi_dynamic connect|session [--timeout S]", why);
+  ep_die(EP_EXIT_USAGE, "%s\nusage: ep_mpi_dynamic names|connect|session [--timeout S]", why);
 }
 
 static void check_mpi(int rc, const char *call) {
@@ -43,6 +49,49 @@ static void check_mpi(int rc, const char *call) {
     check_mpi((call), what);       \
     ep_wait_end();                 \
   } while (0)
+
+static int names(int argc, char **argv) {
+  WAIT("MPI_Init", MPI_Init(&argc, &argv));
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = -1, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  ep_set_rank(rank);
+  char port[MPI_MAX_PORT_NAME] = "ep-port-of-rank-0";
+  if (rank == 0) {
+    WAIT("MPI_Publish_name", MPI_Publish_name("ep.names", MPI_INFO_NULL, port));
+  }
+  WAIT("MPI_Barrier", MPI_Barrier(MPI_COMM_WORLD));
+  int failures = 0;
+  if (rank != 0) {
+    char found[MPI_MAX_PORT_NAME] = "";
+    WAIT("MPI_Lookup_name", MPI_Lookup_name("ep.names", MPI_INFO_NULL, found));
+    if (strcmp(found, port) != 0) {
+      ep_diag("MPI_Lookup_name found \"%s\", expected \"%s\"", found, port);
+      failures++;
+    }
+  }
+  WAIT("MPI_Barrier", MPI_Barrier(MPI_COMM_WORLD));
+  if (rank == 0) {
+    WAIT("MPI_Unpublish_name", MPI_Unpublish_name("ep.names", MPI_INFO_NULL, port));
+  }
+  WAIT("MPI_Barrier", MPI_Barrier(MPI_COMM_WORLD));
+  if (rank != 0) {
+    char found[MPI_MAX_PORT_NAME] = "";
+    ep_wait_begin("MPI_Lookup_name (unpublished)");
+    const int rc = MPI_Lookup_name("ep.names", MPI_INFO_NULL, found);
+    ep_wait_end();
+    if (rc == MPI_SUCCESS) {
+      ep_diag("MPI_Lookup_name found \"%s\" after MPI_Unpublish_name", found);
+      failures++;
+    }
+  }
+  if (failures == 0) {
+    ep_out("names ok rank=%d size=%d", rank, size);
+  }
+  WAIT("MPI_Finalize", MPI_Finalize());
+  return failures == 0 ? EP_EXIT_OK : EP_EXIT_FAIL;
+}
 
 static int connect_halves(int argc, char **argv) {
   WAIT("MPI_Init", MPI_Init(&argc, &argv));
@@ -154,7 +203,10 @@ int main(int argc, char **argv) {
     }
   }
   if (optind + 1 != argc) {
-    usage("say connect or session");
+    usage("say names, connect or session");
+  }
+  if (strcmp(argv[optind], "names") == 0) {
+    return names(argc, argv);
   }
   if (strcmp(argv[optind], "connect") == 0) {
     return connect_halves(argc, argv);
@@ -162,5 +214,5 @@ int main(int argc, char **argv) {
   if (strcmp(argv[optind], "session") == 0) {
     return session_world();
   }
-  usage("say connect or session");
+  usage("say names, connect or session");
 }

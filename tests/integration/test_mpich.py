@@ -64,6 +64,30 @@ def test_an_mpich_step_is_one_world_across_the_nodes(cluster, workdir, pmi, pmi_
     assert lines(err, "exitpolicy:") == [], err
 
 
+@pytest.mark.parametrize("pmi_version", PMI_VERSIONS)
+def test_mpich_publishes_and_looks_up_names_across_the_nodes(cluster, workdir, pmi, pmi_version):
+    """MPI_Publish_name, MPI_Lookup_name and MPI_Unpublish_name through PMI's
+    name service: the step's, at srun's front end (refused before)."""
+    rc, out, err = mpich(cluster, workdir, "ep_mpich_dynamic", "names", "--timeout", "60", pmi_version=pmi_version)
+    assert rc == 0, out + err
+    assert sorted(lines(out, "names ok ")) == sorted(f"names ok rank={r} size=8" for r in range(8)), out + err
+
+
+@pytest.mark.parametrize("pmi_version", PMI_VERSIONS)
+def test_mpich_connect_accept_between_two_halves_of_a_step(cluster, workdir, pmi, pmi_version):
+    """MPI_Comm_accept/MPI_Comm_connect between the ranks below 4 and the
+    others, the port found through PMI's name service, an allreduce over the
+    intercommunicator, MPI_Comm_disconnect."""
+    rc, out, err = mpich(cluster, workdir, "ep_mpich_dynamic", "connect", "--timeout", "60", pmi_version=pmi_version)
+    if rc != 0 and "is currently not supported with ucx netmod" in err:
+        pytest.skip("this MPICH's UCX netmod has no MPI_Open_port (MPICH's own error)")
+    assert rc == 0, out + err
+    done = {int(f["rank"]): f for f in (dict(kv.split("=", 1) for kv in l.split() if "=" in kv)
+                                        for l in lines(out, "connect ok "))}
+    assert sorted(done) == list(range(8)), out + err
+    assert all(f["remote"] == "4" and f["sum"] == ("22" if r < 4 else "6") for r, f in done.items()), done
+
+
 def test_an_mpich_step_of_a_user_who_chose_no_pmi_is_one_world(cluster, workdir, pmi):
     """As users first run it: nothing of MPICH's set. MPICH 5 picks PMI or
     PMIx from the environment and stopped every rank in MPI_Init when it

@@ -489,6 +489,12 @@ def test_a_connect_or_group_over_a_rank_that_died_fails_at_once_for_every_member
         assert int(f["code"]) < 0 and float(f["seconds"]) < 10, (rank, f)
 
 
+def test_open_mpi_publishes_and_looks_up_names_across_the_nodes(cluster, workdir, pmix):
+    rc, out, err = srun_mpi(cluster, workdir, *N4N8, client("ep_mpi_dynamic"), "names", "--timeout", "60")
+    assert rc == 0, out + err
+    assert sorted(lines(out, "names ok ")) == sorted(f"names ok rank={r} size=8" for r in range(8)), out + err
+
+
 def test_open_mpi_connect_accept_between_two_halves_of_a_step(cluster, workdir, pmix):
     rc, out, err = srun_mpi(cluster, workdir, *N4N8, client("ep_mpi_dynamic"), "connect", "--timeout", "60")
     assert rc == 0, out + err

@@ -7,6 +7,7 @@
 // tasks (hang-ups, garbage, oversized input) and MPICH's process mapping.
 #include "pmi_encoding.hpp"
 #include "pmi_server.hpp"
+#include "protocol/events.hpp"
 
 #include "event_loop.hpp"
 
@@ -131,7 +132,30 @@ public:
     {
         aborts.push_back({rank, status, std::move(message)});
     }
-    void data_request(protocol::DataRequest, int, DataDone) override { ++unexpected; }
+    // The front end's name store, as it answers: a key published once,
+    // found until unpublished.
+    std::map<std::string, protocol::Bytes> names;
+    std::vector<protocol::DataRequest> data_requests;
+    void data_request(protocol::DataRequest r, int, DataDone done) override
+    {
+        data_requests.push_back(r);
+        protocol::DataReply reply;
+        const std::string key = r.keys.empty() ? std::string{} : r.keys.front();
+        using Op = protocol::DataRequest::Op;
+        if (r.op == Op::publish) {
+            if (!names.emplace(key, r.values.at(0)).second)
+                reply.status = protocol::pmix::duplicate_key;
+        } else if (auto it = names.find(key); it == names.end()) {
+            reply.status = protocol::pmix::not_found;
+        } else if (r.op == Op::lookup) {
+            reply.keys.push_back(key);
+            reply.ranks.push_back(0);
+            reply.values.push_back(it->second);
+        } else {
+            names.erase(it);
+        }
+        done(reply);
+    }
     void relay(int, std::uint32_t, protocol::Bytes) override { ++unexpected; }
     void terminate_step(const std::string&) override { ++unexpected; }
     void task_log(std::uint32_t, const std::string&) override { ++unexpected; }
@@ -839,15 +863,41 @@ TEST_F(PmiServerTest, AFinalizedTaskIsNotWaitedForInABarrier)
     EXPECT_EQ(line(0), "cmd=barrier_out rc=0");
 }
 
-TEST_F(PmiServerTest, NameServiceRequestsAreRefusedNotLeftHanging)
+// MPI_Publish_name, MPI_Lookup_name, MPI_Unpublish_name over PMI-1: the
+// step's names, kept at the front end under keys of their own.
+TEST_F(PmiServerTest, ThePmi1NameServiceIsTheSteps)
 {
     start();
     init1(0);
-    EXPECT_EQ(ask(0, "cmd=publish_name service=ocean port=tag#0$\n"),
-              "cmd=publish_result rc=-1 msg=name_service_not_supported");
-    EXPECT_EQ(ask(0, "cmd=lookup_name service=ocean\n"), "cmd=lookup_result rc=-1 msg=name_service_not_supported");
-    EXPECT_EQ(ask(0, "cmd=unpublish_name service=ocean\n"),
-              "cmd=unpublish_result rc=-1 msg=name_service_not_supported");
+    init1(1);
+    EXPECT_EQ(ask(0, "cmd=publish_name service=ocean port=tag#0$\n"), "cmd=publish_result rc=0 info=ok");
+    EXPECT_EQ(ask(1, "cmd=lookup_name service=ocean\n"), "cmd=lookup_result rc=0 info=ok port=tag#0$");
+    EXPECT_EQ(ask(1, "cmd=publish_name service=ocean port=other\n"), "cmd=publish_result rc=-1 info=failed");
+    EXPECT_EQ(ask(0, "cmd=unpublish_name service=ocean\n"), "cmd=unpublish_result rc=0 info=ok");
+    EXPECT_EQ(ask(1, "cmd=lookup_name service=ocean\n"), "cmd=lookup_result rc=-1 info=unknown_service");
+    EXPECT_EQ(ask(1, "cmd=lookup_name\n"), "cmd=lookup_result rc=-1 info=no_service_name");
+    ASSERT_EQ(step.data_requests.size(), 5u);
+    EXPECT_EQ(step.data_requests[0].keys, std::vector<std::string>{"pmi:ocean"});
+    EXPECT_EQ(step.data_requests[0].rank, 0u);
+    EXPECT_EQ(step.data_requests[1].rank, 1u);
+    EXPECT_EQ(step.data_requests[1].wait, 0);  // MPI_Lookup_name does not wait
+}
+
+TEST_F(PmiServerTest, ThePmi2NameServiceIsTheSteps)
+{
+    start();
+    init2(0);
+    EXPECT_EQ(ask2(0, "cmd=name-publish;name=ocean;port=tag#0$;infokeycount=0;thrid=0x1;"),
+              (Fields{{"cmd", "name-publish-response"}, {"rc", "0"}, {"thrid", "0x1"}}));
+    // MPICH 4.1 and later read `port`, earlier ones `value`.
+    EXPECT_EQ(ask2(0, "cmd=name-lookup;name=ocean;infokeycount=0;"),
+              (Fields{{"cmd", "name-lookup-response"}, {"rc", "0"}, {"found", "TRUE"}, {"port", "tag#0$"},
+                      {"value", "tag#0$"}}));
+    EXPECT_EQ(field(ask2(0, "cmd=name-unpublish;name=ocean;infokeycount=0;"), "rc"), "0");
+    const Fields missing = ask2(0, "cmd=name-lookup;name=ocean;infokeycount=0;");
+    EXPECT_EQ(field(missing, "rc"), "-1");
+    EXPECT_EQ(field(missing, "found"), "FALSE");
+    EXPECT_EQ(field(missing, "errmsg"), "the name is not published");
 }
 
 TEST_F(PmiServerTest, ASpawnIsRefusedOnceItsLastBlockHasCome)
@@ -1145,8 +1195,7 @@ TEST_F(PmiServerTest, Pmi2UnsupportedCommandsAreRefusedWithAMessage)
 {
     start();
     init2(0);
-    for (const char* body : {"cmd=name-publish;name=ocean;port=tag#0$;", "cmd=name-lookup;name=ocean;",
-                             "cmd=job-connect;jobid=7.0;",
+    for (const char* body : {"cmd=job-connect;jobid=7.0;",
                              "cmd=spawn;ncmds=1;preputcount=0;subcmd=./w;maxprocs=2;argc=0;infokeycount=0;"}) {
         SCOPED_TRACE(body);
         const Fields reply = ask2(0, body);
