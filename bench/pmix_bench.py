@@ -11,11 +11,18 @@
    each survivor's handler of PMIX_ERR_PROC_TERM_WO_SYNC (-200), over all survivors of all runs: p50 and p99. Every node is a
    namespace on this one machine, so their clocks are the same clock.
 
+3. Connect and group construct against a fence on the same 8 ranks
+   (tests/clients/ep_group, ep_fence, -N4 -n8): each rank's time in
+   PMIx_Connect, PMIx_Group_construct (with a context id) and PMIx_Fence,
+   medians over every rank of GROUP_RUNS steps each, under exitpolicy; what
+   Slurm's mpi/pmix answers the same programs.
+
 The daemons' tree has the site default fan-out (32: a star on 4 nodes)
 unless FANOUT says otherwise (FANOUT=2: node1 relays for node3 and node4).
 
 Run inside the cluster's namespace (bench/run.sh pmix does):
     contrib/slurm/cluster exec /usr/bin/python3 bench/pmix_bench.py PLUGIN CLIENTS PLUGSTACK_D PAIRS EVENT_RUNS
+(GROUP_RUNS, default 5, in the environment)
 """
 
 import os
@@ -84,4 +91,39 @@ p99 = latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))
 print(f"Failure event, victim exits 1 -> survivors' handlers on all nodes ({len(latencies)} deliveries,"
       f" {event_runs} steps)")
 print(f"  p50 {statistics.median(latencies):6.1f} ms   p99 {p99:6.1f} ms   max {latencies[-1]:6.1f} ms")
+
+group_runs = int(os.environ.get("GROUP_RUNS", "5"))
+collectives = {
+    "PMIx_Fence": (["ep_fence"], "fence ok "),
+    "PMIx_Connect": (["ep_group", "connect"], "connect ok "),
+    "PMIx_Group_construct": (["ep_group", "group"], "group ok "),
+}
+
+
+def collective(mpi, argv, prefix):
+    """Each rank's microseconds in one step's call, or the step's failure."""
+    p = subprocess.run(["srun", f"--mpi={mpi}", "-N4", "-n8", os.path.join(clients, argv[0]), *argv[1:],
+                        "--timeout", "20"], capture_output=True, text=True)
+    us = [int(kv.split("=", 1)[1]) for line in p.stdout.splitlines() if line.startswith(prefix)
+          for kv in line.split() if kv.startswith("us=")]
+    if p.returncode != 0 or len(us) != 8:
+        why = next((l for l in p.stderr.splitlines() if "failed" in l), p.stderr.strip()[:120])
+        return None, f"srun {p.returncode}: {why}"
+    return us, None
+
+
+print(f"Connect and group construct vs fence, srun -N4 -n8, {group_runs} steps each: median of every rank's call")
+fence_ms = None
+for name, (argv, prefix) in collectives.items():
+    times = []
+    for _ in range(group_runs):
+        us, why = collective("none", argv, prefix)
+        if us is None:
+            sys.exit(f"{name} under exitpolicy: {why}")
+        times += us
+    median_ms = statistics.median(times) / 1000
+    fence_ms = fence_ms or median_ms
+    _, slurm = collective("pmix", argv, prefix)
+    print(f"  {name:22} exitpolicy {median_ms:7.2f} ms ({median_ms / fence_ms:5.2f} x the fence)"
+          f"   Slurm mpi/pmix: {slurm or 'served'}")
 os.unlink(os.path.join(plugstack_d, "exitpolicy.conf"))
