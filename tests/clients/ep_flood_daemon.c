@@ -9,7 +9,13 @@
  * Once it has said ready it leaves <log_dir>/ep_flood_daemon.<pid>.ready.
  * It writes what root took into <log_dir>/ep_flood_daemon.<pid>.report:
  *
- *     flooded bytes=N frames=F seconds=S ended=closed|timeout
+ *     flooded bytes=N frames=F seconds=S ended=closed|timeout|running
+ *
+ * "running" is the report it rewrites as it floods, at the Stop and after
+ * each MiB: the step's end may kill it before it sees the link close. Or,
+ * when slurmstepd hung up without asking it to stop,
+ *
+ *     unasked outcomes=N
  *
  * bytes: what send() took before the link closed. Speaks the control link's
  * frames by hand (protocol/codec.hpp: 'E' 'P' version type, a big-endian
@@ -27,7 +33,12 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { HEADER = 8, VERSION = 4, OUTCOME = 4, ACK = 5, STOP = 18, ACKS = 25, MAX_BODY = 64 * 1024 };
+/* The control link's version, protocol_version in protocol/codec.hpp (the
+ * build passes it): a frame of another version is refused. */
+#ifndef EP_PROTOCOL_VERSION
+#error "EP_PROTOCOL_VERSION: build ep_flood_daemon with tests/clients/CMakeLists.txt"
+#endif
+enum { HEADER = 8, VERSION = EP_PROTOCOL_VERSION, OUTCOME = 4, ACK = 5, STOP = 18, ACKS = 25, MAX_BODY = 64 * 1024 };
 
 static double now(void)
 {
@@ -98,6 +109,21 @@ static size_t frame(uint8_t *out, uint8_t type, uint32_t body_len)
     return HEADER + body_len;
 }
 
+static void report(const char *log_dir, const char *line)
+{
+    if (!log_dir)
+        return;
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/ep_flood_daemon.%ld.report", log_dir, (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return;
+    fputs(line, f);
+    if (fclose(f) == 0)
+        rename(tmp, path); /* whole or not at all for the reader */
+}
+
 int main(int argc, char **argv)
 {
     int control = -1, ready = -1;
@@ -134,14 +160,20 @@ int main(int argc, char **argv)
     static uint8_t body[MAX_BODY];
     static uint8_t out[HEADER + MAX_BODY];
     unsigned long long ignored = 0;
+    unsigned outcomes = 0;
     for (;;) {
         uint8_t h[HEADER];
-        if (read_all(control, h, HEADER) != 0)
-            return 0; /* slurmstepd hung up: nothing to flood */
+        if (read_all(control, h, HEADER) != 0) {
+            char line[64];
+            snprintf(line, sizeof line, "unasked outcomes=%u\n", outcomes);
+            report(log_dir, line); /* slurmstepd hung up: nothing to flood */
+            return 0;
+        }
         const uint32_t len = get32(h + 4);
         if (h[0] != 'E' || h[1] != 'P' || len > MAX_BODY || read_all(control, body, len) != 0)
             return 1;
         if (h[3] == OUTCOME && len >= 8) {
+            ++outcomes;
             memcpy(out + HEADER, body, 8); /* the outcome's rank and epoch */
             const size_t n = frame(out, ACK, 8);
             if (send_all(control, out, n, now() + 5, &ignored) != 0)
@@ -157,9 +189,16 @@ int main(int argc, char **argv)
     const double start = now(), deadline = start + 20;
     int ended = send_all(control, out, frame(out, ACK, 8), deadline, &sent);
     const uint32_t per_frame = (MAX_BODY - 4) / 8;
-    unsigned long long frames = 0;
+    unsigned long long frames = 0, next_report = 0;
     uint32_t epoch = 1;
+    char line[160];
     while (ended == 0) {
+        if (sent >= next_report) {
+            snprintf(line, sizeof line, "flooded bytes=%llu frames=%llu seconds=%.3f ended=running\n", sent, frames,
+                     now() - start);
+            report(log_dir, line);
+            next_report = sent + (1u << 20);
+        }
         put32(out + HEADER, per_frame);
         for (uint32_t i = 0; i < per_frame; ++i) {
             put32(out + HEADER + 4 + 8 * i, i);
@@ -169,15 +208,8 @@ int main(int argc, char **argv)
         ended = send_all(control, out, frame(out, ACKS, 4 + 8 * per_frame), deadline, &sent);
         ++frames;
     }
-    if (log_dir) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/ep_flood_daemon.%ld.report", log_dir, (long)getpid());
-        FILE *f = fopen(path, "w");
-        if (f) {
-            fprintf(f, "flooded bytes=%llu frames=%llu seconds=%.3f ended=%s\n", sent, frames, now() - start,
-                    ended < 0 ? "closed" : "timeout");
-            fclose(f);
-        }
-    }
+    snprintf(line, sizeof line, "flooded bytes=%llu frames=%llu seconds=%.3f ended=%s\n", sent, frames, now() - start,
+             ended < 0 ? "closed" : "timeout");
+    report(log_dir, line);
     return 0;
 }
