@@ -81,6 +81,10 @@ def test_mpich_connect_accept_between_two_halves_of_a_step(cluster, workdir, pmi
     rc, out, err = mpich(cluster, workdir, "ep_mpich_dynamic", "connect", "--timeout", "60", pmi_version=pmi_version)
     if rc != 0 and "is currently not supported with ucx netmod" in err:
         pytest.skip("this MPICH's UCX netmod has no MPI_Open_port (MPICH's own error)")
+    if rc != 0 and "ucs_async_check_owner_thread" in err:
+        # MPICH 4.2 and 5 (Debian 13, forky): the port was found, then UCX's
+        # TCP connect to it is refused and UCX asserts in the connecting rank.
+        pytest.xfail("MPICH's UCX: connect to the published port refused, then a UCX assertion")
     assert rc == 0, out + err
     done = {int(f["rank"]): f for f in (dict(kv.split("=", 1) for kv in l.split() if "=" in kv)
                                         for l in lines(out, "connect ok "))}

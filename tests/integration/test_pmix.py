@@ -60,6 +60,16 @@ FAILED_FENCE_TOLD_TO_ONE_LOCAL_RANK = pytest.mark.xfail(
     reason="OpenPMIx 5 and 6 tell a failed fence to one participant per node, the others PMIX_SUCCESS "
            "(7.0.0 tells every one: seen on forky; 6.x not seen)")
 
+# OpenPMIx 5.0.7 (Debian 13): a group construct over every rank (the
+# wildcard) completes at once on the node of rank 0 but takes 5 s on the
+# others, and the destruct that follows never returns on some; over pairs
+# of ranks named one by one, and on OpenPMIx 4.2 and 7.0, both are prompt.
+# Cause not found; see docs/status.md.
+GROUP_OF_EVERY_RANK_SLOW_ON_PMIX_5 = pytest.mark.xfail(
+    (5, 0) <= pmix_version() < (6, 0),
+    reason="OpenPMIx 5.0: a group construct over every rank takes 5 s away from rank 0's node, "
+           "then its destruct hangs (cause not found)")
+
 # Open MPI on virtual nodes of one machine: TCP only (shared memory segments
 # of different "nodes" would collide), over what joins the nodes.
 OMPI_ENV = {
@@ -457,7 +467,8 @@ def test_connect_and_disconnect_across_nodes(cluster, workdir, pmix, args):
     assert len(lines(out, "disconnect ok ")) == 8, out + err
 
 
-@pytest.mark.parametrize("args", [[], ["--pairs"]], ids=["everyone", "pairs"])
+@pytest.mark.parametrize("args", [pytest.param([], marks=GROUP_OF_EVERY_RANK_SLOW_ON_PMIX_5), ["--pairs"]],
+                         ids=["everyone", "pairs"])
 def test_a_group_across_nodes_gets_one_context_id_for_its_members_alone(cluster, workdir, pmix, args):
     rc, out, err = srun(cluster, workdir, *N4N8, client("ep_group"), "group", *args, "--timeout", "30")
     assert rc == 0, out + err
@@ -503,10 +514,11 @@ def test_open_mpi_connect_accept_between_two_halves_of_a_step(cluster, workdir, 
     assert all(f["remote"] == "4" and f["sum"] == ("22" if r < 4 else "6") for r, f in done.items()), done
 
 
+@GROUP_OF_EVERY_RANK_SLOW_ON_PMIX_5
 def test_an_open_mpi_session_makes_a_communicator_of_the_world_pset(cluster, workdir, pmix):
     rc, out, err = srun_mpi(cluster, workdir, *N4N8, client("ep_mpi_dynamic"), "session", "--timeout", "60")
     if rc == 77 and "session unsupported" in out:
-        pytest.skip("this Open MPI has no MPI sessions (MPI 4)")
+        pytest.skip("this Open MPI has no MPI sessions (Open MPI 4.1)")
     assert rc == 0, out + err
     assert sorted(lines(out, "session ok ")) == sorted(f"session ok rank={r} size=8" for r in range(8)), out + err
 
