@@ -264,12 +264,16 @@ def test_a_node_daemon_that_hangs_never_holds_the_step(cg, workdir):
     waits for it a bounded time at the node's last task, kills it, and
     sends what it held the direct way."""
     step = cg.popen("srun", "--mpi=none", "-N2", "-n4", "--exit-policy=main-rank", "--exit-report-json=hang.json",
-                    "sh", "-c", '/usr/bin/python3 -c "$0" && touch woke.$SLURM_PROCID && sleep 3', WAKE,
-                    cwd=workdir)
+                    "sh", "-c", '/usr/bin/python3 -c "$0" && echo $SLURM_JOB_ID > woke.$SLURM_PROCID && sleep 3',
+                    WAKE, cwd=workdir)
     try:
         assert wait_for_files(workdir, "woke.*", 4), "the step's daemons never all started"
-        stopped = node_daemons(cg)
-        assert len(stopped) == 2, f"one daemon a node, got {stopped}"
+        # This step's: an earlier step's daemon may still be on its way out.
+        deadline = time.monotonic() + 10
+        while not (job := (workdir / "woke.0").read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)  # made, not yet written
+        stopped = [p for p in node_daemons(cg) if daemon_arg(p, b"--job") == job]
+        assert len(stopped) == 2, f"one daemon a node, got {stopped} of job {job} (all: {node_daemons(cg)})"
         t0 = time.monotonic()
         for p in stopped:
             os.kill(p, signal.SIGSTOP)
