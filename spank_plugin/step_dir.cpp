@@ -150,8 +150,11 @@ pid_t spawn_removal(const std::string& dir, uid_t uid, gid_t gid)
         for (int fd : {0, 1, 2})
             ::dup2(devnull, fd);
     // None of root's descriptors goes with it to the user: a process
-    // of the user's could take one (pidfd_getfd) while rm runs.
-    ::close_range(3, ~0U, 0);
+    // of the user's could take one (pidfd_getfd) while rm runs. glibc's
+    // closefrom uses close_range (Linux 5.9) and, on an older kernel,
+    // closes what /proc/self/fd lists; it never returns with one open (it
+    // ends this process instead).
+    ::closefrom(3);
     // Slurm 24.11's slurmstepd SIGTERMs the step's processes, this one
     // too, while its SPANK exit hooks run: rm finishes first.
     struct sigaction ignore {};

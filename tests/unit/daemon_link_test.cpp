@@ -29,6 +29,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -684,16 +685,16 @@ TEST_F(DaemonLinkTest, OnlyAStepDirectoryIsEverRemoved)
     EXPECT_TRUE(std::filesystem::exists(dir));
 }
 
-// A kernel without pidfd_open (before Linux 5.3), as seccomp makes one:
-// pidfd_open fails with ENOSYS.
-bool without_pidfds()
+// A kernel without system call `nr`, as seccomp makes one: it fails with
+// ENOSYS (pidfd_open before Linux 5.3, close_range before 5.9).
+bool without_syscall(long nr)
 {
     sock_filter filter[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_open, 0, 1),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(nr), 0, 1),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
@@ -713,7 +714,7 @@ TEST_F(DaemonLinkTest, WithoutPidfdsNoDaemonIsStartedAndTheErrorSaysWhy)
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
-        if (!without_pidfds())
+        if (!without_syscall(SYS_pidfd_open))
             ::_exit(2);
         auto launched = launch_daemon(l);
         if (launched)
@@ -754,19 +755,18 @@ std::vector<pid_t> children_named(const std::string& comm)
     return out;
 }
 
-// rm, the job's user's, gets none of root's descriptors: before, it held
-// every one slurmstepd had open without close-on-exec, for a process of the
-// user's to take with pidfd_getfd while rm ran.
-TEST_F(DaemonLinkTest, TheRemovingRmHoldsNoneOfRootsDescriptors)
+// What the rm that removes a step's directory holds open, caught at work
+// (none: never seen), while this process holds `secret_file` open without
+// close-on-exec, as slurmstepd holds many of root's.
+std::optional<std::vector<std::string>> rm_descriptors(const std::string& step_dir, const std::string& secret_file,
+                                                       bool& removed)
 {
-    auto step_dir = make_step_dir(7, 2, unit_node(), ::getuid(), ::getgid());
-    ASSERT_TRUE(step_dir) << step_dir.error();
     for (int i = 0; i < 20000; ++i)  // long enough to catch rm at work
-        std::ofstream(*step_dir + "/f" + std::to_string(i));
-    const std::string secret_file = dir + "/roots-secret";
-    const int held = ::open(secret_file.c_str(), O_CREAT | O_RDWR, 0600);  // no O_CLOEXEC, as many of root's
-    ASSERT_GE(held, 0);
-    std::thread remover([&] { EXPECT_TRUE(remove_step_dir(*step_dir, ::getuid(), ::getgid(), 20000ms)); });
+        std::ofstream(step_dir + "/f" + std::to_string(i));
+    const int held = ::open(secret_file.c_str(), O_CREAT | O_RDWR, 0600);
+    if (held < 0)
+        return std::nullopt;
+    std::thread remover([&] { removed = static_cast<bool>(remove_step_dir(step_dir, ::getuid(), ::getgid(), 20000ms)); });
     std::vector<std::string> rm_fds;
     bool caught = false;
     for (int i = 0; i < 5000 && !caught; ++i) {
@@ -784,9 +784,56 @@ TEST_F(DaemonLinkTest, TheRemovingRmHoldsNoneOfRootsDescriptors)
     }
     remover.join();
     ::close(held);
-    ASSERT_TRUE(caught) << "rm was never seen at work";
-    for (const auto& target : rm_fds)
+    if (!caught)
+        return std::nullopt;
+    return rm_fds;
+}
+
+// rm, the job's user's, gets none of root's descriptors: before, it held
+// every one slurmstepd had open without close-on-exec, for a process of the
+// user's to take with pidfd_getfd while rm ran.
+TEST_F(DaemonLinkTest, TheRemovingRmHoldsNoneOfRootsDescriptors)
+{
+    auto step_dir = make_step_dir(7, 2, unit_node(), ::getuid(), ::getgid());
+    ASSERT_TRUE(step_dir) << step_dir.error();
+    const std::string secret_file = dir + "/roots-secret";
+    bool removed = false;
+    const auto rm_fds = rm_descriptors(*step_dir, secret_file, removed);
+    ASSERT_TRUE(rm_fds) << "rm was never seen at work";
+    for (const auto& target : *rm_fds)
         EXPECT_NE(target, secret_file) << "rm holds root's descriptor of " << secret_file;
+    EXPECT_TRUE(removed);
+    EXPECT_FALSE(std::filesystem::exists(*step_dir));
+}
+
+// The same on a kernel without close_range (before Linux 5.9), which
+// docs/install.md allows: before, the unchecked close_range failed there and
+// rm kept every descriptor.
+TEST_F(DaemonLinkTest, TheRemovingRmHoldsNoneOfRootsDescriptorsWithoutCloseRange)
+{
+    auto step_dir = make_step_dir(7, 3, unit_node(), ::getuid(), ::getgid());
+    ASSERT_TRUE(step_dir) << step_dir.error();
+    const std::string secret_file = dir + "/roots-secret";
+    // In a child of its own: the filter stays with the process.
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        if (!without_syscall(SYS_close_range))
+            ::_exit(2);
+        bool removed = false;
+        const auto rm_fds = rm_descriptors(*step_dir, secret_file, removed);
+        if (!rm_fds)
+            ::_exit(3);
+        for (const auto& target : *rm_fds)
+            if (target == secret_file)
+                ::_exit(4);
+        ::_exit(removed ? 0 : 5);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << status;
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "2: no seccomp filter, 3: rm never seen at work, 4: rm holds root's "
+                                         "descriptor, 5: not removed";
     EXPECT_FALSE(std::filesystem::exists(*step_dir));
 }
 
