@@ -65,7 +65,10 @@
 set -euo pipefail
 
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=${EXITPOLICY_BUILD_DIR:-$src/build}
+# A development tree of its own (its plugin falls back to the tree's
+# daemon: EXITPOLICY_BUILD_TREE_DAEMON), never the one docs/install.md
+# installs from; cmake --install refuses it.
+build=${EXITPOLICY_BUILD_DIR:-$src/build-dev}
 what=${1:-all}
 # The benchmarks' working directories, one per benchmark under one of
 # this run's, removed when the run ends, however it ends.

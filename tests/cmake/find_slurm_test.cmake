@@ -72,5 +72,11 @@ plugin_defines(${WORK}/build-this flags)
 if(NOT rc EQUAL 0 OR NOT flags MATCHES "EXITPOLICY_BUILD_DAEMON=")
   message(FATAL_ERROR "-DEXITPOLICY_BUILD_TREE_DAEMON=ON: the plugin must know this tree's daemon (${rc}):\n${flags}")
 endif()
-message(STATUS "build-tree daemon: off by default, on when asked for")
+# Such a tree is never installed: nothing of it reaches the prefix.
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${WORK}/build-this --prefix ${WORK}/prefix
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "This tree is a development build" OR EXISTS ${WORK}/prefix)
+  message(FATAL_ERROR "-DEXITPOLICY_BUILD_TREE_DAEMON=ON: cmake --install must refuse the tree (${rc}):\n${out}${err}")
+endif()
+message(STATUS "build-tree daemon: off by default, on when asked for, never installed")
 file(REMOVE_RECURSE ${WORK})
