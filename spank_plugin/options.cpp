@@ -117,6 +117,41 @@ std::string option_help(const OptionSpec& spec)
     return help;
 }
 
+namespace {
+
+// srun's options whose value may be the next word (required_argument in
+// Slurm 26.05's src/common/slurm_opt.c, the first release with --async),
+// short and long; and ours (an option with an argument in option_table).
+constexpr std::string_view srun_short_with_value = "ABCDFGJLMNSTWbcdeimnopqrtwx";
+constexpr std::string_view srun_long_with_value[] = {
+    "accel-bind", "account", "acctg-freq", "autocomplete", "bb", "bbf", "bcast-exclude", "begin", "chdir",
+    "cluster", "cluster-constraint", "clusters", "comment", "constraint", "container", "container-id",
+    "container-type", "context", "core-spec", "cores-per-socket", "cpu-bind", "cpu-freq", "cpu_bind",
+    "cpus-per-gpu", "cpus-per-task", "deadline", "delay-boot", "dependency", "distribution", "epilog", "error",
+    "exclude", "export", "extra", "extra-node-info", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node",
+    "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "het-group", "hint", "ignore-signals", "input",
+    "job-name", "jobid", "licenses", "mail-type", "mail-user", "mcs-label", "mem", "mem-bind", "mem-per-cpu",
+    "mem-per-gpu", "mem-update", "mincpus", "mpi", "msg-timeout", "network", "nodefile", "nodelist", "nodes",
+    "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node", "ntasks-per-socket", "ntasks-per-tres",
+    "open-mode", "output", "pack-group", "partition", "prefer", "priority", "profile", "prolog", "qos",
+    "relative", "reservation", "resources", "segment", "signal", "slurmd-debug", "sockets-per-node", "switches",
+    "task-epilog", "task-prolog", "tasks-per-node", "thread-spec", "threads", "threads-per-core", "time",
+    "time-min", "tmp", "treewidth", "tres-bind", "tres-per-task", "wait", "wckey"};
+
+// Whether long option `name` (without "--", without "=VALUE") takes the
+// next word as its value: it or the option it abbreviates (getopt_long
+// takes a unique prefix).
+bool long_takes_next(std::string_view name)
+{
+    const auto names_it = [name](std::string_view option) { return option.starts_with(name); };
+    if (std::any_of(std::begin(srun_long_with_value), std::end(srun_long_with_value), names_it))
+        return true;
+    return std::any_of(std::begin(option_table), std::end(option_table),
+                       [&](const OptionSpec& spec) { return spec.arg && names_it(spec.option); });
+}
+
+}  // namespace
+
 bool asks_async(const std::vector<std::string>& argv)
 {
     for (std::size_t i = 1; i < argv.size(); ++i) {
@@ -127,6 +162,19 @@ bool asks_async(const std::vector<std::string>& argv)
             return true;
         if (word == "--" || word.size() < 2 || word[0] != '-')
             return false;
+        if (word[1] == '-') {
+            if (word.find('=') == std::string::npos && long_takes_next(std::string_view(word).substr(2)))
+                ++i;
+            continue;
+        }
+        // -vN 2: flags, then an option whose value is the rest of the word
+        // or, when nothing is left, the next word.
+        for (std::size_t c = 1; c < word.size(); ++c)
+            if (srun_short_with_value.find(word[c]) != std::string_view::npos) {
+                if (c + 1 == word.size())
+                    ++i;
+                break;
+            }
     }
     return false;
 }

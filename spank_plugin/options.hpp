@@ -65,9 +65,10 @@ std::vector<std::pair<std::string, std::string>> run_through_environment(std::ui
 // Whether srun's own options (argv[1..], up to the first word that is no
 // option: the program and its arguments) ask for --async (Slurm 26.05), or
 // a prefix of it, as getopt_long takes: the step manager launches such a
-// step and srun returns at once, waiting for none of it. An option whose
-// value is a separate word (--ntasks 4) ends the look there too: what
-// cannot be told apart counts as not asked.
+// step and srun returns at once, waiting for none of it. The value of an
+// option of srun's (Slurm 26.05's) or ours may be the next word (-N 2,
+// --ntasks 4); another plugin's option whose value is the next word ends
+// the look there: what cannot be told apart counts as not asked.
 bool asks_async(const std::vector<std::string>& argv);
 
 // Whether srun's command line (argv, srun's own first) runs a

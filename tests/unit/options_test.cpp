@@ -224,9 +224,19 @@ TEST(OptionsTest, AsyncIsSrunsOwnOptionNotTheProgramsArgument)
     EXPECT_FALSE(asks_async(V{"srun", "true"}));
     EXPECT_FALSE(asks_async(V{"srun"}));
     EXPECT_FALSE(asks_async(V{}));
-    // A value in a word of its own cannot be told from the program: the
-    // look ends there.
-    EXPECT_FALSE(asks_async(V{"srun", "-n", "2", "--async", "true"}));
+    // A value in a word of its own, of srun's options (Slurm 26.05's) and
+    // ours: srun -N 2 --async was taken for a program "2" before.
+    EXPECT_TRUE(asks_async(V{"srun", "-n", "2", "--async", "true"}));
+    EXPECT_TRUE(asks_async(V{"srun", "-N", "2", "--async", "true"}));
+    EXPECT_TRUE(asks_async(V{"srun", "--ntasks", "4", "--mem", "1G", "--async", "true"}));
+    EXPECT_TRUE(asks_async(V{"srun", "-lN", "2", "--async", "true"}));  // a flag, then -N's value
+    EXPECT_TRUE(asks_async(V{"srun", "--nod", "2", "--async", "true"}));  // a prefix of --nodes
+    EXPECT_TRUE(asks_async(V{"srun", "--exit-policy", "max", "--async", "true"}));
+    EXPECT_FALSE(asks_async(V{"srun", "-N2", "-l", "./app", "--async"}));
+    EXPECT_FALSE(asks_async(V{"srun", "-lN2", "./app", "--async"}));  // -N's value is "2"
+    // Another plugin's option whose value is a word of its own cannot be
+    // told from the program: the look ends there.
+    EXPECT_FALSE(asks_async(V{"srun", "--other-plugin", "value", "--async", "true"}));
     // getopt_long takes a unique prefix ("--a" is not one: --account...).
     EXPECT_TRUE(asks_async(V{"srun", "--asyn", "true"}));
     EXPECT_FALSE(asks_async(V{"srun", "--a", "true"}));
