@@ -54,6 +54,9 @@ struct Settings {
 struct StepOutcomes {
     std::vector<std::string> nodes;
     std::vector<TaskOutcome> tasks;
+    // A heterogeneous step (srun A : B): each component's first rank, in
+    // the step's order (component 0 starts at rank 0); empty otherwise.
+    std::vector<std::uint32_t> components;
     // The tasks' PMI server was Slurm's own (srun --mpi=pmix, pmi2, ...):
     // their aborts are not on record. Slurm ends the step on an abort and
     // lets the aborting task return, so an abort shows only as the exit

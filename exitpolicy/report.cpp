@@ -18,6 +18,22 @@ std::string_view node_of(const StepOutcomes& step, const TaskOutcome& task) noex
                                          : std::string_view("?");
 }
 
+// The component of a heterogeneous step that `rank` is in.
+std::size_t component_of(const StepOutcomes& step, std::uint32_t rank) noexcept
+{
+    const auto after = std::upper_bound(step.components.begin(), step.components.end(), rank);
+    return after == step.components.begin() ? 0 : static_cast<std::size_t>(after - step.components.begin()) - 1;
+}
+
+// "rank 3", and in a heterogeneous step "rank 3 (component 1)".
+std::string rank_text(const StepOutcomes& step, std::uint32_t rank)
+{
+    std::string text = "rank " + std::to_string(rank);
+    if (!step.components.empty())
+        text += " (component " + std::to_string(component_of(step, rank)) + ")";
+    return text;
+}
+
 std::string_view reason_name(Reason reason) noexcept
 {
     switch (reason) {
@@ -202,7 +218,7 @@ static std::string explain_impl(const StepOutcomes& step, const Settings& settin
 {
     auto where = [&](std::size_t index) {
         const TaskOutcome& t = step.tasks[index];
-        return "rank " + std::to_string(t.rank) + " on " + std::string(node_of(step, t));
+        return rank_text(step, t.rank) + " on " + std::string(node_of(step, t));
     };
     auto task_text = [&](std::size_t index) {
         return where(index) + " " + describe(step.tasks[index], settings.lost_code);
@@ -337,9 +353,24 @@ std::string summary_head(const StepOutcomes& step, const Settings& settings, con
     if (decision.lost)
         out += ", " + std::to_string(decision.lost) + " lost";
     out += "\n";
+    if (!step.components.empty()) {
+        out += pre + "heterogeneous step:";
+        for (std::size_t k = 0; k < step.components.size(); ++k) {
+            const std::uint32_t first = step.components[k];
+            const std::uint32_t end = k + 1 < step.components.size() ? step.components[k + 1]
+                                                                     : static_cast<std::uint32_t>(step.tasks.size());
+            std::vector<std::uint32_t> ranks;
+            for (std::uint32_t r = first; r < end; ++r)
+                ranks.push_back(r);
+            const std::string word = ranks_word(ranks.size());
+            out += std::string(k ? "," : "") + " component " + std::to_string(k) + " " + word +
+                   compress_ranks(std::move(ranks));
+        }
+        out += "\n";
+    }
     if (decision.first_failure && step.tasks.size() > 1) {
         const TaskOutcome& first = step.tasks[*decision.first_failure];
-        out += pre + "first failure: rank " + std::to_string(first.rank) + " on " + std::string(node_of(step, first)) +
+        out += pre + "first failure: " + rank_text(step, first.rank) + " on " + std::string(node_of(step, first)) +
                ", " + describe(first, settings.lost_code) + "\n";
     }
     if (decision.first_abort) {
@@ -429,6 +460,7 @@ nlohmann::json json_head(const StepOutcomes& step, const Settings& settings, con
                     {"failed", decision.failed},
                     {"lost", decision.lost},
                     {"collateral", collateral_count(step, decision)}}},
+        {"components", step.components.empty() ? json(nullptr) : json(step.components)},
     };
 }
 

@@ -104,6 +104,10 @@ Mac client_proof(const Secret& secret, const Challenge& challenge, const Hello& 
                                     .u32(hello.node_id)
                                     .str(hello.hostname)
                                     .u32s(hello.ranks)
+                                    .u32(hello.component.job_id)
+                                    .u32(hello.component.index)
+                                    .u32(hello.component.ntasks)
+                                    .u32(hello.component.nnodes)
                                     .bytes(challenge.nonce)
                                     .bytes(hello.nonce)));
 }

@@ -5,7 +5,8 @@
 // nodes. A connection starts with the server's Challenge (a fresh nonce); the
 // client answers with a Hello carrying its own nonce and
 //   client_proof = HMAC-SHA256(secret, "exitpolicy client" | job | step |
-//                               role | node | host | ranks | server nonce | client nonce)
+//                               role | node | host | ranks | component | server nonce |
+//                               client nonce)
 // and the server answers with a Welcome carrying
 //   server_proof = HMAC-SHA256(secret, "exitpolicy server" | server nonce | client nonce).
 // Neither side sends another frame before it has checked the other's proof.

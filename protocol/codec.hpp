@@ -21,7 +21,7 @@
 namespace exitpolicy::protocol {
 
 
-inline constexpr std::uint8_t protocol_version = 5;  // 2: fence keys name runs of ranks; 3: outcomes in bulk, tags over a digest; 4: step done; 5: an OOM-killed task's memory limit
+inline constexpr std::uint8_t protocol_version = 6;  // 2: fence keys name runs of ranks; 3: outcomes in bulk, tags over a digest; 4: step done; 5: an OOM-killed task's memory limit; 6: a heterogeneous step's component in the hello
 inline constexpr std::size_t header_size = 8;  // magic, version, type, u32 body length
 inline constexpr std::uint8_t magic0 = 'E';
 inline constexpr std::uint8_t magic1 = 'P';

@@ -214,7 +214,8 @@ constexpr std::size_t ack_size = 8;
     };
 
 EXITPOLICY_FIELDS(Challenge, m.nonce, m.job_id, m.step_id)
-EXITPOLICY_FIELDS(Hello, m.role, m.node_id, m.hostname, m.ranks, m.nonce, m.mac)
+EXITPOLICY_FIELDS(Hello, m.role, m.node_id, m.hostname, m.ranks, m.component.job_id, m.component.index,
+                  m.component.ntasks, m.component.nnodes, m.nonce, m.mac)
 EXITPOLICY_FIELDS(Welcome, m.mac)
 EXITPOLICY_FIELDS(Outcome, m.rank, m.epoch, m.pid, m.wait_status, m.end_time_us, m.flags, m.abort_status,
                   m.memory_limit)
@@ -373,6 +374,8 @@ std::optional<std::string> check(const Hello& m)
     const auto role = static_cast<std::uint8_t>(m.role);
     if (role < static_cast<std::uint8_t>(Role::stepd) || role > static_cast<std::uint8_t>(Role::orphan))
         return "hello with unknown role " + std::to_string(role);
+    if (m.component.ntasks != 0 && m.role != Role::stepd)
+        return "hello of a heterogeneous step's component from a node daemon";
     return std::nullopt;
 }
 

@@ -59,11 +59,24 @@ struct Challenge {
 // to adopt it (its Hello comes on a new link to that ancestor).
 enum class Role : std::uint8_t { stepd = 1, daemon = 2, orphan = 3 };
 
+// A component of a heterogeneous step (srun A : B) is a step of its own to
+// its slurmstepd, whose node ids and ranks start at 0; srun's front end
+// places it in the whole step once it knows every component's size.
+struct Component {
+    static constexpr std::uint32_t no_index = 0xffffffff;
+    std::uint32_t job_id = 0;        // the component's job (a heterogeneous job's own)
+    std::uint32_t index = no_index;  // Slurm's step_het_comp (a heterogeneous step of one job)
+    std::uint32_t ntasks = 0;        // 0: not a component, a step of its own
+    std::uint32_t nnodes = 0;
+    friend bool operator==(const Component&, const Component&) = default;
+};
+
 struct Hello {
     Role role = Role::stepd;
     std::uint32_t node_id = 0;
     std::string hostname;
-    std::vector<std::uint32_t> ranks;  // the node's tasks (global ranks)
+    std::vector<std::uint32_t> ranks;  // the node's tasks (global ranks; the component's own in one)
+    Component component;
     Nonce nonce{};
     Mac mac{};  // auth.hpp: client_proof
     Bytes encode() const;

@@ -9,6 +9,7 @@
 #include "front_end.hpp"
 #include "user_line.hpp"
 
+#include "het_placement.hpp"
 #include "outcome_collector.hpp"
 #include "overlay_root.hpp"
 
@@ -30,19 +31,64 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <list>
 #include <map>
 #include <memory>
+#include <optional>
+#include <span>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace exitpolicy::spank_plugin {
 namespace {
 
+// A socket listening on every address, on the first free port of `ports`
+// (an ephemeral one without): non-blocking, close-on-exec.
+Result<Reserved> listen_in(const std::optional<PortRange>& ports, int backlog)
+{
+    const std::uint16_t first = ports ? ports->first : 0;
+    const std::uint16_t last = ports ? ports->last : 0;
+    int error = 0;
+    for (std::uint32_t p = first; p <= last; ++p) {
+        protocol::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+        if (!fd) {
+            error = errno;
+            break;
+        }
+        const int on = 1;
+        ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+        sockaddr_in sin{};
+        sin.sin_family = AF_INET;
+        sin.sin_addr.s_addr = htonl(INADDR_ANY);
+        sin.sin_port = htons(static_cast<std::uint16_t>(p));
+        socklen_t len = sizeof sin;
+        if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sin), sizeof sin) != 0 || ::listen(fd.get(), backlog) != 0 ||
+            ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sin), &len) != 0) {
+            error = errno;
+            continue;
+        }
+        Reserved r;
+        r.fd = std::move(fd);
+        r.port = ntohs(sin.sin_port);
+        return Result<Reserved>::ok(std::move(r));
+    }
+    const std::string where =
+        ports ? "any port of port_range " + std::to_string(first) + "-" + std::to_string(last) : "an ephemeral port";
+    return Result<Reserved>::fail("cannot listen on " + where + ": " + std::strerror(error));
+}
+
+// Before the step's size is known (FrontEnd::reserve); the FE then listens
+// with its own backlog.
+constexpr int reserved_backlog = 128;
+
 }  // namespace
 
 struct FrontEnd::Impl final : OverlayRoot::Links {
+    struct Held;
     // One connection (protocol/channel.hpp does the handshake); FE thread only.
     struct Conn {
         std::unique_ptr<protocol::Channel> channel;
@@ -52,9 +98,25 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
         std::string peer_address;           // numeric, for the step map
         // Not ready yet: its place in `pending`.
         std::optional<std::list<Conn*>::iterator> pending_at;
+        // A heterogeneous step's component: which (its Hello's), where it
+        // starts in the step once every component has spoken, and until
+        // then what its node said, held.
+        std::optional<protocol::Component> component;
+        std::optional<HetPlacement::Start> at;
+        Held* held = nullptr;
+    };
+    // What a component's node said before the step's placement was known.
+    struct Held {
+        Conn* conn = nullptr;  // none once its link closed
+        protocol::Hello hello;
+        std::vector<protocol::Outcome> outcomes;  // the component's ranks
     };
 
-    explicit Impl(const FrontEndSetup& s) : setup(s), collector(s.ntasks, s.nnodes), tree_link(s.nnodes, nullptr) {}
+    explicit Impl(const FrontEndSetup& s) : setup(s), collector(s.ntasks, s.nnodes), tree_link(s.nnodes, nullptr)
+    {
+        if (s.heterogeneous)
+            het.emplace(s.ntasks, s.nnodes);
+    }
 
     FrontEndSetup setup;
     protocol::Secret secret{};
@@ -75,6 +137,10 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
     // The root of the daemons' tree (FE thread only; made with the loop).
     std::unique_ptr<OverlayRoot> overlay;
     std::vector<Conn*> tree_link;  // by node id: a daemon's open link to the FE
+    // A heterogeneous step's placement and what is held until it is known
+    // (FE thread only).
+    std::optional<HetPlacement> het;
+    std::list<Held> held;
 
     // ---- OverlayRoot::Links ----
     bool tree_linked(std::uint32_t node) const override { return tree_link[node] != nullptr; }
@@ -107,6 +173,8 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
         if (reason != protocol::Channel::Reason::peer_closed)
             collector.problem("closed a connection: " + why);
         unpend(c);
+        if (c->held)
+            c->held->conn = nullptr;
         if (c->node)
             collector.link_closed();
         if (c->node && c->role == protocol::Role::stepd) {
@@ -180,36 +248,146 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
     {
         unpend(c);
         const protocol::Hello& hello = c->channel->peer();
+        if (het || hello.component.ntasks != 0) {
+            component_ready(c, hello);
+            return;
+        }
         if (hello.node_id >= setup.nnodes) {
             c->channel->close("node id " + std::to_string(hello.node_id) + " is outside the step's " +
                               std::to_string(setup.nnodes) + " nodes");
             return;
         }
-        collector.node_ready(hello.node_id, hello.hostname, hello.ranks);
-        c->node = hello.node_id;
+        node_joined(c, hello.node_id, hello, hello.ranks);
+    }
+
+    // `c` is node `node` of the step, which runs `ranks` (the step's).
+    void node_joined(Conn* c, std::uint32_t node, const protocol::Hello& hello, const std::vector<std::uint32_t>& ranks)
+    {
+        collector.node_ready(node, hello.hostname, ranks);
+        c->node = node;
         c->role = hello.role == protocol::Role::orphan ? protocol::Role::daemon : hello.role;
         c->adopted = hello.role == protocol::Role::orphan;
         if (hello.role == protocol::Role::stepd) {
-            overlay->stepd_opened(hello.node_id);
+            overlay->stepd_opened(node);
             return;
         }
         if (hello.role == protocol::Role::orphan) {
             // Every daemon between it and us left the tree; it may have
             // missed what we broadcast meanwhile.
-            if (!overlay->adopt(hello.node_id)) {
+            if (!overlay->adopt(node)) {
                 c->channel->close("adoption asked before the step map");
                 return;
             }
             for (const auto& frame : overlay->history())
                 send(c, frame);
         }
-        tree_link[hello.node_id] = c;
+        tree_link[node] = c;
+    }
+
+    // A heterogeneous step's slurmstepd: held until every component has
+    // spoken, then placed in the step (het_placement.hpp).
+    void component_ready(Conn* c, const protocol::Hello& hello)
+    {
+        const protocol::Component& part = hello.component;
+        std::string refused;
+        if (!het)
+            refused = "a heterogeneous step's component, but this step is not one";
+        else if (part.ntasks == 0 || hello.role != protocol::Role::stepd)
+            refused = "not a component of this heterogeneous step";
+        else if (hello.node_id >= part.nnodes)
+            refused = "node id " + std::to_string(hello.node_id) + " is outside its component's " +
+                      std::to_string(part.nnodes) + " nodes";
+        else if (std::any_of(hello.ranks.begin(), hello.ranks.end(), [&](std::uint32_t r) { return r >= part.ntasks; }))
+            refused = "a rank outside its component's " + std::to_string(part.ntasks) + " tasks";
+        else if (auto added = het->add(part); !added)
+            refused = added.error();
+        if (!refused.empty()) {
+            c->channel->close(refused);
+            return;
+        }
+        c->component = part;
+        held.push_back({c, hello, {}});
+        c->held = &held.back();
+        if (het->complete())
+            place_held();
+    }
+
+    // Every component has spoken: what each held node said goes into the
+    // step, its ranks and node moved to the step's.
+    void place_held()
+    {
+        for (Held& h : held) {
+            const HetPlacement::Start start = *het->start(h.hello.component);
+            std::vector<std::uint32_t> ranks;
+            for (std::uint32_t r : h.hello.ranks)
+                ranks.push_back(start.rank + r);
+            const std::uint32_t node = start.node + h.hello.node_id;
+            if (h.conn) {
+                h.conn->held = nullptr;
+                h.conn->at = start;
+                node_joined(h.conn, node, h.hello, ranks);
+            } else {
+                collector.node_ready(node, h.hello.hostname, ranks);
+                overlay->stepd_opened(node);
+            }
+            for (protocol::Outcome o : h.outcomes) {
+                o.rank = start.rank + o.rank;
+                recorded_direct(collector.record(node, o));
+            }
+            if (!h.conn) {  // its link closed while it was held
+                collector.link_closed();
+                overlay->stepd_closed(node);
+            }
+        }
+        held.clear();
+    }
+
+    // An outcome as the step knows it: a component's rank moved to the
+    // step's (one outside its component, outside the step).
+    protocol::Outcome in_step(const Conn* c, protocol::Outcome o) const
+    {
+        if (c->at)
+            o.rank = o.rank < c->component->ntasks ? c->at->rank + o.rank : setup.ntasks;
+        return o;
+    }
+
+    // A held node's outcomes, acknowledged: they are the FE's now.
+    Result<bool> hold_frame(Conn* c, protocol::Type type, std::span<const std::uint8_t> body)
+    {
+        std::vector<protocol::Outcome> list;
+        if (type == protocol::Type::outcomes) {
+            auto batch = protocol::Outcomes::decode(body);
+            if (!batch)
+                return Result<bool>::fail(batch.error());
+            list = std::move(batch->list);
+        } else if (type == protocol::Type::outcome) {
+            auto o = protocol::Outcome::decode(body);
+            if (!o)
+                return Result<bool>::fail(o.error());
+            list.push_back(*o);
+        } else {
+            return Result<bool>::fail("unexpected " + std::string(protocol::type_name(type)) +
+                                      " frame before the heterogeneous step's components are known");
+        }
+        protocol::Acks acks;
+        for (const auto& o : list) {
+            if (o.rank >= c->component->ntasks)
+                collector.problem("rank " + std::to_string(o.rank) + " is outside its component's " +
+                                  std::to_string(c->component->ntasks) + " tasks");
+            else
+                c->held->outcomes.push_back(o);
+            acks.list.push_back({o.rank, o.epoch});
+        }
+        send(c, type == protocol::Type::outcome ? protocol::Ack{list[0].rank, list[0].epoch}.encode() : acks.encode());
+        return Result<bool>::ok(true);
     }
 
     // A frame by the sender's role: outcomes to the collector (acknowledged
     // once recorded), a daemon's traffic to the overlay root.
     Result<bool> on_frame(Conn* c, protocol::Type type, std::span<const std::uint8_t> body)
     {
+        if (c->held)
+            return hold_frame(c, type, body);
         const OverlayRoot::Peer from{*c->node, c->role, c->peer_address};
         // From a daemon or slurmstepd itself; a standby's address only
         // from its node's slurmstepd.
@@ -221,7 +399,7 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
                 return Result<bool>::fail(batch.error());
             protocol::Acks acks;
             for (const auto& o : batch->list) {
-                recorded(c, collector.record(*c->node, o));
+                recorded(c, collector.record(*c->node, in_step(c, o)));
                 acks.list.push_back({o.rank, o.epoch});
             }
             send(c, acks.encode());
@@ -232,11 +410,12 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
                 return overlay->daemon_frame(from, type, body);
             return Result<bool>::fail("unexpected " + std::string(protocol::type_name(type)) + " frame");
         }
-        auto r = collector.record(*c->node, body);
-        if (!r)
-            return Result<bool>::fail(r.error());
-        send(c, protocol::Ack{r->frame.rank, r->frame.epoch}.encode());
-        recorded(c, *r);
+        auto o = protocol::Outcome::decode(body);
+        if (!o)
+            return Result<bool>::fail(o.error());
+        const auto r = collector.record(*c->node, in_step(c, *o));
+        send(c, protocol::Ack{o->rank, o->epoch}.encode());
+        recorded(c, r);
         return Result<bool>::ok(true);
     }
 
@@ -244,7 +423,14 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
     // announce.
     void recorded(Conn* c, const OutcomeCollector::Recorded& r)
     {
-        if (r.recorded == OutcomeSet::Recorded::added && c->role == protocol::Role::stepd)
+        if (c->role == protocol::Role::stepd)
+            recorded_direct(r);
+        else
+            overlay->outcome_recorded();
+    }
+    void recorded_direct(const OutcomeCollector::Recorded& r)
+    {
+        if (r.recorded == OutcomeSet::Recorded::added)
             overlay->direct_outcome(r.frame, r.task.node);
         overlay->outcome_recorded();
     }
@@ -285,31 +471,20 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
         raw->pending_at = std::prev(pending.end());
     }
 
-    Result<bool> listen()
+    // On the reserved socket, with a backlog for the step's size.
+    Result<bool> listen(Reserved reserved)
     {
-        sockaddr_in sin{};
-        sin.sin_family = AF_INET;
-        sin.sin_addr.s_addr = htonl(INADDR_ANY);
-        const unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE;
-        const std::uint16_t first = setup.ports ? setup.ports->first : 0;
-        const std::uint16_t last = setup.ports ? setup.ports->last : 0;
         // Every node's slurmstepd and daemon connect as the step starts: a
         // backlog shorter than that drops their SYNs, and each retries only
         // after a second (the kernel caps it at net.core.somaxconn).
         const int backlog = static_cast<int>(std::clamp<std::uint64_t>(2 * std::uint64_t{setup.nnodes}, 128, 65535));
-        for (std::uint32_t p = first; p <= last; ++p) {
-            sin.sin_port = htons(static_cast<std::uint16_t>(p));
-            listener.reset(evconnlistener_new_bind(base.get(), on_accept, this, flags, backlog,
-                                                   reinterpret_cast<sockaddr*>(&sin), sizeof(sin)));
-            if (listener)
-                break;
-        }
-        if (!listener) {
-            const std::string where = setup.ports ? "any port of port_range " + std::to_string(first) + "-" +
-                                                        std::to_string(last)
-                                                  : "an ephemeral port";
-            return Result<bool>::fail("cannot listen on " + where + ": " + std::strerror(errno));
-        }
+        if (::listen(reserved.fd.get(), backlog) != 0)
+            return Result<bool>::fail(std::string("cannot listen: ") + std::strerror(errno));
+        const unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC;
+        listener.reset(evconnlistener_new(base.get(), on_accept, this, flags, 0, reserved.fd.get()));
+        if (!listener)
+            return Result<bool>::fail(std::string("cannot listen: ") + std::strerror(errno));
+        reserved.fd.release();  // the listener's
         // Straight to srun's stderr, once per episode of failed accepts.
         accept_backoff = std::make_unique<protocol::AcceptBackoff>(
             listener.get(),
@@ -318,10 +493,8 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
         evconnlistener_set_error_cb(listener.get(), [](evconnlistener*, void* arg) {
             static_cast<Impl*>(arg)->accept_backoff->failed(EVUTIL_SOCKET_ERROR());
         });
-        sockaddr_in bound{};
-        socklen_t len = sizeof(bound);
-        getsockname(evconnlistener_get_fd(listener.get()), reinterpret_cast<sockaddr*>(&bound), &len);
-        port = ntohs(bound.sin_port);
+        port = reserved.port;
+        secret = reserved.secret;
         return Result<bool>::ok(true);
     }
 
@@ -331,6 +504,7 @@ struct FrontEnd::Impl final : OverlayRoot::Links {
             return;
         event_base_loopexit(base.get(), nullptr);
         thread.join();
+        held.clear();
         conns.clear();
         closed_conns.clear();
         pending.clear();
@@ -357,23 +531,36 @@ const protocol::Secret& FrontEnd::secret() const noexcept
     return impl_->secret;
 }
 
-Result<std::unique_ptr<FrontEnd>> FrontEnd::start(const FrontEndSetup& setup)
+Result<Reserved> FrontEnd::reserve(const std::optional<PortRange>& ports)
+{
+    auto secret = protocol::random_secret();
+    if (!secret)
+        return Result<Reserved>::fail(secret.error());
+    auto reserved = listen_in(ports, reserved_backlog);
+    if (reserved)
+        reserved->secret = *secret;
+    return reserved;
+}
+
+Result<std::unique_ptr<FrontEnd>> FrontEnd::start(const FrontEndSetup& setup, std::optional<Reserved> reserved)
 {
     using R = Result<std::unique_ptr<FrontEnd>>;
     static const int threads_ok = evthread_use_pthreads();
     if (threads_ok != 0)
         return R::fail("libevent has no thread support");
 
+    if (!reserved) {
+        auto own = reserve(setup.ports);
+        if (!own)
+            return R::fail(own.error());
+        reserved = std::move(*own);
+    }
     auto impl = std::make_unique<Impl>(setup);
-    auto secret = protocol::random_secret();
-    if (!secret)
-        return R::fail(secret.error());
-    impl->secret = *secret;
     impl->base.reset(event_base_new());
     if (!impl->base)
         return R::fail("cannot create an event loop");
     impl->overlay = std::make_unique<OverlayRoot>(setup, impl->base.get(), *impl, impl->collector);
-    if (auto ok = impl->listen(); !ok)
+    if (auto ok = impl->listen(std::move(*reserved)); !ok)
         return R::fail(ok.error());
 
     // The FE thread takes no signal: srun's own handling stays as it is,
@@ -396,7 +583,11 @@ Collected FrontEnd::finish(std::chrono::milliseconds grace)
 {
     impl_->collector.wait(grace);
     impl_->stop();
-    return impl_->collector.collected();
+    Collected got = impl_->collector.collected();
+    if (impl_->het)  // the FE thread has stopped
+        for (const auto& part : impl_->het->parts())
+            got.step.components.push_back(part.first_rank);
+    return got;
 }
 
 }  // namespace exitpolicy::spank_plugin

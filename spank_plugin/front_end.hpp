@@ -22,6 +22,7 @@
 #include "front_end_setup.hpp"
 #include "exitpolicy/result.hpp"
 #include "protocol/auth.hpp"
+#include "protocol/fd.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -32,9 +33,23 @@
 
 namespace exitpolicy::spank_plugin {
 
+// The front end's listening socket and the step's secret, made before
+// the front end: a heterogeneous step's components take srun's environment,
+// and the bootstrap variable in it, before srun knows the step
+// (srun.cpp). Close-on-exec.
+struct Reserved {
+    protocol::Fd fd;
+    std::uint16_t port = 0;
+    protocol::Secret secret{};
+};
+
 class FrontEnd {
 public:
-    static Result<std::unique_ptr<FrontEnd>> start(const FrontEndSetup& setup);
+    static Result<Reserved> reserve(const std::optional<PortRange>& ports);
+    // On `reserved` when given (its port and secret), else on a port and a
+    // secret of its own.
+    static Result<std::unique_ptr<FrontEnd>> start(const FrontEndSetup& setup,
+                                                   std::optional<Reserved> reserved = std::nullopt);
     ~FrontEnd();
     FrontEnd(const FrontEnd&) = delete;
     FrontEnd& operator=(const FrontEnd&) = delete;

@@ -33,6 +33,11 @@ struct FrontEndSetup {
     bool recoverable = false;
     std::chrono::milliseconds teardown_grace{site_default<std::int64_t>(SiteArg::teardown_grace_ms)};
     std::chrono::milliseconds kill_after{protocol::timeouts::teardown_kill_after};
+    // A heterogeneous step (srun A : B): job_id is its first component's
+    // (what every component's slurmstepd finds in SLURM_JOB_ID), ntasks and
+    // nnodes the whole step's, and each node's Hello says its component
+    // (het_placement.hpp). No PMIx service.
+    bool heterogeneous = false;
 };
 
 // What FrontEnd::finish() hands over.

@@ -100,6 +100,7 @@ Result<NodeLink> NodeLink::connect(const LinkSetup& setup, std::chrono::millisec
     hello.node_id = setup.node_id;
     hello.hostname = setup.hostname;
     hello.ranks = setup.ranks;
+    hello.component = setup.component;
     hello.nonce = *nonce;
     hello.mac = protocol::client_proof(setup.secret, *challenge, hello);
     if (auto w = write_all(link.fd_.get(), hello.encode(), deadline, fe); !w)

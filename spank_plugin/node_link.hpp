@@ -27,6 +27,9 @@ struct LinkSetup : protocol::NodePlace {
     std::string host;  // the FE's address (srun's SLURM_SRUN_COMM_HOST)
     std::uint16_t port = 0;
     protocol::Secret secret{};
+    // In a heterogeneous step: this node's component (node_id and ranks are
+    // the component's own; job_id is the step's first component's).
+    protocol::Component component;
 };
 
 class NodeLink {

@@ -45,7 +45,8 @@ Result<Bootstrap> parse_bootstrap(std::string_view text)
     if (!secret)
         return R::fail("its secret is not 64 hex digits");
     b.secret = *secret;
-    b.pmix = fields.size() > 3;
+    b.heterogeneous = fields.size() == 4 && fields[3] == "het";
+    b.pmix = fields.size() > 3 && !b.heterogeneous;
     if (fields.size() == 5 && fields[3] == "pmix")
         if (const auto fanout = number<std::uint32_t>(fields[4]); fanout && *fanout >= 2)
             b.fanout = *fanout;

@@ -24,11 +24,12 @@ namespace exitpolicy::spank_plugin {
 
 // The bootstrap variable as srun hands it to the step (plugin.hpp):
 // "1:PORT:SECRET", plus ":pmix:FANOUT" when the step gets exitpolicy's PMIx
-// service.
+// service, or ":het" in a heterogeneous step (srun A : B; no PMIx service).
 struct Bootstrap {
     std::uint16_t port = 0;
     protocol::Secret secret{};
-    bool pmix = false;                    // more than "1:PORT:SECRET": the PMIx service is asked for
+    bool heterogeneous = false;           // ":het"
+    bool pmix = false;                    // more than "1:PORT:SECRET" (not ":het"): the PMIx service is asked for
     std::optional<std::uint32_t> fanout;  // with pmix: none when that part is malformed
 };
 // Fails when the front end cannot be found from it (malformed input is an

@@ -33,7 +33,8 @@ State& state() noexcept;
 int init(spank_t sp, int ac, char** av);
 
 // The bootstrap variable srun hands to the step: "1:PORT:SECRET", plus
-// ":pmix:FANOUT" when the step gets exitpolicy's PMIx service. Its name
+// ":pmix:FANOUT" when the step gets exitpolicy's PMIx service, or ":het"
+// in a heterogeneous step (srun A : B). Its name
 // starts with SLURM_ because srun passes SLURM_* variables to the step
 // whatever --export says (--export=NONE, or a list of names).
 inline constexpr const char* bootstrap_env = "SLURM_EXITPOLICY_BOOTSTRAP";

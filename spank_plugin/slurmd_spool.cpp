@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -77,6 +78,26 @@ std::optional<std::string> slurmd_spool_dir(std::uint32_t job_id, std::uint32_t 
         const auto slash = path.rfind('/');
         if (is_step_socket(std::string_view(path).substr(slash + 1), job_id, step_id))
             return slash == 0 ? std::string("/") : path.substr(0, slash);
+    }
+    return std::nullopt;
+}
+
+std::optional<std::uint32_t> step_het_component(std::uint32_t job_id, std::uint32_t step_id)
+{
+    const std::string id = "_" + std::to_string(job_id) + "." + std::to_string(step_id) + ".";
+    for (const std::string& path : held_socket_paths()) {
+        const std::string_view name = std::string_view(path).substr(path.rfind('/') + 1);
+        if (!is_step_socket(name, job_id, step_id))
+            continue;
+        const auto at = name.rfind(id);
+        if (at == std::string_view::npos || at + id.size() >= name.size())
+            return std::nullopt;  // NODE_JOB.STEP: no component
+        std::uint32_t index = 0;
+        const auto digits = name.substr(at + id.size());
+        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+        if (ec != std::errc() || end != digits.data() + digits.size())
+            return std::nullopt;
+        return index;
     }
     return std::nullopt;
 }

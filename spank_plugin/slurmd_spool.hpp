@@ -25,6 +25,11 @@ namespace exitpolicy::spank_plugin {
 // holds none (not in a slurmstepd, or /proc unreadable).
 std::optional<std::string> slurmd_spool_dir(std::uint32_t job_id, std::uint32_t step_id);
 
+// The component of a heterogeneous step of one job that this slurmstepd
+// serves (Slurm's step_het_comp: its socket's HETCOMP); none in any other
+// step, and when it holds no step socket.
+std::optional<std::uint32_t> step_het_component(std::uint32_t job_id, std::uint32_t step_id);
+
 // The hwloc XML slurmd wrote in its spool directory, if it is there, and
 // it and the directory are root's and writable by no one else.
 std::optional<std::string> slurmd_topology_xml(std::uint32_t job_id, std::uint32_t step_id);

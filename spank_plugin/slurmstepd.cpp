@@ -31,6 +31,7 @@
 #include "options.hpp"
 #include "outcome_sink.hpp"
 #include "pmi_sockets.hpp"
+#include "slurmd_spool.hpp"
 #include "step_cgroups.hpp"
 #include "plugin.hpp"
 
@@ -38,6 +39,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <utility>
 #include <cstring>
@@ -212,6 +214,33 @@ std::optional<LinkSetup> node_place(spank_t sp, std::uint32_t job_id, std::uint3
     return setup;
 }
 
+// A heterogeneous step's component (srun A : B): its link says which
+// component this node serves and the component's size, and expects the
+// step's first component's job from the front end (SLURM_JOB_ID in the
+// job's environment: srun sets it alike for every component). False
+// (logged) when Slurm does not say it.
+bool place_component(spank_t sp, std::uint32_t job_id, std::uint32_t step_id, LinkSetup& setup)
+{
+    const auto first = job_env(sp, "SLURM_JOB_ID");
+    std::uint32_t first_job = 0;
+    if (first) {
+        const auto [end, ec] = std::from_chars(first->data(), first->data() + first->size(), first_job);
+        if (ec != std::errc() || end != first->data() + first->size())
+            first_job = 0;
+    }
+    setup.component.job_id = job_id;
+    setup.component.index = step_het_component(job_id, step_id).value_or(protocol::Component::no_index);
+    if (first_job == 0 || !item(sp, S_JOB_TOTAL_TASK_COUNT, setup.component.ntasks) ||
+        !item(sp, S_JOB_NNODES, setup.component.nnodes)) {
+        log::error("step %u.%u: this node's component of the heterogeneous step is unknown; this node's exit codes "
+                   "are left to Slurm",
+                   job_id, step_id);
+        return false;
+    }
+    setup.job_id = first_job;
+    return true;
+}
+
 // The link to srun's front end, registered first among the sinks: nothing
 // after it can skip it. Opened now, also when a node daemon will carry the
 // outcomes: the link is the fallback path, and while it is open the FE
@@ -285,8 +314,8 @@ int init_post_opt(spank_t sp)
         return 0;
     std::uint32_t local_tasks = 0;
     bool ranks_known = false;
-    const auto setup = node_place(sp, job_id, step_id, *bootstrap, local_tasks, ranks_known);
-    if (!setup)
+    auto setup = node_place(sp, job_id, step_id, *bootstrap, local_tasks, ranks_known);
+    if (!setup || (bootstrap->heterogeneous && !place_component(sp, job_id, step_id, *setup)))
         return 0;
     remote.job_id = job_id;
     remote.step_id = step_id;

@@ -4,7 +4,8 @@
 // init_post_opt: resolve the step's options (bad ones stop srun before it
 // allocates; so do options with srun --async, whose step srun never sees).
 // local_user_init: check the main rank against the task count, start the
-// front end, hand the nodes the bootstrap variable. exit (after
+// front end, hand the nodes the bootstrap variable (a heterogeneous step's
+// front end reserves its port in init_post_opt). exit (after
 // the step, from srun's atexit): collect the outcomes, decide, report,
 // record the verdict in the job's accounting record where the site asks
 // (record_verdict=yes), and end srun with the policy's code. Any trouble of
@@ -46,6 +47,11 @@ struct Local {
     // The step has a PMI server of Slurm's own: its tasks' aborts are unseen.
     bool slurm_pmi = false;
     std::unique_ptr<FrontEnd> fe;
+    // A heterogeneous step (srun A : B): the front end's socket and secret,
+    // reserved in init_post_opt (its variable must be in srun's environment
+    // before the components take it) until local_user_init starts it.
+    bool heterogeneous = false;
+    std::optional<Reserved> reserved;
     std::uint32_t job_id = 0;
     std::uint32_t step_id = 0;
     std::uint32_t ntasks = 0;
@@ -142,6 +148,39 @@ void record(const StepOutcomes& step, const Settings& settings, const Decision& 
                   done.error().c_str());
 }
 
+// A heterogeneous step (srun A : B): srun calls init_post_opt once per
+// component, takes each component's environment from its own before
+// local_user_init, and runs that once, for one of the components
+// (src/srun/srun_job.c, pre_launch_srun_job). The front end's port and
+// secret go into the environment now; each component's nodes say which
+// component they serve (spank_plugin/het_placement.hpp). No PMIx service.
+void reserve_front_end()
+{
+    auto reserved = FrontEnd::reserve(state().config.port_range);
+    if (!reserved) {
+        user_line("warning: %s; srun keeps Slurm's exit code", reserved.error().c_str());
+        return;
+    }
+    const std::string bootstrap =
+        "1:" + std::to_string(reserved->port) + ":" + protocol::to_hex(reserved->secret) + ":het";
+    if (::setenv(bootstrap_env, bootstrap.c_str(), 1) != 0) {
+        user_line("warning: cannot export the bootstrap variable; srun keeps Slurm's exit code");
+        return;
+    }
+    local.reserved = std::move(*reserved);
+}
+
+// A number srun's environment holds (0: none).
+std::uint32_t env_number(const char* name)
+{
+    const auto v = env_value(name);
+    if (!v || v->empty())
+        return 0;
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(v->c_str(), &end, 10);
+    return *end == '\0' && n <= 0xffffffffUL ? static_cast<std::uint32_t>(n) : 0;
+}
+
 }  // namespace
 
 int init_post_opt(spank_t)
@@ -178,28 +217,7 @@ int init_post_opt(spank_t)
             user_line("warning: SLURM_EXIT_* variables are ignored for this step: %s", why);
         return 0;
     }
-    // A heterogeneous step (srun A : B): each component is a step of a job
-    // of its own, and only the first one's nodes would reach this srun's
-    // front end; its policy would be decided from that component alone
-    // (main-rank-check said 0 while another component failed). Not
-    // decided, then: refused when asked on the command line, a warning
-    // when asked by the environment; nothing of the plugin runs for it, the
-    // PMIx service neither.
-    if (is_heterogeneous(srun_argv())) {
-        constexpr const char* why = "exitpolicy cannot yet decide a heterogeneous step (srun ... : ...): only "
-                                    "its first component's tasks would reach it";
-        if (st.cli.any()) {
-            log::error("--exit-* options do not apply to a heterogeneous step: %s. Run each component as a "
-                       "step of its own to use them, or drop them to keep Slurm's exit code",
-                       why);
-            return -1;
-        }
-        if (env.any())
-            user_line("warning: SLURM_EXIT_* variables are ignored for this step: %s; srun's exit code is "
-                      "Slurm's",
-                      why);
-        return 0;
-    }
+    local.heterogeneous = is_heterogeneous(srun_argv());
     if (!options->policy) {
         const bool report_asked = !options->report_json.empty() ||
                                   ((st.cli.report || env.report) && options->report == ReportMode::always);
@@ -215,6 +233,8 @@ int init_post_opt(spank_t)
     }
     local.options = *options;
     local.own_job = makes_own_job(srun_argv());
+    if (local.heterogeneous && local.options->policy && !local.reserved)
+        reserve_front_end();
     return 0;
 }
 
@@ -227,11 +247,52 @@ bool slurm_serves_pmi()
     return mpi && *mpi && std::string_view(mpi) != "none";
 }
 
+namespace {
+
+// A heterogeneous step's front end, on what init_post_opt reserved. SPANK
+// tells of one component only: the whole step is in srun's environment by
+// now, as srun gives it to every component's tasks (SLURM_JOB_ID, the
+// first component's job; SLURM_NTASKS, SLURM_NNODES, the sums).
+int start_heterogeneous(spank_t sp)
+{
+    if (!local.reserved)
+        return 0;  // init_post_opt said why
+    local.job_id = env_number("SLURM_JOB_ID");
+    local.ntasks = env_number("SLURM_NTASKS");
+    const std::uint32_t nnodes = env_number("SLURM_NNODES");
+    if (!item(sp, S_JOB_STEPID, local.step_id) || local.job_id == 0 || local.ntasks == 0 || nnodes == 0) {
+        user_line("warning: the heterogeneous step's size is unknown; srun keeps Slurm's exit code");
+        local.reserved.reset();
+        return 0;
+    }
+    if (auto ok = check_main_rank(*local.options, local.ntasks); !ok) {
+        log::error("%s", ok.error().c_str());
+        return -1;
+    }
+    FrontEndSetup setup{local.job_id, local.step_id, local.ntasks, nnodes, state().config.port_range,
+                        state().config.fanout, state().config.lost_code};
+    setup.heterogeneous = true;
+    auto fe = FrontEnd::start(setup, std::move(local.reserved));
+    local.reserved.reset();
+    if (!fe) {
+        user_line("warning: %s; srun keeps Slurm's exit code", fe.error().c_str());
+        return 0;
+    }
+    local.fe = std::move(*fe);
+    log::verbose("front end for heterogeneous step %u.%u on port %u, %u tasks on %u nodes", local.job_id,
+                 local.step_id, local.fe->port(), local.ntasks, nnodes);
+    return 0;
+}
+
+}  // namespace
+
 int local_user_init(spank_t sp)
 {
     if (!local.options)
         return 0;
     local.slurm_pmi = slurm_serves_pmi();
+    if (local.heterogeneous)
+        return start_heterogeneous(sp);
     local.pmix = state().config.pmix == PmixMode::automatic && !local.slurm_pmi;
     if (!local.options->policy && !local.pmix)
         return 0;

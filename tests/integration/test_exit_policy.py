@@ -549,34 +549,92 @@ def test_a_job_arrays_report_paths_take_its_array_ids(cluster, workdir, exitpoli
     assert len({d["job_id"] for d in docs.values()}) == 2, "the array's tasks are jobs of their own"
 
 
-def test_a_heterogeneous_step_is_never_decided_from_its_first_component(cluster, workdir, exitpolicy):
-    """srun -n1 true : -n2 sh -c 'exit 3' in a heterogeneous allocation:
-    only the first component's tasks would reach srun's front end. Asked on
-    the command line, the policy is refused before the step runs; asked by
-    the environment, a warning, and srun's code is Slurm's (3); asked for
-    nothing, the step is as without the plugin. Before, main-rank-check
-    said 0, with no report and a JSON of 1 of 3 ranks. One allocation (a
-    heterogeneous one takes long to come)."""
-    het = "-n1 true : -n2 sh -c 'exit 3'"
+def _heterogeneous_steps(cluster, workdir, alloc, steps):
+    """Runs `steps` (name -> a command line) one after another in one
+    allocation made by salloc `alloc`; each step's code, stderr, and JSON
+    report (het-NAME.json when asked for) by name, and the job's id."""
     script = workdir / "het.sh"
-    script.write_text(
-        "#!/bin/sh\n" + cluster.job_path_prefix() +
-        f"srun --exit-policy=main-rank-check --exit-report-json={workdir}/het.json {het} 2>{workdir}/cli.err\n"
-        "echo cli=$?\n"
-        f"SLURM_EXIT_POLICY=main-rank-check srun {het} 2>{workdir}/env.err\n"
-        "echo env=$?\n"
-        f"srun {het} 2>{workdir}/none.err\n"
-        "echo none=$?\n")
+    lines = ["#!/bin/sh\n", cluster.job_path_prefix(), "echo job=$SLURM_JOB_ID\n"]
+    for name, args in steps.items():
+        lines.append(f"{args} 2>{workdir}/{name}.err\necho {name}=$?\n")
+    script.write_text("".join(lines))
     script.chmod(0o755)
-    rc, out, err = cluster.exec("salloc", "-N1", "-n1", ":", "-N1", "-n2", str(script), cwd=workdir, timeout=120)
+    rc, out, err = cluster.exec("salloc", *alloc, str(script), cwd=workdir, timeout=180)
     assert rc == 0, f"salloc {rc}:\n{out}\n{err}"
     codes = dict(line.split("=", 1) for line in out.split() if "=" in line)
-    cli, env, none = ((workdir / f"{k}.err").read_text() for k in ("cli", "env", "none"))
-    assert codes["cli"] != "0" and "do not apply to a heterogeneous step" in cli, (codes, cli)
-    assert "Exited with exit code 3" not in cli, f"the step ran:\n{cli}"
-    assert not (workdir / "het.json").exists()
-    assert codes["env"] == "3" and "SLURM_EXIT_* variables are ignored for this step" in env, (codes, env)
-    assert codes["none"] == "3" and report_lines(none) == [], (codes, none)
+    results = {}
+    for name in steps:
+        report = workdir / f"het-{name}.json"
+        doc = json.loads(report.read_text()) if report.exists() else None
+        results[name] = (int(codes[name]), (workdir / f"{name}.err").read_text(), doc)
+    return results, codes["job"]
+
+
+# Each task exits 3 + its rank, the step's rank (SLURM_PROCID, across
+# components).
+BY_RANK = "sh -c 'exit $((SLURM_PROCID + 3))'"
+
+
+@pytest.mark.parametrize("shape", ["het-job", "one-job"])
+def test_a_heterogeneous_step_is_decided_with_every_rank(cluster, workdir, exitpolicy, shape):
+    """srun A : B. In a heterogeneous job (salloc -n1 : -n2) each component
+    is a job of its own; in one job's allocation the components are parts
+    of one step (Slurm's step_het_comp). Either way every component's ranks
+    reach srun as the step's (rank 0 is component 0's first), the report
+    names the components, and main-rank-check sees the second component's
+    failure. Before, main-rank-check said 0 with a JSON of 1 of 3 ranks,
+    and then the plugin refused such steps."""
+    if shape == "het-job":
+        alloc = ["-N1", "-n1", ":", "-N1", "-n2"]
+        one, two = "-n1", "-n2"
+    else:
+        alloc = ["-N3", "-n3"]
+        one, two = "-N1 -n1", "-N2 -n2"
+    steps = {
+        "check": f"srun --exit-policy=main-rank-check --exit-report=always --exit-report-json={workdir}/het-check.json "
+                 f"{one} true : {two} sh -c 'exit 3'",
+        "main": f"srun --exit-policy=main-rank {one} sh -c 'exit 5' : {two} true",
+        "lowest": f"srun --exit-policy=lowest-rank --exit-report-json={workdir}/het-lowest.json "
+                  f"{one} true : {two} {BY_RANK}",
+        # A batch script's default for its every step.
+        "env": f"SLURM_EXIT_POLICY=lowest-rank srun {one} true : {two} {BY_RANK}",
+        "none": f"srun {one} true : {two} sh -c 'exit 3'",
+    }
+    got, job = _heterogeneous_steps(cluster, workdir, alloc, steps)
+    print({name: (code, report_lines(err)) for name, (code, err, _) in got.items()})
+
+    code, err, doc = got["check"]
+    assert code == 1, err
+    lines = report_lines(err)
+    assert "exitpolicy: heterogeneous step: component 0 rank 0, component 1 ranks 1-2" in lines, err
+    assert any(l.startswith("exitpolicy: 3 tasks on ") for l in lines), err
+    assert any("first failure: rank 1 (component 1) on " in l or "first failure: rank 2 (component 1) on " in l
+               for l in lines), err
+    validate_report(doc)
+    assert doc["components"] == [0, 1], doc
+    assert [(t["rank"], t["exit_code"]) for t in doc["tasks"]] == [(0, 0), (1, 3), (2, 3)], doc["tasks"]
+    assert doc["job_id"] == job, "the step's first job"
+
+    code, err, _ = got["main"]
+    assert code == 5, err
+    # lowest-rank: rank 1 exits 4 (Slurm's highest is rank 2's 5).
+    code, err, doc = got["lowest"]
+    assert code == 4, err
+    assert "Slurm's native exit code would be 5" in err, err
+    assert [(t["rank"], t["exit_code"]) for t in doc["tasks"]] == [(0, 0), (1, 4), (2, 5)], doc["tasks"]
+    assert got["env"][0] == 4, got["env"]
+    # Nothing asked: Slurm's code, no report.
+    assert got["none"][0] == 3 and report_lines(got["none"][1]) == [], got["none"]
+
+
+def test_a_heterogeneous_job_that_srun_makes_is_decided_with_every_rank(cluster, workdir, exitpolicy):
+    """srun -n1 A : -n2 B outside any allocation: srun makes the
+    heterogeneous job itself, and its id is known only after the options
+    are read (the front end's port is reserved before)."""
+    rc, out, err = srun(cluster, workdir, "--exit-policy=main-rank-check", "-n1", "true", ":", "-n2",
+                        "sh", "-c", "exit 3", timeout=120)
+    assert rc == 1, err
+    assert "exitpolicy: heterogeneous step: component 0 rank 0, component 1 ranks 1-2" in report_lines(err), err
 
 
 def test_sbatch_policy_with_export_none(cluster, workdir, exitpolicy):

@@ -77,4 +77,11 @@ inline StepOutcomes step(std::vector<TaskOutcome> tasks, std::uint32_t nnodes = 
     return s;
 }
 
+// The same step as a heterogeneous one whose components start at `starts`.
+inline StepOutcomes heterogeneous(StepOutcomes s, std::vector<std::uint32_t> starts)
+{
+    s.components = std::move(starts);
+    return s;
+}
+
 }  // namespace exitpolicy::test

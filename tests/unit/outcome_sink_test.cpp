@@ -48,6 +48,18 @@ TEST(BootstrapTest, ReadsThePortTheSecretAndThePmixFanout)
     EXPECT_EQ(b->fanout, 32u);
 }
 
+// A heterogeneous step's: the front end, its components placed by what
+// each node says, and no PMIx service.
+TEST(BootstrapTest, AHeterogeneousStepsAsksForNoPmixService)
+{
+    auto b = parse_bootstrap("1:4242:" + secret_hex + ":het");
+    ASSERT_TRUE(b) << b.error();
+    EXPECT_TRUE(b->heterogeneous);
+    EXPECT_FALSE(b->pmix);
+    EXPECT_FALSE(parse_bootstrap("1:4242:" + secret_hex)->heterogeneous);
+    EXPECT_FALSE(parse_bootstrap("1:4242:" + secret_hex + ":pmix:32")->heterogeneous);
+}
+
 TEST(BootstrapTest, WithoutAFrontEndToReachItFailsAndNeverThrowsNorShowsTheSecret)
 {
     for (const std::string& bad : std::vector<std::string>{"", "1", "1:4242", "2:4242:" + secret_hex, "1::" + secret_hex,

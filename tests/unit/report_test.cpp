@@ -465,6 +465,27 @@ void expect_conforms(const nlohmann::json& doc, const nlohmann::json& schema, co
             expect_conforms(doc[i], schema["items"], where + "[" + std::to_string(i) + "]");
 }
 
+// srun -n1 A : -N2 -n3 B: ranks are the step's; the report says which
+// component each is in, the JSON where each component starts.
+TEST(SummaryTest, AHeterogeneousStepNamesItsComponents)
+{
+    StepOutcomes s = heterogeneous(step({ok(0), exits(1, 3).at(100), killed(2, SIGTERM).at(200), ok(3)}, 3), {0, 1});
+    const Settings settings{Policy::main_rank_check, 0, 1};
+    const auto d = decide(s, settings);
+    ASSERT_TRUE(d);
+    EXPECT_EQ(d->code, 1);
+    const std::string text = render_summary(s, settings, *d);
+    EXPECT_NE(text.find("exitpolicy: heterogeneous step: component 0 rank 0, component 1 ranks 1-3\n"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("exitpolicy: first failure: rank 1 (component 1) on "), std::string::npos) << text;
+    const auto doc = nlohmann::json::parse(render_json(s, settings, *d));
+    EXPECT_EQ(doc["components"], nlohmann::json::array({0, 1}));
+    s.components.clear();
+    EXPECT_TRUE(nlohmann::json::parse(render_json(s, settings, *d))["components"].is_null());
+    EXPECT_EQ(render_summary(s, settings, *d).find("component"), std::string::npos);
+}
+
 TEST(JsonTest, DocumentsConformToTheDocumentedSchema)
 {
     std::ifstream file(EXITPOLICY_SOURCE_DIR "/docs/report.schema.json");
@@ -484,6 +505,7 @@ TEST(JsonTest, DocumentsConformToTheDocumentedSchema)
         {step({flagged(killed(0, SIGTERM).at(200)), segv(1).at(100)}, 1), {Policy::main_rank_check, 0, 1}},
         {step({killed(0, SIGKILL).at(200), aborts(1, 4).at(100)}, 1), {Policy::max, 0, 1}},
         {step({killed(0, SIGTERM).at(200), killed(1, SIGKILL).oom().at(100)}, 1), {Policy::main_rank, 0, 1}},
+        {heterogeneous(step({ok(0), exits(1, 3), ok(2)}, 2), {0, 1}), {Policy::main_rank_check, 0, 1}},
     };
     for (const auto& [s, settings] : cases) {
         SCOPED_TRACE(policy_name(settings.policy));

@@ -77,6 +77,20 @@ TEST_F(SlurmdSpoolTest, AHeterogeneousComponentsSocketCountsAndANodeNameMayHoldU
     EXPECT_EQ(slurmd_spool_dir(77, 3), dir);
 }
 
+// Which component of a heterogeneous step of one job this slurmstepd
+// serves: its socket's last part; none for a step of its own (a
+// heterogeneous job's components are jobs of their own, with sockets of
+// the usual name).
+TEST_F(SlurmdSpoolTest, TheComponentOfAStepIsItsSocketsLastPart)
+{
+    hold("node2_6.0.12");
+    hold("node2_7.0");
+    EXPECT_EQ(step_het_component(6, 0), 12u);
+    EXPECT_EQ(step_het_component(7, 0), std::nullopt);
+    EXPECT_EQ(step_het_component(6, 1), std::nullopt);
+    EXPECT_EQ(step_het_component(8, 0), std::nullopt);
+}
+
 TEST_F(SlurmdSpoolTest, ASocketOfTheSameNameHeldByAnotherProcessDoesNotCount)
 {
     int ready[2];

@@ -60,6 +60,7 @@ TEST(WireTest, EveryMessageRoundTrips)
     h.node_id = 3;
     h.hostname = "node4";
     h.ranks = {6, 7, 4294967295u};
+    h.component = {90, 2, 6, 3};
     h.nonce[5] = 1;
     h.mac[30] = 2;
     const auto h2 = Hello::decode(body(h.encode()));
@@ -68,6 +69,7 @@ TEST(WireTest, EveryMessageRoundTrips)
     EXPECT_EQ(h2->node_id, 3u);
     EXPECT_EQ(h2->hostname, "node4");
     EXPECT_EQ(h2->ranks, h.ranks);
+    EXPECT_EQ(h2->component, h.component);
     EXPECT_EQ(h2->nonce, h.nonce);
     EXPECT_EQ(h2->mac, h.mac);
 
@@ -184,6 +186,12 @@ TEST(WireTest, OverlayMessagesRoundTrip)
     Bytes bad = orphan.encode();
     bad[header_size] = 4;  // no such role
     EXPECT_EQ(Hello::decode(body(bad)).error(), "hello with unknown role 4");
+    // Only slurmstepd serves a heterogeneous step's component.
+    Hello daemon_component = orphan;
+    daemon_component.role = Role::daemon;
+    daemon_component.component = {42, 1, 2, 1};
+    EXPECT_EQ(Hello::decode(body(daemon_component.encode())).error(),
+              "hello of a heterogeneous step's component from a node daemon");
 }
 
 TEST(WireTest, FenceKeysNameTheParticipantsAndTheInstance)
@@ -316,7 +324,7 @@ TEST(WireTest, HostileLengthsInsideBodiesAreBounded)
     // by the fuzzer: it decoded as an empty list and encoded differently).
     b = Writer(Type::data_reply).u64(1).u32(0).i32(0).u32(0).u32(0).u32(0x3e000000u).finish();
     EXPECT_FALSE(DataReply::decode(body(b)));
-    b = Writer(Type::hello).u8(7).u32(0).str("n").u32(0).bytes(Nonce{}).bytes(Mac{}).finish();
+    b = Writer(Type::hello).u8(7).u32(0).str("n").u32(0).u32(0).u32(0).u32(0).u32(0).bytes(Nonce{}).bytes(Mac{}).finish();
     const auto r = Hello::decode(body(b));
     ASSERT_FALSE(r);
     EXPECT_EQ(r.error(), "hello with unknown role 7");
@@ -564,6 +572,14 @@ TEST(AuthTest, ProofsBindTheSecretTheNoncesAndTheIdentity)
     changed = hello;
     changed.ranks = {4};
     EXPECT_FALSE(proofs_equal(proof, client_proof(secret, challenge, changed)));
+    // A heterogeneous step's component: which one a node serves is proven
+    // too (its ranks are placed by it).
+    changed = hello;
+    changed.component = {42, 1, 2, 1};
+    const Mac as_component = client_proof(secret, challenge, changed);
+    EXPECT_FALSE(proofs_equal(proof, as_component));
+    changed.component.index = 0;
+    EXPECT_FALSE(proofs_equal(as_component, client_proof(secret, challenge, changed)));
     Challenge replay = challenge;
     replay.nonce[3] ^= 1;
     EXPECT_FALSE(proofs_equal(proof, client_proof(secret, replay, hello)));
