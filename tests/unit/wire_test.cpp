@@ -56,7 +56,7 @@ TEST(WireTest, EveryMessageRoundTrips)
     EXPECT_EQ(c2->step_id, 5u);
 
     Hello h;
-    h.role = Role::daemon;
+    h.role = Role::stepd;
     h.node_id = 3;
     h.hostname = "node4";
     h.ranks = {6, 7, 4294967295u};
@@ -65,7 +65,7 @@ TEST(WireTest, EveryMessageRoundTrips)
     h.mac[30] = 2;
     const auto h2 = Hello::decode(body(h.encode()));
     ASSERT_TRUE(h2) << h2.error();
-    EXPECT_EQ(h2->role, Role::daemon);
+    EXPECT_EQ(h2->role, Role::stepd);
     EXPECT_EQ(h2->node_id, 3u);
     EXPECT_EQ(h2->hostname, "node4");
     EXPECT_EQ(h2->ranks, h.ranks);
@@ -280,7 +280,8 @@ TEST(WireTest, BadHeadersAreErrors)
     Bytes frame = Ack{1, 0}.encode();
     const std::pair<std::function<void(Bytes&)>, std::string> cases[] = {
         {[](Bytes& f) { f[0] = 'X'; }, "not an exitpolicy frame (bad magic)"},
-        {[](Bytes& f) { f[2] = 9; }, "unsupported protocol version 9 (this side speaks 5)"},
+        {[](Bytes& f) { f[2] = 9; },
+         "unsupported protocol version 9 (this side speaks " + std::to_string(protocol_version) + ")"},
         {[](Bytes& f) { f[3] = 0; }, "unknown frame type 0"},
         {[](Bytes& f) { f[3] = 99; }, "unknown frame type 99"},
         {[](Bytes& f) { f[4] = 0x7f; }, "frame of 2130706440 bytes exceeds the bound of 65536"},
