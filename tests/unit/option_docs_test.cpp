@@ -4,10 +4,13 @@
 // variable or argument that is not there.
 #include "spank_plugin/option_table.hpp"
 
+#include "exitpolicy/policy.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cctype>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <ostream>
@@ -259,6 +262,37 @@ TEST(DocumentNamesTest, EveryArgumentThePlugstackExampleDocumentsIsInTheTable)
             << "plugstack.conf.example documents " << (*it)[2] << "=, which is no plugstack.conf argument";
     }
     EXPECT_EQ(headings, static_cast<int>(std::size(site_arguments)));
+}
+
+// The root-cause rule is written once, in exitpolicy(1) ("The root cause
+// decides"); the other pages point there. Each page that still gives the
+// reaction window gives the policy core's (reaction_window_us), and the
+// rule gives the codes a torn-down shell exits with.
+TEST(RuleDocsTest, TheRootCauseRuleIsWrittenOnceAndSaysWhatTheCoreDoes)
+{
+    const auto source = std::filesystem::path(EXITPOLICY_SOURCE_DIR);
+    const std::string man = read_text(source / "docs/exitpolicy.1");
+    const auto begin = man.find(".B The root cause decides.");
+    ASSERT_NE(begin, std::string::npos) << "docs/exitpolicy.1 has no rule";
+    const std::string rule = man.substr(begin, man.find("\n.B max\n", begin) - begin);
+    const std::string window = "up to " + std::to_string(reaction_window_us / 1000) + " ms";
+    EXPECT_NE(rule.find(window), std::string::npos) << "the rule gives no reaction window of " << window;
+    const std::string codes = std::to_string(128 + SIGTERM) + " or " + std::to_string(128 + SIGKILL);
+    EXPECT_NE(rule.find("exited with " + codes), std::string::npos) << rule;
+    for (const char* policy : {"main\\-rank", "main\\-rank\\-check", "lowest\\-rank", "first\\-failure"})
+        EXPECT_NE(rule.find(policy), std::string::npos) << "the rule does not say what " << policy << " does";
+    for (const char* page : {"README.md", "docs/pmix-service.md", "docs/report-json.md"}) {
+        const std::string text = read_text(source / page);
+        EXPECT_NE(text.find("(\"The root cause decides\""), std::string::npos) << page << " does not point to the rule";
+        EXPECT_EQ(text.find("exited with code " + codes), std::string::npos) << page << " writes the rule again";
+    }
+    const std::regex any_window("up to ([0-9]+) ms");
+    for (const char* page : {"README.md", "docs/exitpolicy.1", "docs/pmix-service.md", "docs/report-json.md",
+                             "docs/status.md", "docs/mpi.md"}) {
+        const std::string text = read_text(source / page);
+        for (auto it = std::sregex_iterator(text.begin(), text.end(), any_window); it != std::sregex_iterator(); ++it)
+            EXPECT_EQ((*it)[0].str(), window) << page << ": a reaction window other than the core's";
+    }
 }
 
 }  // namespace
