@@ -4,7 +4,9 @@
 // variable or argument that is not there.
 #include "spank_plugin/option_table.hpp"
 
+#include "exitpolicy/outcome.hpp"
 #include "exitpolicy/policy.hpp"
+#include "protocol/events.hpp"
 
 #include <gtest/gtest.h>
 
@@ -293,6 +295,54 @@ TEST(RuleDocsTest, TheRootCauseRuleIsWrittenOnceAndSaysWhatTheCoreDoes)
         for (auto it = std::sregex_iterator(text.begin(), text.end(), any_window); it != std::sregex_iterator(); ++it)
             EXPECT_EQ((*it)[0].str(), window) << page << ": a reaction window other than the core's";
     }
+}
+
+// docs/pmix-service.md's table of the events a task's abnormal end raises
+// ("A task ends abnormally") is what a node daemon sends: each row's code
+// and PMIX_EXIT_CODE, from the same outcome (protocol/events.hpp).
+TEST(RuleDocsTest, TheEventTableIsWhatANodeDaemonSends)
+{
+    const std::string text = read_text(std::filesystem::path(EXITPOLICY_SOURCE_DIR) / "docs/pmix-service.md");
+    const auto begin = text.find("| how the task ended | specific code | `PMIX_EXIT_CODE` |");
+    ASSERT_NE(begin, std::string::npos) << "docs/pmix-service.md has no event table";
+    std::istringstream rows(text.substr(begin, text.find("\n\n", begin) - begin));
+    std::vector<std::pair<std::string, std::string>> table;  // code, exit code, by row
+    std::string line;
+    std::getline(rows, line);
+    std::getline(rows, line);  // |---|
+    while (std::getline(rows, line)) {
+        const auto a = line.find("| `"), b = line.find("` | ", a + 3);
+        ASSERT_TRUE(a != std::string::npos && b != std::string::npos) << line;
+        table.emplace_back(line.substr(a + 3, b - a - 3), line.substr(b + 4, line.rfind(" |") - b - 4));
+    }
+    using protocol::Outcome;
+    const auto client = Outcome::flag_finalized_known;
+    const auto finalized = Outcome::flag_finalized_known | Outcome::flag_finalized;
+    struct Row {
+        std::vector<Outcome> ends;  // each raises the row's code, and its exit code
+        std::vector<int> codes;
+    };
+    const std::vector<Row> expect{
+        {{{0, 0, 1, 7 << 8, 0, static_cast<std::uint8_t>(Outcome::flag_aborted | client), 7}}, {7}},
+        {{{0, 0, 1, SIGSEGV, 0, finalized}, {0, 0, 1, SIGKILL, 0, 0}}, {128 + SIGSEGV, 128 + SIGKILL}},
+        {{{0, 0, 1, 0, 0, client}, {0, 0, 1, 3 << 8, 0, client}}, {0, 3}},
+        {{{0, 0, 1, 3 << 8, 0, finalized}, {0, 0, 1, 4 << 8, 0, 0}}, {3, 4}},
+    };
+    ASSERT_EQ(table.size(), expect.size() + 1) << "a row more or less than the daemon's kinds of end (and the lost task's)";
+    const std::vector<std::string> exit_words{"status", "128 + signal", "the exit code", "the exit code"};
+    for (std::size_t row = 0; row < expect.size(); ++row) {
+        EXPECT_EQ(table[row].second, exit_words[row]) << "row " << row;
+        for (std::size_t i = 0; i < expect[row].ends.size(); ++i) {
+            const auto event = protocol::pmix::termination_event(expect[row].ends[i], 0);
+            ASSERT_TRUE(event) << "row " << row;
+            EXPECT_EQ(pmix_termination_name(event->code), table[row].first) << "row " << row;
+            EXPECT_EQ(event->exit_code, expect[row].codes[i]) << "row " << row;
+        }
+    }
+    // A lost task's row: what pmix_server/pmix_host.cpp's notify_node_down
+    // sends for each rank of a lost node (the daemon's side, not linked here).
+    EXPECT_EQ(table.back().first, pmix_termination_name(protocol::pmix::proc_term_wo_sync));
+    EXPECT_EQ(table.back().second, "`lost_code`");
 }
 
 }  // namespace
