@@ -86,20 +86,23 @@ void write_json(const std::string& path, const std::string& text)
                   written.error().c_str());
 }
 
+// A number srun's environment holds, whole; none when it holds none.
+std::optional<std::uint32_t> env_number(const char* name)
+{
+    const auto v = env_value(name);
+    if (!v || v->empty())
+        return std::nullopt;
+    char* end = nullptr;
+    const unsigned long n = std::strtoul(v->c_str(), &end, 10);
+    return *end == '\0' && n <= 0xffffffffUL ? std::optional<std::uint32_t>(static_cast<std::uint32_t>(n))
+                                             : std::nullopt;
+}
+
 // The job array's ids from srun's environment, as srun takes them for its
 // own --output patterns (src/srun/fname.c).
 ArrayIds array_ids()
 {
-    const auto id = [](const char* name) -> std::optional<std::uint32_t> {
-        const auto v = env_value(name);
-        if (!v || v->empty())
-            return std::nullopt;
-        char* end = nullptr;
-        const unsigned long n = std::strtoul(v->c_str(), &end, 10);
-        return *end == '\0' && n <= 0xffffffffUL ? std::optional<std::uint32_t>(static_cast<std::uint32_t>(n))
-                                                 : std::nullopt;
-    };
-    return {id("SLURM_ARRAY_JOB_ID"), id("SLURM_ARRAY_TASK_ID")};
+    return {env_number("SLURM_ARRAY_JOB_ID"), env_number("SLURM_ARRAY_TASK_ID")};
 }
 
 // srun's own command line (/proc/self/cmdline); empty if unreadable.
@@ -168,17 +171,6 @@ void reserve_front_end()
         return;
     }
     local.reserved = std::move(*reserved);
-}
-
-// A number srun's environment holds (0: none).
-std::uint32_t env_number(const char* name)
-{
-    const auto v = env_value(name);
-    if (!v || v->empty())
-        return 0;
-    char* end = nullptr;
-    const unsigned long n = std::strtoul(v->c_str(), &end, 10);
-    return *end == '\0' && n <= 0xffffffffUL ? static_cast<std::uint32_t>(n) : 0;
 }
 
 }  // namespace
@@ -257,9 +249,9 @@ int start_heterogeneous(spank_t sp)
 {
     if (!local.reserved)
         return 0;  // init_post_opt said why
-    local.job_id = env_number("SLURM_JOB_ID");
-    local.ntasks = env_number("SLURM_NTASKS");
-    const std::uint32_t nnodes = env_number("SLURM_NNODES");
+    local.job_id = env_number("SLURM_JOB_ID").value_or(0);
+    local.ntasks = env_number("SLURM_NTASKS").value_or(0);
+    const std::uint32_t nnodes = env_number("SLURM_NNODES").value_or(0);
     if (!item(sp, S_JOB_STEPID, local.step_id) || local.job_id == 0 || local.ntasks == 0 || nnodes == 0) {
         user_line("warning: the heterogeneous step's size is unknown; srun keeps Slurm's exit code");
         local.reserved.reset();
